@@ -1,0 +1,206 @@
+"""The training config: one typed schema for the trainer, the CLI and the Helm chart.
+
+This module imports only pydantic and PyYAML, never torch, because ``colbert-k8s submit``
+validates ``--config`` before anything reaches the cluster, and the chart's
+``values.schema.json`` embeds :func:`json_schema` (a test fails when they drift apart).
+
+Example::
+
+    model: {name_or_path: sentence-transformers/all-MiniLM-L6-v2}
+    data:
+      train: {path: data/train.jsonl}
+    loss: {name: contrastive}
+    training: {per_device_batch_size: 32, max_steps: 1000}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "ConfigError",
+    "TrainConfig",
+    "load_config",
+    "parse_config",
+    "json_schema",
+]
+
+
+class ConfigError(ValueError):
+    """A config problem, reported to the user as one line (never a traceback)."""
+
+
+class _Strict(BaseModel):
+    """Unknown keys are refused: a typo must not silently fall back to a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    name_or_path: str = Field(
+        "sentence-transformers/all-MiniLM-L6-v2",
+        min_length=1,
+        description="A local model directory or a hub name (a hub name needs network access).",
+    )
+    query_length: int = Field(32, ge=4, le=8192, description="Query tokens, incl. [Q] marker and expansion.")
+    document_length: int = Field(180, ge=8, le=8192, description="Maximum document tokens.")
+    embedding_size: int | None = Field(
+        None, ge=8, le=4096, description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own."
+    )
+
+
+class Columns(_Strict):
+    """Maps the dataset's column names onto the roles the losses need."""
+
+    query: str = "query"
+    positive: str = "positive"
+    negatives: list[str] = Field(default_factory=lambda: ["negative"])
+    documents: str = Field("documents", description="Distillation: list of candidate documents.")
+    scores: str = Field("scores", description="Distillation: teacher scores, one per document.")
+
+
+class DataSource(_Strict):
+    path: str = Field(
+        ...,
+        min_length=1,
+        description="A .jsonl/.json, .parquet or .csv file, or a `datasets.save_to_disk` directory.",
+    )
+    columns: Columns = Field(default_factory=Columns)
+    limit: int | None = Field(None, ge=1, description="Use only the first N rows.")
+
+
+class DataConfig(_Strict):
+    train: DataSource
+    eval_beir: str | None = Field(
+        None, description="A BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) for nDCG@10."
+    )
+    eval_split: str = "test"
+
+
+class ContrastiveLoss(_Strict):
+    name: Literal["contrastive"] = "contrastive"
+    temperature: float = Field(1.0, gt=0, description="Scores are divided by this before the softmax.")
+
+
+class CachedContrastiveLoss(_Strict):
+    name: Literal["cached-contrastive"]
+    temperature: float = Field(1.0, gt=0)
+    mini_batch_size: int = Field(8, ge=1, description="Texts encoded at once; bounds activation memory.")
+
+
+class DistillationLoss(_Strict):
+    name: Literal["distillation"]
+    normalize_scores: bool = Field(True, description="Teacher scores are softmax-normalised before KL.")
+
+
+LossConfig = Annotated[
+    ContrastiveLoss | CachedContrastiveLoss | DistillationLoss, Field(discriminator="name")
+]
+
+
+class TrainingConfig(_Strict):
+    per_device_batch_size: int = Field(16, ge=1, description="Queries per process per optimizer step.")
+    learning_rate: float = Field(3e-5, gt=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
+    max_steps: int | None = Field(None, ge=1)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Clipped on the global-batch gradient.")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    seed: int = 42
+    gather_across_devices: bool | None = Field(
+        None, description="In-batch negatives from every rank; default on when the world size is > 1."
+    )
+    dataloader_workers: int = Field(0, ge=0)
+    log_every: int = Field(10, ge=1)
+
+
+class CheckpointConfig(_Strict):
+    every_steps: int = Field(100, ge=1, description="Steps between checkpoints (the most work a crash loses).")
+    keep_last: int = Field(2, ge=1)
+    resume: bool = Field(True, description="Resume from the newest complete checkpoint in output_dir.")
+
+
+class EvalConfig(_Strict):
+    before_training: bool = False
+    after_training: bool = True
+    batch_size: int = Field(32, ge=1)
+
+
+class DistributedConfig(_Strict):
+    timeout_seconds: int = Field(1800, ge=10, description="Process-group timeout for every collective.")
+
+
+class TrainConfig(_Strict):
+    """The whole training job, as written in ``train.yaml``."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig
+    loss: LossConfig = Field(default_factory=ContrastiveLoss)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    evaluation: EvalConfig = Field(default_factory=EvalConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    output_dir: str = Field("output", min_length=1, description="Checkpoints, final model, metrics.json.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.training.max_steps is None and self.training.epochs is None:
+            raise ValueError("set training.max_steps or training.epochs")
+        if self.evaluation.before_training and not self.data.eval_beir:
+            raise ValueError("evaluation.before_training needs data.eval_beir")
+        return self
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    """Turn pydantic's report into one line naming the key and the fix."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-after"))
+    # drop the discriminator tag pydantic inserts into union paths
+    for tag in ("contrastive.", "cached-contrastive.", "distillation."):
+        loc = loc.replace(f"loss.{tag}", "loss.")
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        msg = f"unknown key '{loc}': remove it or check its spelling"
+    elif kind == "missing":
+        msg = f"missing required key '{loc}'"
+    elif kind == "union_tag_invalid":
+        msg = f"'{loc}': {first['msg']}"
+    else:
+        where = f"'{loc}': " if loc else ""
+        msg = f"{where}{first['msg']} (got {first.get('input')!r})"
+    more = len(err.errors()) - 1
+    return f"{source}: {msg}" + (f" (and {more} more)" if more else "")
+
+
+def parse_config(data: Any, source: str = "config") -> TrainConfig:
+    """Validate an already-parsed mapping; raise :class:`ConfigError` with one line."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(data).__name__}")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e, source)) from e
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read and validate a YAML config file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p} (pass an existing --config FILE.yaml)")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from e
+    return parse_config(data, str(p))
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of :class:`TrainConfig`, embedded in the chart's values.schema.json."""
+    return TrainConfig.model_json_schema()

@@ -1,0 +1,122 @@
+"""Process-group set-up, teardown and the few collectives the trainer uses.
+
+Gradients are averaged with one coalesced ``all_reduce`` after backward rather than through DDP:
+DDP's ``find_unused_parameters=False`` silently mis-averaged ColBERT's gradients (the pooler never
+gets one), and ``True`` costs a graph traversal per step. An explicit all-reduce issues the same
+collectives on every rank by construction, and the gradient-equivalence test proves the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+
+from trainer.env import Layout
+
+__all__ = ["process_group", "device_for", "all_gather_with_grad", "average_gradients", "mean_across", "broadcast_parameters"]
+
+log = logging.getLogger(__name__)
+
+
+def device_for(layout: Layout) -> torch.device:
+    """Pin the device by LOCAL_RANK (never rank % device_count: nodes may differ in GPU count)."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(layout.local_rank)
+        return torch.device("cuda", layout.local_rank)
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def process_group(layout: Layout, timeout_s: int) -> Iterator[None]:
+    """NCCL on GPUs, gloo on CPU; the group is destroyed on every exit path."""
+    if not layout.distributed:
+        yield
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    os.environ.setdefault("MASTER_ADDR", layout.master_addr or "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(layout.master_port or 29500))
+    kwargs = {}
+    if backend == "nccl":
+        kwargs["device_id"] = torch.device("cuda", layout.local_rank)
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        rank=layout.rank,
+        world_size=layout.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``t`` from every rank along dim 0, keeping the autograd graph.
+
+    Backward of ``torch.distributed.nn.all_gather`` *sums* each slice's gradient over ranks, so the
+    gradient reaching this rank's ``t`` already holds every rank's loss term. Losses therefore take
+    a plain local mean (no ``* world_size``), and :func:`average_gradients` divides by W once.
+    """
+    if not _active():
+        return t
+    import torch.distributed.nn.functional as dist_fn
+
+    return torch.cat(dist_fn.all_gather(t.contiguous()), dim=0)
+
+
+def all_gather_no_grad(t: torch.Tensor) -> torch.Tensor:
+    if not _active():
+        return t
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts, dim=0)
+
+
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Average gradients over ranks with one flat all-reduce; a missing grad counts as zero."""
+    if not _active():
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+
+
+def mean_across(value: float, device: torch.device) -> float:
+    """The mean of a per-rank scalar over all ranks (for logging the global-batch loss)."""
+    if not _active():
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item() / dist.get_world_size())
+
+
+def broadcast_parameters(module: torch.nn.Module) -> None:
+    """Make every rank start from rank 0's weights (new projection layers are randomly initialised)."""
+    if not _active():
+        return
+    for t in list(module.parameters()) + list(module.buffers()):
+        dist.broadcast(t.data, src=0)
+
+
+def barrier() -> None:
+    if _active():
+        dist.barrier()

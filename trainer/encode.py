@@ -1,0 +1,45 @@
+"""Turn token ids into masked, L2-normalised ColBERT token embeddings of a fixed length.
+
+Every rank pads document embeddings to the same length, so that ``all_gather`` (which needs equal
+shapes) sees identical tensors on every rank whatever the longest document of its local batch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["Encoded", "encode", "pad_tokens"]
+
+
+class Encoded:
+    """Embeddings ``(n, tokens, dim)`` with a ``(n, tokens)`` mask of the tokens that score."""
+
+    def __init__(self, embeddings: torch.Tensor, mask: torch.Tensor):
+        self.embeddings = embeddings
+        self.mask = mask
+
+
+def pad_tokens(t: torch.Tensor, length: int, value: float = 0.0) -> torch.Tensor:
+    """Right-pad dim 1 of ``t`` to ``length``."""
+    extra = length - t.shape[1]
+    if extra <= 0:
+        return t[:, :length]
+    pad = [0, 0] * (t.dim() - 2) + [0, extra]
+    return F.pad(t, pad, value=value)
+
+
+def encode(model, features: dict[str, torch.Tensor], is_query: bool, length: int) -> Encoded:
+    """Run the ColBERT model on one tokenised batch.
+
+    Documents drop padding and skiplist (punctuation) tokens from the mask; queries keep every
+    token, expansion ([MASK]) tokens included, as PyLate does with query expansion.
+    """
+    out = model(dict(features))
+    emb = F.normalize(out["token_embeddings"], p=2, dim=-1)  # (n, tokens, dim)
+    if is_query:
+        mask = torch.ones(emb.shape[:2], dtype=torch.bool, device=emb.device)
+    else:
+        skip = torch.isin(features["input_ids"], torch.tensor(model.skiplist, device=emb.device))
+        mask = features["attention_mask"].bool() & ~skip  # (n, tokens)
+    return Encoded(pad_tokens(emb, length), pad_tokens(mask, length, value=False))

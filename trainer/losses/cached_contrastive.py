@@ -1,0 +1,88 @@
+"""Contrastive loss with GradCache: a large global batch at the memory cost of a mini-batch.
+
+1. Encode every mini-batch without a graph, remembering the RNG state (dropout) of each.
+2. Compute the contrastive loss on those embeddings as leaves, backward to get d loss / d emb.
+3. Re-encode each mini-batch with a graph under the same RNG state and backpropagate
+   ``emb . grad`` into the model.
+
+The result is the gradient of the *mean* loss (PyLate's CachedContrastive backpropagates a sum,
+which is B times larger), and it equals :class:`Contrastive`'s gradient exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainer.encode import encode
+from trainer.losses.contrastive import contrastive_from_embeddings
+
+__all__ = ["CachedContrastive"]
+
+
+class _RngState:
+    """CPU and CUDA RNG state, so that a re-encode sees the same dropout masks."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda, self.device)
+
+
+def _chunks(features: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+    n = next(iter(features.values())).shape[0]
+    return [{k: v[i : i + size] for k, v in features.items()} for i in range(0, n, size)]
+
+
+class CachedContrastive:
+    backward_scale = 1.0
+
+    def __init__(self, temperature: float = 1.0, gather: bool = True, mini_batch_size: int = 8):
+        self.temperature = temperature
+        self.gather = gather
+        self.mini_batch_size = mini_batch_size
+
+    def _embed_all(self, model, features, is_query: bool, length: int):
+        """Step 1: embeddings of every mini-batch without a graph, plus the RNG state before each."""
+        states, embs, masks = [], [], []
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            for chunk in _chunks(features, self.mini_batch_size):
+                states.append(_RngState(device))
+                enc = encode(model, chunk, is_query, length)
+                embs.append(enc.embeddings)
+                masks.append(enc.mask)
+        return states, torch.cat(embs), torch.cat(masks)
+
+    def _replay(self, model, features, is_query: bool, length: int, states, grad: torch.Tensor) -> None:
+        """Step 3: re-encode each mini-batch with a graph and push the cached gradient through it."""
+        start = 0
+        for chunk, state in zip(_chunks(features, self.mini_batch_size), states):
+            state.restore()
+            enc = encode(model, chunk, is_query, length)
+            n = enc.embeddings.shape[0]
+            (enc.embeddings * grad[start : start + n]).sum().backward()
+            start += n
+
+    def __call__(self, model, batch) -> float:
+        q_states, q_emb, _ = self._embed_all(model, batch.queries, True, batch.query_length)
+        d_states, d_emb, d_mask = self._embed_all(model, batch.documents, False, batch.document_length)
+        rng_after = _RngState(q_emb.device)
+
+        # Step 2: the loss on detached embeddings; its gradient w.r.t. them is all we keep.
+        q_leaf = q_emb.detach().requires_grad_()
+        d_leaf = d_emb.detach().requires_grad_()
+        b = q_leaf.shape[0]
+        docs = d_leaf.view(b, batch.docs_per_query, *d_leaf.shape[1:])  # (b, n_docs, d_tokens, dim)
+        mask = d_mask.view(b, batch.docs_per_query, -1)
+        loss = contrastive_from_embeddings(q_leaf, docs, mask, self.temperature, self.gather)
+        (loss * self.backward_scale).backward()  # scale > 1 only under fp16
+
+        self._replay(model, batch.queries, True, batch.query_length, q_states, q_leaf.grad)
+        self._replay(model, batch.documents, False, batch.document_length, d_states, d_leaf.grad)
+        rng_after.restore()  # continue the RNG stream as if each text had been encoded once
+        return float(loss.detach())

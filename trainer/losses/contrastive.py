@@ -1,0 +1,65 @@
+"""In-batch contrastive loss over ColBERT MaxSim scores, with cross-rank negatives."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pylate.scores import colbert_scores
+
+from trainer.distributed import all_gather_no_grad, all_gather_with_grad
+from trainer.encode import encode
+
+__all__ = ["Contrastive", "contrastive_from_embeddings"]
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def contrastive_from_embeddings(
+    queries: torch.Tensor,  # (b, q_tokens, dim)
+    documents: torch.Tensor,  # (b, n_docs, d_tokens, dim): positive first, then negatives
+    documents_mask: torch.Tensor,  # (b, n_docs, d_tokens)
+    temperature: float,
+    gather: bool,
+) -> torch.Tensor:
+    """Cross-entropy of each query against every document in the (global) batch.
+
+    Returns the *mean over this rank's queries*. Averaging that over ranks gives the global-batch
+    mean, and its gradient is exactly the single-process gradient of the same W*b examples:
+    the gather's backward sums remote contributions, the gradient all-reduce divides by W.
+    PyLate multiplies by W here, which makes the gradient W times too large.
+    """
+    b, n_docs = documents.shape[:2]
+    if gather:
+        # Every rank contributes its documents as negatives for every query.
+        documents = all_gather_with_grad(documents)  # (W*b, n_docs, d_tokens, dim)
+        documents_mask = all_gather_no_grad(documents_mask)
+    flat_docs = documents.flatten(0, 1)  # (W*b*n_docs, d_tokens, dim)
+    flat_mask = documents_mask.flatten(0, 1)  # (W*b*n_docs, d_tokens)
+    scores = colbert_scores(queries, flat_docs, documents_mask=flat_mask.to(queries.dtype))  # (b, W*b*n_docs)
+    offset = _rank() * b if gather else 0
+    labels = (offset + torch.arange(b, device=queries.device)) * n_docs  # index of each positive
+    return F.cross_entropy(scores.float() / temperature, labels, reduction="mean")
+
+
+class Contrastive:
+    """Encode queries and documents with gradients, score, and backpropagate the mean loss."""
+
+    backward_scale = 1.0
+
+    def __init__(self, temperature: float = 1.0, gather: bool = True):
+        self.temperature = temperature
+        self.gather = gather
+
+    def __call__(self, model, batch) -> float:
+        q = encode(model, batch.queries, is_query=True, length=batch.query_length)
+        d = encode(model, batch.documents, is_query=False, length=batch.document_length)
+        b = q.embeddings.shape[0]
+        docs = d.embeddings.view(b, batch.docs_per_query, *d.embeddings.shape[1:])
+        mask = d.mask.view(b, batch.docs_per_query, -1)
+        loss = contrastive_from_embeddings(q.embeddings, docs, mask, self.temperature, self.gather)
+        (loss * self.backward_scale).backward()  # scale > 1 only under fp16
+        return float(loss.detach())

@@ -1,0 +1,39 @@
+"""Knowledge distillation: match the student's MaxSim scores to a teacher's over each query's candidates."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pylate.scores import colbert_kd_scores
+
+from trainer.encode import encode
+
+__all__ = ["Distillation", "distillation_from_scores"]
+
+
+def distillation_from_scores(student: torch.Tensor, teacher: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """KL(teacher || student) per query, averaged over this rank's queries.
+
+    ``student`` and ``teacher`` are ``(b, n_docs)``. No documents cross ranks here, so the gradient
+    all-reduce's mean over equal per-rank batches is already the global-batch mean.
+    """
+    target = F.log_softmax(teacher.float(), dim=-1) if normalize else torch.log(teacher.float().clamp_min(1e-12))
+    return F.kl_div(F.log_softmax(student.float(), dim=-1), target, reduction="batchmean", log_target=True)
+
+
+class Distillation:
+    backward_scale = 1.0
+
+    def __init__(self, normalize_scores: bool = True):
+        self.normalize_scores = normalize_scores
+
+    def __call__(self, model, batch) -> float:
+        q = encode(model, batch.queries, is_query=True, length=batch.query_length)
+        d = encode(model, batch.documents, is_query=False, length=batch.document_length)
+        b = q.embeddings.shape[0]
+        docs = d.embeddings.view(b, batch.docs_per_query, *d.embeddings.shape[1:])  # (b, n_docs, tokens, dim)
+        mask = d.mask.view(b, batch.docs_per_query, -1)
+        student = colbert_kd_scores(q.embeddings, docs, documents_mask=mask.to(docs.dtype))  # (b, n_docs)
+        loss = distillation_from_scores(student, batch.scores, self.normalize_scores)
+        (loss * self.backward_scale).backward()  # scale > 1 only under fp16
+        return float(loss.detach())

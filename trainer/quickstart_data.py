@@ -1,0 +1,126 @@
+"""A real-text retrieval dataset built offline from the Python standard library's docstrings.
+
+Query: an object's one-line summary ("Return the number of items in a deque.").
+Positive: the rest of that docstring. Hard negative: the body of another docstring from the *same
+module*, so lexical overlap alone does not solve it. Train and test use disjoint modules; the test
+split is written in BEIR format (corpus.jsonl, queries.jsonl, qrels/test.tsv).
+
+Deterministic for a given Python version: modules, objects and negatives are picked in sorted
+order with a fixed seed. ``python -m trainer.quickstart_data OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import random
+import warnings
+from pathlib import Path
+
+__all__ = ["collect", "build"]
+
+TRAIN_MODULES = [
+    "argparse", "array", "ast", "asyncio", "base64", "bisect", "bz2", "calendar", "cmd", "codecs",
+    "collections", "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses",
+    "datetime", "decimal", "difflib", "dis", "email.message", "enum", "filecmp", "fnmatch", "fractions",
+    "ftplib", "functools", "gettext", "glob", "gzip", "hashlib", "heapq", "hmac", "html.parser",
+    "http.client", "http.cookiejar", "imaplib", "inspect", "io", "ipaddress", "itertools", "json",
+    "locale", "logging", "logging.handlers", "lzma", "mailbox", "math", "mimetypes", "multiprocessing",
+    "operator", "optparse", "os", "pathlib", "pickle", "pkgutil", "platform", "plistlib", "poplib",
+    "pprint", "queue", "random", "re", "sched", "secrets", "selectors", "shelve", "shlex", "shutil",
+    "signal", "smtplib", "socket", "socketserver", "sqlite3", "ssl", "statistics", "string", "struct",
+]
+TEST_MODULES = [
+    "subprocess", "sysconfig", "tarfile", "tempfile", "textwrap", "threading", "timeit", "tokenize",
+    "trace", "traceback", "turtle", "typing", "unittest", "urllib.parse", "urllib.request", "uuid",
+    "warnings", "wave", "weakref", "xml.dom.minidom", "xml.etree.ElementTree", "zipfile", "zoneinfo",
+]
+
+
+def _members(module) -> list[tuple[str, object]]:
+    out = []
+    for name, obj in sorted(vars(module).items()):
+        if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if inspect.isclass(obj):
+            out.append((name, obj))
+            out += [(f"{name}.{m}", f) for m, f in sorted(vars(obj).items()) if not m.startswith("_") and callable(f)]
+        elif callable(obj):
+            out.append((name, obj))
+    return out
+
+
+def collect(module_name: str) -> list[dict]:
+    """(qualified name, summary, body) for each documented public object of a module."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(module_name)
+    except Exception:  # a module missing from this Python build (e.g. no _tkinter) is skipped
+        return []
+    items, seen = [], set()
+    for name, obj in _members(module):
+        doc = inspect.getdoc(obj) or ""
+        lines = doc.strip().splitlines()
+        if len(lines) < 3:
+            continue
+        summary = lines[0].strip()
+        body = " ".join(line.strip() for line in lines[1:] if line.strip())
+        if len(summary) < 15 or len(body) < 60 or summary in seen:
+            continue
+        seen.add(summary)
+        items.append({"id": f"{module_name}.{name}", "summary": summary, "body": f"{name}: {body}"[:1200]})
+    return items
+
+
+def _triplets(modules: list[str], rng: random.Random) -> list[dict]:
+    rows = []
+    for mod in modules:
+        items = collect(mod)
+        if len(items) < 2:
+            continue
+        for i, item in enumerate(items):
+            j = rng.choice([k for k in range(len(items)) if k != i])
+            rows.append({"id": item["id"], "query": item["summary"], "positive": item["body"], "negative": items[j]["body"]})
+    return rows
+
+
+def build(out: Path, seed: int = 0, max_test_queries: int = 300) -> dict[str, int]:
+    """Write train.jsonl and a BEIR test split under ``out``; return the counts."""
+    rng = random.Random(seed)
+    train = _triplets(TRAIN_MODULES, rng)
+    test = _triplets(TEST_MODULES, rng)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "train.jsonl").open("w", encoding="utf-8") as f:
+        for row in train:
+            f.write(json.dumps({k: row[k] for k in ("query", "positive", "negative")}) + "\n")
+    beir = out / "beir"
+    (beir / "qrels").mkdir(parents=True, exist_ok=True)
+    queries = rng.sample(test, min(max_test_queries, len(test)))
+    with (beir / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for row in test:  # every test docstring body is a candidate, not only the queried ones
+            f.write(json.dumps({"_id": row["id"], "title": "", "text": row["positive"]}) + "\n")
+    with (beir / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for row in queries:
+            f.write(json.dumps({"_id": "q:" + row["id"], "text": row["query"]}) + "\n")
+    with (beir / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for row in queries:
+            f.write(f"q:{row['id']}\t{row['id']}\t1\n")
+    return {"train": len(train), "corpus": len(test), "queries": len(queries)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    counts = build(args.out, args.seed)
+    print(f"wrote {counts['train']} training triplets and a BEIR split of {counts['queries']} queries "
+          f"over {counts['corpus']} documents to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
