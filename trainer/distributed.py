@@ -63,18 +63,38 @@ def _active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+class _GatherWithGrad(torch.autograd.Function):
+    """all_gather whose backward sums every rank's gradient for this rank's slice.
+
+    ``torch.distributed.nn.all_gather`` does the same through all_to_all, but under gloo it
+    returned wrong gradients here when the incoming gradient was non-contiguous (einsum's backward
+    produces permuted strides). A contiguous all_reduce and a slice is simple and always right.
+    """
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor) -> torch.Tensor:
+        ctx.rank, ctx.n = dist.get_rank(), t.shape[0]
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous()
+        dist.all_reduce(grad)  # SUM: every rank's loss term that used this rank's rows
+        return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n]
+
+
 def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
     """Concatenate ``t`` from every rank along dim 0, keeping the autograd graph.
 
-    Backward of ``torch.distributed.nn.all_gather`` *sums* each slice's gradient over ranks, so the
-    gradient reaching this rank's ``t`` already holds every rank's loss term. Losses therefore take
-    a plain local mean (no ``* world_size``), and :func:`average_gradients` divides by W once.
+    The backward sums each slice's gradient over ranks, so the gradient reaching this rank's ``t``
+    already holds every rank's loss term. Losses therefore take a plain local mean (no
+    ``* world_size``, PyLate's error), and :func:`average_gradients` divides by W once.
     """
     if not _active():
         return t
-    import torch.distributed.nn.functional as dist_fn
-
-    return torch.cat(dist_fn.all_gather(t.contiguous()), dim=0)
+    return _GatherWithGrad.apply(t)
 
 
 def all_gather_no_grad(t: torch.Tensor) -> torch.Tensor:
