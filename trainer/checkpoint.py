@@ -70,7 +70,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted."""
-    for step, path in reversed(list_checkpoints(root)):
+    for _step, path in reversed(list_checkpoints(root)):
         try:
             return path, load_checkpoint(path)
         except Exception as e:  # truncated by a dying disk, not by us: fall back one

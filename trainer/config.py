@@ -49,7 +49,10 @@ class ModelConfig(_Strict):
     query_length: int = Field(32, ge=4, le=8192, description="Query tokens, incl. [Q] marker and expansion.")
     document_length: int = Field(180, ge=8, le=8192, description="Maximum document tokens.")
     embedding_size: int | None = Field(
-        None, ge=8, le=4096, description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own."
+        None,
+        ge=8,
+        le=4096,
+        description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own.",
     )
 
 
@@ -97,9 +100,7 @@ class DistillationLoss(_Strict):
     normalize_scores: bool = Field(True, description="Teacher scores are softmax-normalised before KL.")
 
 
-LossConfig = Annotated[
-    ContrastiveLoss | CachedContrastiveLoss | DistillationLoss, Field(discriminator="name")
-]
+LossConfig = Annotated[ContrastiveLoss | CachedContrastiveLoss | DistillationLoss, Field(discriminator="name")]
 
 
 class TrainingConfig(_Strict):

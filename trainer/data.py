@@ -80,7 +80,9 @@ def _read_table(path: Path) -> list[dict]:
 def _text(row: dict, col: str, where: str) -> str:
     value = row.get(col) if isinstance(row, dict) else None
     if not isinstance(value, str) or not value.strip():
-        problem = "missing" if value is None else "empty" if isinstance(value, str) else f"not text ({type(value).__name__})"
+        problem = (
+            "missing" if value is None else "empty" if isinstance(value, str) else f"not text ({type(value).__name__})"
+        )
         raise DataError(f"{where}: column '{col}' is {problem}; fix the row or map data.train.columns.{col}")
     return value
 
@@ -152,7 +154,9 @@ class TokenizedData:
         self.document_length = model.document_length
         self.queries = _tokenize(model, rows.queries, is_query=True)
         flat_docs = [d for docs in rows.documents for d in docs]
-        self.documents = {k: v.view(len(rows), self.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()}
+        self.documents = {
+            k: v.view(len(rows), self.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()
+        }
         self.scores = torch.tensor(rows.scores) if rows.scores is not None else None
 
     @property

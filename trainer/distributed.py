@@ -19,7 +19,14 @@ import torch.distributed as dist
 
 from trainer.env import Layout
 
-__all__ = ["process_group", "device_for", "all_gather_with_grad", "average_gradients", "mean_across", "broadcast_parameters"]
+__all__ = [
+    "process_group",
+    "device_for",
+    "all_gather_with_grad",
+    "average_gradients",
+    "mean_across",
+    "broadcast_parameters",
+]
 
 log = logging.getLogger(__name__)
 

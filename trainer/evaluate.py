@@ -55,7 +55,9 @@ def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
     return BeirSplit([d["_id"] for d in corpus], texts, qids, [queries[q] for q in qids], qrels)
 
 
-def retrieval_metrics(ranked: list[list[str]], query_ids: list[str], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+def retrieval_metrics(
+    ranked: list[list[str]], query_ids: list[str], qrels: dict[str, dict[str, int]]
+) -> dict[str, float]:
     """nDCG@10, MRR@10 and Recall@100, averaged over queries."""
     ndcg = mrr = recall = 0.0
     for qid, docs in zip(query_ids, ranked):
@@ -71,7 +73,9 @@ def retrieval_metrics(ranked: list[list[str]], query_ids: list[str], qrels: dict
 
 
 @torch.no_grad()
-def _embed(model, texts: list[str], is_query: bool, batch_size: int, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _embed(
+    model, texts: list[str], is_query: bool, batch_size: int, length: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
     embs, masks = [], []
     for i in range(0, len(texts), batch_size):
         feats = {k: v.to(device) for k, v in model.tokenize(texts[i : i + batch_size], is_query=is_query).items()}

@@ -22,20 +22,110 @@ from pathlib import Path
 __all__ = ["collect", "build"]
 
 TRAIN_MODULES = [
-    "argparse", "array", "ast", "asyncio", "base64", "bisect", "bz2", "calendar", "cmd", "codecs",
-    "collections", "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses",
-    "datetime", "decimal", "difflib", "dis", "email.message", "enum", "filecmp", "fnmatch", "fractions",
-    "ftplib", "functools", "gettext", "glob", "gzip", "hashlib", "heapq", "hmac", "html.parser",
-    "http.client", "http.cookiejar", "imaplib", "inspect", "io", "ipaddress", "itertools", "json",
-    "locale", "logging", "logging.handlers", "lzma", "mailbox", "math", "mimetypes", "multiprocessing",
-    "operator", "optparse", "os", "pathlib", "pickle", "pkgutil", "platform", "plistlib", "poplib",
-    "pprint", "queue", "random", "re", "sched", "secrets", "selectors", "shelve", "shlex", "shutil",
-    "signal", "smtplib", "socket", "socketserver", "sqlite3", "ssl", "statistics", "string", "struct",
+    "argparse",
+    "array",
+    "ast",
+    "asyncio",
+    "base64",
+    "bisect",
+    "bz2",
+    "calendar",
+    "cmd",
+    "codecs",
+    "collections",
+    "concurrent.futures",
+    "configparser",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "dis",
+    "email.message",
+    "enum",
+    "filecmp",
+    "fnmatch",
+    "fractions",
+    "ftplib",
+    "functools",
+    "gettext",
+    "glob",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html.parser",
+    "http.client",
+    "http.cookiejar",
+    "imaplib",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "locale",
+    "logging",
+    "logging.handlers",
+    "lzma",
+    "mailbox",
+    "math",
+    "mimetypes",
+    "multiprocessing",
+    "operator",
+    "optparse",
+    "os",
+    "pathlib",
+    "pickle",
+    "pkgutil",
+    "platform",
+    "plistlib",
+    "poplib",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "sched",
+    "secrets",
+    "selectors",
+    "shelve",
+    "shlex",
+    "shutil",
+    "signal",
+    "smtplib",
+    "socket",
+    "socketserver",
+    "sqlite3",
+    "ssl",
+    "statistics",
+    "string",
+    "struct",
 ]
 TEST_MODULES = [
-    "subprocess", "sysconfig", "tarfile", "tempfile", "textwrap", "threading", "timeit", "tokenize",
-    "trace", "traceback", "turtle", "typing", "unittest", "urllib.parse", "urllib.request", "uuid",
-    "warnings", "wave", "weakref", "xml.dom.minidom", "xml.etree.ElementTree", "zipfile", "zoneinfo",
+    "subprocess",
+    "sysconfig",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "timeit",
+    "tokenize",
+    "trace",
+    "traceback",
+    "turtle",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "urllib.request",
+    "uuid",
+    "warnings",
+    "wave",
+    "weakref",
+    "xml.dom.minidom",
+    "xml.etree.ElementTree",
+    "zipfile",
+    "zoneinfo",
 ]
 
 
@@ -85,7 +175,9 @@ def _triplets(modules: list[str], rng: random.Random) -> list[dict]:
             continue
         for i, item in enumerate(items):
             j = rng.choice([k for k in range(len(items)) if k != i])
-            rows.append({"id": item["id"], "query": item["summary"], "positive": item["body"], "negative": items[j]["body"]})
+            rows.append(
+                {"id": item["id"], "query": item["summary"], "positive": item["body"], "negative": items[j]["body"]}
+            )
     return rows
 
 
@@ -120,8 +212,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     counts = build(args.out, args.seed)
-    print(f"wrote {counts['train']} training triplets and a BEIR split of {counts['queries']} queries "
-          f"over {counts['corpus']} documents to {args.out}")
+    print(
+        f"wrote {counts['train']} training triplets and a BEIR split of {counts['queries']} queries "
+        f"over {counts['corpus']} documents to {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -138,8 +138,15 @@ def run(config_path: str) -> dict:
         log.info(
             "scale: world_size=%d per_device_batch=%d global_batch=%d in-batch negatives/query=%d "
             "steps=%d (%d/epoch) loss=%s gather=%s mode=%s",
-            layout.world_size, tcfg.per_device_batch_size, data.global_batch,
-            0 if distill else negatives, total_steps, data.steps_per_epoch, cfg.loss.name, gather, layout.mode,
+            layout.world_size,
+            tcfg.per_device_batch_size,
+            data.global_batch,
+            0 if distill else negatives,
+            total_steps,
+            data.steps_per_epoch,
+            cfg.loss.name,
+            gather,
+            layout.mode,
         )
 
         # ---- optimizer and schedule
@@ -148,7 +155,9 @@ def run(config_path: str) -> dict:
             params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay, fused=device.type == "cuda"
         )
         warmup = int(tcfg.warmup_ratio * total_steps)
-        schedule = lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))  # noqa: E731
+        schedule = lambda s: (
+            (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))
+        )  # noqa: E731
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         precision, autocast = _autocast(tcfg.precision, device)
         scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
@@ -183,7 +192,9 @@ def run(config_path: str) -> dict:
         while step < total_steps:
             batch = data.batch(step, layout.rank, device)
             with autocast():
-                local_loss = loss_fn(model, batch) if not scaler.is_enabled() else _scaled(loss_fn, scaler, model, batch)
+                local_loss = (
+                    loss_fn(model, batch) if not scaler.is_enabled() else _scaled(loss_fn, scaler, model, batch)
+                )
             D.average_gradients(params)
             if scaler.is_enabled():
                 scaler.unscale_(optimizer)
@@ -199,7 +210,14 @@ def run(config_path: str) -> dict:
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.4f}")
             if step % tcfg.log_every == 0 or step == total_steps:
-                log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e", step, total_steps, loss, grad_norm, scheduler.get_last_lr()[0])
+                log.info(
+                    "step %d/%d loss %.4f grad_norm %.3f lr %.2e",
+                    step,
+                    total_steps,
+                    loss,
+                    grad_norm,
+                    scheduler.get_last_lr()[0],
+                )
             if step % cfg.checkpoint.every_steps == 0 and step < total_steps:
                 _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, save_checkpoint)
         bar.close()
@@ -272,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.config import ConfigError, load_config
     from trainer.env import EnvError, Launch, resolve
 
-    rank_hint = os.environ.get("RANK", "0") if "LOCAL_RANK" in os.environ else os.environ.get("PET_NODE_RANK", os.environ.get("RANK", "0"))
+    rank_hint = (
+        os.environ.get("RANK", "0")
+        if "LOCAL_RANK" in os.environ
+        else os.environ.get("PET_NODE_RANK", os.environ.get("RANK", "0"))
+    )
     _setup_logging(rank_hint)
     try:
         load_config(args.config)  # fail fast, before torch is imported or torchrun started

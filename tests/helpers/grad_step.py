@@ -23,7 +23,11 @@ with D.process_group(layout, 60):
     D.broadcast_parameters(model)
     rows = load_rows(DataSource(path=data_path), distillation=False)
     data = TokenizedData(rows, model, int(per_device), layout.world_size, seed=7)
-    cfg = ContrastiveLoss() if loss_name == "contrastive" else CachedContrastiveLoss(name="cached-contrastive", mini_batch_size=3)
+    cfg = (
+        ContrastiveLoss()
+        if loss_name == "contrastive"
+        else CachedContrastiveLoss(name="cached-contrastive", mini_batch_size=3)
+    )
     loss_fn = build_loss(cfg, gather=True)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
