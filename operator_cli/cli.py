@@ -1,0 +1,368 @@
+"""``colbert-k8s``: render, submit, follow and delete ColBERT training jobs on Kubernetes.
+
+    colbert-k8s submit --nodes 2 --gpus-per-node 8 --image REG/colbert-train:TAG --config train.yaml
+    colbert-k8s status NAME        colbert-k8s logs NAME -f --all
+    colbert-k8s list               colbert-k8s delete NAME
+    colbert-k8s render ...         colbert-k8s local ...   (the same job, on this machine)
+
+Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit``
+sends exactly those objects. Importing this module never imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from operator_cli.errors import CliError
+from operator_cli.render import render, to_yaml
+from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_env, parse_toleration, read_config
+
+__all__ = ["main", "cli"]
+
+
+class _Group(click.Group):
+    """Shows a CliError as one line (plus a hint) and its exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CliError as e:
+            click.echo(f"error: {e.message}", err=True)
+            if e.hint:
+                click.echo(f"hint: {e.hint}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="colbert-k8s")
+def cli() -> None:
+    """Train ColBERT retrievers with PyLate on Kubernetes (Kubeflow PyTorchJob)."""
+
+
+def job_options(fn):
+    """The options shared by render, submit and local: everything that shapes the job."""
+    options = [
+        click.option("--config", "config", required=True, type=click.Path(dir_okay=False), help="Training YAML (validated before anything is sent)."),
+        click.option("--name", help="Job name (DNS-1035). Default: colbert-<random>."),
+        click.option("-n", "--namespace", default="default", show_default=True),
+        click.option("--nodes", default=1, show_default=True, type=int, help="Pods: 1 Master + (nodes-1) Workers."),
+        click.option("--gpus-per-node", default=1, show_default=True, type=int, help="GPUs and processes per pod; 0 = CPU job, 1 process per pod."),
+        click.option("--image", default="colbert-k8s/colbert-train:0.1.0", show_default=True),
+        click.option("--cpu", help="CPU request and limit per pod, e.g. 8."),
+        click.option("--memory", help="Memory request and limit per pod, e.g. 64Gi."),
+        click.option("--shm-size", default="8Gi", show_default=True, help="Memory-backed /dev/shm size; 0 disables it."),
+        click.option("--pvc", help="Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model)."),
+        click.option("--pvc-size", help="Create a PVC of this size for /workspace instead."),
+        click.option("--storage-class", help="StorageClass of the PVC created by --pvc-size."),
+        click.option("--node-selector", multiple=True, metavar="K=V"),
+        click.option("--toleration", multiple=True, metavar="KEY[=VALUE]:EFFECT"),
+        click.option("--priority-class"),
+        click.option("--queue", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)."),
+        click.option("--service-account"),
+        click.option("--image-pull-secret", multiple=True),
+        click.option("--env", multiple=True, metavar="K=V", help="Plain environment variable (never a credential)."),
+        click.option("--secret-env", multiple=True, metavar="VAR=SECRET/KEY", help="Variable from a Secret key (secretKeyRef)."),
+        click.option("--backoff-limit", default=3, show_default=True, type=int, help="Restarts before the job fails."),
+        click.option("--active-deadline", default=7 * 24 * 3600, show_default=True, type=int, help="Seconds before a running job is stopped; 0 = never."),
+        click.option("--ttl-after-finished", default=24 * 3600, show_default=True, type=int, help="Seconds a finished job is kept."),
+        click.option("--nccl", type=click.Choice(["socket", "ib"]), help="NCCL network preset (GPU jobs)."),
+        click.option("--label", multiple=True, metavar="K=V"),
+        click.option("--annotation", multiple=True, metavar="K=V"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def build_spec(o: dict) -> JobSpec:
+    """Options -> JobSpec: the only place flags are interpreted."""
+    secret_env = dict(parse_secret_env(raw) for raw in o["secret_env"])
+    return JobSpec(
+        name=o["name"] or generate_name(),
+        config_text=read_config(o["config"]),
+        namespace=o["namespace"],
+        nodes=o["nodes"],
+        gpus_per_node=o["gpus_per_node"],
+        image=o["image"],
+        cpu=o["cpu"],
+        memory=o["memory"],
+        shm_size=None if o["shm_size"] in ("0", "") else o["shm_size"],
+        pvc=o["pvc"],
+        pvc_size=o["pvc_size"],
+        storage_class=o["storage_class"],
+        node_selector=parse_pairs(o["node_selector"], "--node-selector"),
+        tolerations=[parse_toleration(t) for t in o["toleration"]],
+        priority_class=o["priority_class"],
+        queue=o["queue"],
+        service_account=o["service_account"],
+        image_pull_secrets=list(o["image_pull_secret"]),
+        env=parse_pairs(o["env"], "--env"),
+        secret_env=secret_env,
+        backoff_limit=o["backoff_limit"],
+        active_deadline=o["active_deadline"] or None,
+        ttl_after_finished=o["ttl_after_finished"],
+        nccl=o["nccl"],
+        labels=parse_pairs(o["label"], "--label"),
+        annotations=parse_pairs(o["annotation"], "--annotation"),
+    )
+
+
+def _scale_line(spec: JobSpec) -> str:
+    import yaml
+
+    per_device = ((yaml.safe_load(spec.config_text) or {}).get("training") or {}).get("per_device_batch_size", 16)
+    unit = "GPU" if spec.gpus_per_node else "CPU process"
+    return (
+        f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s) = world size {spec.world_size}; "
+        f"per-device batch {per_device} -> global batch {per_device * spec.world_size}"
+    )
+
+
+def cluster_options(fn):
+    fn = click.option("--context", help="kubeconfig context to use.")(fn)
+    fn = click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG, ~/.kube/config, in-cluster.")(fn)
+    return fn
+
+
+def _cluster(o: dict):
+    from operator_cli.kube import Cluster, connect
+
+    return Cluster(connect(o.get("kubeconfig"), o.get("context")), o["namespace"])
+
+
+@cli.command("render")
+@job_options
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False), help="Write one file per object here instead of stdout.")
+def render_cmd(output_dir: str | None, **o) -> None:
+    """Print the manifests the job consists of (the same bytes as `submit --dry-run`)."""
+    objects = render(build_spec(o))
+    if not output_dir:
+        click.echo(to_yaml(objects), nl=False)
+        return
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for obj in objects:
+        path = out / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(to_yaml([obj]))
+        tmp.replace(path)
+        click.echo(f"wrote {path}", err=True)
+
+
+@cli.command("submit")
+@job_options
+@cluster_options
+@click.option("--dry-run", is_flag=True, help="Print exactly the objects that would be created, and stop.")
+@click.option("--wait", is_flag=True, help="Follow the job until it succeeds (exit 0) or fails (exit 1).")
+@click.option("--poll-interval", default=10.0, show_default=True, type=float, hidden=True)
+def submit_cmd(dry_run: bool, wait: bool, poll_interval: float, **o) -> None:
+    """Validate, check the cluster, create the job, and print what to run next."""
+    spec = build_spec(o)
+    objects = render(spec)
+    if dry_run:
+        click.echo(to_yaml(objects), nl=False)
+        return
+    cluster = _cluster(o)
+    secrets = sorted({ref.secret for ref in spec.secret_env.values()} | set(spec.image_pull_secrets))
+    cluster.preflight(secrets, spec.pvc)
+    created = cluster.create_all(objects)
+    for obj in created:
+        click.echo(f"created {obj['kind']} {spec.namespace}/{obj['metadata']['name']}")
+    click.echo(f"scale: {_scale_line(spec)}")
+    ns = "" if spec.namespace == "default" else f" -n {spec.namespace}"
+    click.echo(f"next:\n  colbert-k8s status {spec.name}{ns}\n  colbert-k8s logs {spec.name}{ns} -f --all\n"
+               f"  colbert-k8s delete {spec.name}{ns}")
+    if wait:
+        sys.exit(_wait(cluster, spec.name, poll_interval))
+
+
+def _wait(cluster, name: str, poll_interval: float) -> int:
+    from operator_cli.kube import job_state
+
+    last = None
+    while True:
+        state = job_state(cluster.get_job(name))
+        if state != last:
+            click.echo(f"{time.strftime('%H:%M:%S')} {name}: {state}")
+            last = state
+        if state in ("Succeeded", "Failed"):
+            if state == "Failed":
+                for pod in cluster.pods(name):
+                    if pod.reason:
+                        click.echo(f"  {pod.replica}: {pod.reason}", err=True)
+            return 0 if state == "Succeeded" else 1
+        time.sleep(poll_interval)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in [headers, *rows])
+
+
+def _namespace_option(fn):
+    return click.option("-n", "--namespace", default="default", show_default=True)(fn)
+
+
+@cli.command("status")
+@click.argument("name")
+@_namespace_option
+@cluster_options
+def status_cmd(name: str, **o) -> None:
+    """Job conditions, each replica's phase and restarts, and why a pod is stuck or failing."""
+    from operator_cli.kube import job_state
+
+    cluster = _cluster(o)
+    job = cluster.get_job(name)
+    click.echo(f"{name}: {job_state(job)}")
+    conditions = job.get("status", {}).get("conditions") or []
+    if conditions:
+        rows = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), (c.get("message") or "")[:80]] for c in conditions]
+        click.echo(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
+    pods = cluster.pods(name)
+    if pods:
+        click.echo()
+        click.echo(_table(["REPLICA", "RANK", "POD", "PHASE", "RESTARTS", "REASON"],
+                          [[p.replica, p.rank, p.name, p.phase, p.restarts, p.reason or ""] for p in pods]))
+    else:
+        click.echo("no pods yet (the operator has not created them, or they were cleaned up)")
+
+
+@cli.command("logs")
+@click.argument("name")
+@_namespace_option
+@cluster_options
+@click.option("-f", "--follow", is_flag=True, help="Stream new lines, across pod restarts, until the job ends.")
+@click.option("--rank", type=int, default=None, help="Only the pod of this node rank (0 = master).")
+@click.option("--all", "all_pods", is_flag=True, help="Every replica (default: rank 0 only).")
+@click.option("--poll-interval", default=5.0, type=float, hidden=True)
+def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_interval: float, **o) -> None:
+    """Log lines of the job's pods, each prefixed by its replica and rank."""
+    if rank is not None and all_pods:
+        raise CliError("--rank and --all exclude each other")
+    cluster = _cluster(o)
+    cluster.get_job(name)
+    want = None if all_pods else (rank or 0)
+    if not follow:
+        pods = [p for p in cluster.pods(name) if want is None or p.rank == want]
+        if not pods:
+            raise CliError(f"no pod{'' if want is None else f' of rank {want}'} for job {name} yet",
+                           hint=f"see `colbert-k8s status {name}`", exit_code=1)
+        for p in pods:
+            for line in cluster.log_lines(p.name):
+                click.echo(f"[{p.replica} rank {p.rank}] {line}")
+        return
+    _follow(cluster, name, want, poll_interval)
+
+
+def _follow(cluster, name: str, want: int | None, poll_interval: float) -> None:
+    """Follow each wanted pod in its own thread; re-attach after a restart; stop when the job ends."""
+    import threading
+
+    from operator_cli.kube import job_state
+
+    lock = threading.Lock()
+    seen_restarts: dict[str, int] = {}
+    threads: dict[str, threading.Thread] = {}
+
+    def stream(pod) -> None:
+        try:
+            for line in cluster.log_lines(pod.name, follow=True):
+                with lock:
+                    click.echo(f"[{pod.replica} rank {pod.rank}] {line}")
+        except CliError:
+            pass  # the container is restarting; the poller re-attaches
+
+    while True:
+        for pod in cluster.pods(name):
+            if want is not None and pod.rank != want:
+                continue
+            alive = threads.get(pod.name)
+            restarted = seen_restarts.get(pod.name, pod.restarts) != pod.restarts
+            if (alive is None or (not alive.is_alive() and restarted)) and pod.phase != "Pending":
+                if restarted:
+                    click.echo(f"[{pod.replica} rank {pod.rank}] --- container restarted ({pod.restarts}) ---")
+                seen_restarts[pod.name] = pod.restarts
+                threads[pod.name] = threading.Thread(target=stream, args=(pod,), daemon=True)
+                threads[pod.name].start()
+        if job_state(cluster.get_job(name)) in ("Succeeded", "Failed"):
+            for t in threads.values():
+                t.join(timeout=poll_interval)
+            return
+        time.sleep(poll_interval)
+
+
+def _age(ts: str | None) -> str:
+    if not ts:
+        return "-"
+    from datetime import datetime, timezone
+
+    seconds = int((datetime.now(timezone.utc) - datetime.fromisoformat(ts.replace("Z", "+00:00"))).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@cli.command("list")
+@_namespace_option
+@click.option("-A", "--all-namespaces", is_flag=True)
+@cluster_options
+def list_cmd(all_namespaces: bool, **o) -> None:
+    """This tool's jobs (by label), as a table."""
+    from operator_cli.kube import job_state
+
+    jobs = _cluster(o).list_jobs(all_namespaces)
+    if not jobs:
+        click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {o['namespace']}"))
+        return
+    rows = []
+    for j in jobs:
+        replicas = j.get("spec", {}).get("pytorchReplicaSpecs", {})
+        nodes = sum(r.get("replicas", 0) for r in replicas.values())
+        gpus = (replicas.get("Master", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0]
+                .get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+        meta = j["metadata"]
+        rows.append([meta.get("namespace", ""), meta["name"], job_state(j), nodes, gpus, _age(meta.get("creationTimestamp"))])
+    click.echo(_table(["NAMESPACE", "NAME", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
+
+
+@cli.command("delete")
+@click.argument("name")
+@_namespace_option
+@cluster_options
+@click.option("--keep-storage", is_flag=True, help="Keep the PVC created by --pvc-size (it holds checkpoints and the model).")
+def delete_cmd(name: str, keep_storage: bool, **o) -> None:
+    """Remove the job and everything this tool created for it."""
+    for what in _cluster(o).delete_job(name, keep_storage):
+        click.echo(f"deleted {what}")
+
+
+@cli.command("local")
+@job_options
+@click.option("--workdir", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.")
+@click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
+def local_cmd(workdir: str, isolate_network: bool, **o) -> None:
+    """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
+    from operator_cli.local import run_local
+
+    spec = build_spec(o)
+    click.echo(f"scale: {_scale_line(spec)}", err=True)
+    sys.exit(run_local(render(spec), Path(workdir), isolate_network=isolate_network))
+
+
+def main() -> None:
+    cli(prog_name="colbert-k8s")
+
+
+if __name__ == "__main__":
+    main()

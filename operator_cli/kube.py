@@ -1,0 +1,329 @@
+"""Everything that talks to the Kubernetes API, through the official ``kubernetes`` client.
+
+Every call goes through :func:`_call`, which turns an API or connection error into a
+:class:`CliError` naming the verb, kind, namespace/name, HTTP status and reason, plus the action
+that fixes it. Nothing here prints; the CLI decides how to show results.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from operator_cli import constants as C
+from operator_cli.errors import CliError
+
+__all__ = ["Cluster", "connect", "PodInfo", "job_state"]
+
+T = TypeVar("T")
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None):
+    """An ``ApiClient`` from --kubeconfig, $KUBECONFIG, ~/.kube/config, or the pod's service account."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    configuration = client.Configuration()
+    try:
+        if Path(path).is_file():
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        elif kubeconfig:
+            raise CliError(f"kubeconfig not found: {kubeconfig}", hint="pass an existing file to --kubeconfig")
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            raise CliError(
+                "no kubeconfig found (looked at $KUBECONFIG and ~/.kube/config) and not running in a pod",
+                hint="pass --kubeconfig FILE, or use `colbert-k8s render` / `colbert-k8s local` without a cluster",
+            )
+    except ConfigException as e:
+        raise CliError(f"cannot use kubeconfig {path}: {e}", hint="check --context and the file") from e
+    configuration.retries = 1
+    return client.ApiClient(configuration)
+
+
+def _call(fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name: str | None, host: str) -> T:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    target = f"{kind} {namespace}/{name}" if name else f"{kind} in namespace {namespace}" if namespace else kind
+    try:
+        return fn()
+    except ApiException as e:
+        reason = _reason(e)
+        status = e.status
+        if status in (401, 403):
+            hint = (
+                "your credentials expired; log in to the cluster again"
+                if status == 401
+                else f"ask for RBAC permission; check with `kubectl auth can-i {verb} {kind.lower()}s -n {namespace}`"
+            )
+            raise CliError(f"cannot {verb} {target}: {status} {reason}", hint=hint, status=status) from e
+        if status == 404:
+            raise CliError(f"{target} not found ({verb}: 404 {reason})", exit_code=1, status=404) from e
+        if status == 409:
+            raise CliError(
+                f"{target} already exists (409)",
+                hint="pick another --name, or remove the old job with `colbert-k8s delete NAME`",
+                status=409,
+            ) from e
+        if status == 422:
+            raise CliError(f"the API server rejected {target} as invalid (422): {reason}", status=422) from e
+        raise CliError(f"{verb} {target} failed: {status} {reason}", status=status) from e
+    except HTTPError as e:
+        raise CliError(
+            f"cannot reach the cluster at {host} ({type(e).__name__})",
+            hint="check --context, your VPN, and `kubectl cluster-info`",
+        ) from e
+
+
+def _reason(e) -> str:
+    import json
+
+    try:
+        body = json.loads(e.body or "{}")
+        message = body.get("message") or e.reason
+    except ValueError:
+        message = e.reason
+    return str(message).splitlines()[0][:300] if message else "no reason given"
+
+
+def job_state(job: dict[str, Any]) -> str:
+    """The newest true condition of a PyTorchJob (Created, Running, Restarting, Succeeded, Failed)."""
+    conditions = [c for c in job.get("status", {}).get("conditions", []) or [] if c.get("status") == "True"]
+    for final in ("Succeeded", "Failed"):
+        if any(c.get("type") == final for c in conditions):
+            return final
+    return conditions[-1]["type"] if conditions else "Pending"
+
+
+@dataclass
+class PodInfo:
+    name: str
+    replica: str  # master-0, worker-1, ...
+    rank: int  # node rank: the pod index (Master 0, Worker i -> i+1)
+    phase: str
+    restarts: int
+    reason: str | None  # why it is pending or failing, in one line
+
+
+def _pod_rank(pod) -> tuple[str, int]:
+    labels = pod.metadata.labels or {}
+    rtype = (labels.get(C.OPERATOR_REPLICA_TYPE) or "").lower()
+    index = int(labels.get(C.OPERATOR_REPLICA_INDEX, "0") or 0)
+    if not rtype:  # fall back to the operator's pod naming: <job>-master-0, <job>-worker-3
+        parts = pod.metadata.name.rsplit("-", 2)
+        rtype = parts[-2] if len(parts) == 3 else "pod"
+        index = int(parts[-1]) if parts[-1].isdigit() else 0
+    return f"{rtype}-{index}", (0 if rtype == "master" else index + 1)
+
+
+def _pod_reason(pod, events: list) -> str | None:
+    """One line saying why a pod is not running well, from its statuses and its events."""
+    status = pod.status
+    for cs in (status.container_statuses or []) if status else []:
+        if cs.state and cs.state.waiting and cs.state.waiting.reason not in (None, "ContainerCreating", "PodInitializing"):
+            msg = cs.state.waiting.message or ""
+            return f"{cs.state.waiting.reason}: {msg}".strip(": ").splitlines()[0]
+        if cs.state and cs.state.terminated and cs.state.terminated.reason not in (None, "Completed"):
+            return f"{cs.state.terminated.reason} (exit code {cs.state.terminated.exit_code})"
+        if cs.last_state and cs.last_state.terminated and cs.last_state.terminated.reason == "OOMKilled":
+            return f"OOMKilled (restarted {cs.restart_count}x): raise --memory or lower the batch size"
+    for cond in (status.conditions or []) if status else []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return f"{cond.reason or 'Unschedulable'}: {(cond.message or '').splitlines()[0] if cond.message else ''}".strip(": ")
+    warnings = [e for e in events if e.type == "Warning"]
+    if warnings:
+        last = warnings[-1]
+        return f"{last.reason}: {(last.message or '').splitlines()[0]}"
+    return None
+
+
+class Cluster:
+    """A thin facade over the API for one namespace."""
+
+    def __init__(self, api_client, namespace: str):
+        from kubernetes import client
+
+        self.api = api_client
+        self.ns = namespace
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.host = api_client.configuration.host
+
+    def _c(self, fn, verb, kind, name=None, namespace: str | None = "") -> Any:
+        return _call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host)
+
+    # ---- preflight -------------------------------------------------------------------------
+    def preflight(self, secrets: list[str], claim: str | None) -> None:
+        """The checks that turn a confusing half-created job into one clear line, before creating anything."""
+        try:
+            self._c(lambda: self.custom.list_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, limit=1),
+                    "list", C.KIND)
+        except CliError as e:
+            if e.status == 404:
+                raise CliError(
+                    f"the Kubeflow Training Operator is not installed: the API has no {C.CRD_NAME} ({C.GROUP}/{C.VERSION})",
+                    hint=f"install it with: {C.TRAINING_OPERATOR_INSTALL}",
+                ) from e
+            raise
+        try:
+            self._c(lambda: self.core.read_namespace(self.ns), "get", "Namespace", self.ns, namespace=None)
+        except CliError as e:
+            if e.status == 404:
+                raise CliError(f"namespace {self.ns!r} does not exist", hint=f"kubectl create namespace {self.ns}") from e
+            raise
+        for secret in secrets:
+            try:
+                self._c(lambda s=secret: self.core.read_namespaced_secret(s, self.ns), "get", "Secret", secret)
+            except CliError as e:
+                if e.status == 404:
+                    raise CliError(
+                        f"Secret {self.ns}/{secret} does not exist (referenced by --secret-env/--image-pull-secret)",
+                        hint=f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...",
+                    ) from e
+                raise
+        if claim:
+            try:
+                self._c(lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns), "get",
+                        "PersistentVolumeClaim", claim)
+            except CliError as e:
+                if e.status == 404:
+                    raise CliError(f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
+                                   hint="create it first, or use --pvc-size to have one created") from e
+                raise
+
+    # ---- create / delete -------------------------------------------------------------------
+    def _create_one(self, obj: dict[str, Any]) -> dict[str, Any]:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind == "ConfigMap":
+            fn = lambda: self.core.create_namespaced_config_map(self.ns, obj)
+        elif kind == "PersistentVolumeClaim":
+            fn = lambda: self.core.create_namespaced_persistent_volume_claim(self.ns, obj)
+        elif kind == C.KIND:
+            fn = lambda: self.custom.create_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, obj)
+        else:
+            raise CliError(f"cannot create objects of kind {kind}")
+        result = self._c(fn, "create", kind, name)
+        return result if isinstance(result, dict) else self.api.sanitize_for_serialization(result) or obj
+
+    def _delete_one(self, kind: str, name: str) -> bool:
+        """Delete; False when it was already gone."""
+        if kind == "ConfigMap":
+            fn = lambda: self.core.delete_namespaced_config_map(name, self.ns)
+        elif kind == "PersistentVolumeClaim":
+            fn = lambda: self.core.delete_namespaced_persistent_volume_claim(name, self.ns)
+        else:
+            fn = lambda: self.custom.delete_namespaced_custom_object(
+                C.GROUP, C.VERSION, self.ns, C.PLURAL, name, propagation_policy="Foreground"
+            )
+        try:
+            self._c(fn, "delete", kind, name)
+            return True
+        except CliError as e:
+            if e.status == 404:  # 404: nothing to remove
+                return False
+            raise
+
+    def create_all(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Create in order; if one is refused, remove the ones just created (all-or-nothing)."""
+        created: list[dict[str, Any]] = []
+        try:
+            for obj in objects:
+                created.append(self._create_one(obj))
+        except CliError as e:
+            rolled = [f"{o['kind']} {o['metadata']['name']}" for o in reversed(created)]
+            for obj in reversed(created):
+                self._delete_one(obj["kind"], obj["metadata"]["name"])
+            if rolled:
+                e.message += f"; rolled back {', '.join(rolled)}"
+            raise
+        job = created[-1]
+        uid = job.get("metadata", {}).get("uid")
+        if uid:  # let Kubernetes GC the ConfigMap with the job (the workspace PVC is kept: it holds the model)
+            owner = {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": C.KIND, "name": job["metadata"]["name"],
+                     "uid": uid, "blockOwnerDeletion": False}
+            cm = objects[0]["metadata"]["name"]
+            self._c(lambda: self.core.patch_namespaced_config_map(cm, self.ns, {"metadata": {"ownerReferences": [owner]}}),
+                    "patch", "ConfigMap", cm)
+        return created
+
+    def delete_job(self, name: str, keep_storage: bool) -> list[str]:
+        """Remove the job and what this tool created for it; returns what was removed."""
+        if not self._delete_one(C.KIND, name):
+            raise CliError(f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
+        removed = [f"{C.KIND} {name}"]
+        if self._delete_one("ConfigMap", f"{name}-config"):
+            removed.append(f"ConfigMap {name}-config")
+        if not keep_storage and self._delete_one("PersistentVolumeClaim", f"{name}-workspace"):
+            removed.append(f"PersistentVolumeClaim {name}-workspace")
+        return removed
+
+    # ---- read ------------------------------------------------------------------------------
+    def get_job(self, name: str) -> dict[str, Any]:
+        try:
+            return self._c(lambda: self.custom.get_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, name),
+                           "get", C.KIND, name)
+        except CliError as e:
+            if e.status == 404:
+                raise CliError(f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1) from e
+            raise
+
+    def list_jobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
+        selector = f"{C.LABEL_MANAGED_BY}={C.MANAGED_BY}"
+        if all_namespaces:
+            res = self._c(lambda: self.custom.list_cluster_custom_object(C.GROUP, C.VERSION, C.PLURAL, label_selector=selector),
+                          "list", C.KIND, namespace=None)
+        else:
+            res = self._c(lambda: self.custom.list_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL,
+                                                                            label_selector=selector), "list", C.KIND)
+        items = res.get("items", [])
+        # the selector is applied again here: an API that ignores it must not make us list other tools' jobs
+        return [j for j in items if (j.get("metadata", {}).get("labels") or {}).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY]
+
+    def pods(self, job: str) -> list[PodInfo]:
+        selector = f"{C.OPERATOR_JOB_NAME}={job}"
+        res = self._c(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "list", "Pod")
+        events = self._events()
+        out = []
+        for pod in res.items:
+            if (pod.metadata.labels or {}).get(C.OPERATOR_JOB_NAME) != job:
+                continue
+            replica, rank = _pod_rank(pod)
+            statuses = (pod.status.container_statuses or []) if pod.status else []
+            restarts = sum(cs.restart_count or 0 for cs in statuses)
+            phase = (pod.status.phase if pod.status else None) or "Unknown"
+            pod_events = [e for e in events if e.involved_object and e.involved_object.name == pod.metadata.name]
+            reason = _pod_reason(pod, pod_events) if phase != "Succeeded" else None
+            out.append(PodInfo(pod.metadata.name, replica, rank, phase, restarts, reason))
+        return sorted(out, key=lambda p: p.rank)
+
+    def _events(self) -> list:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            items = self.core.list_namespaced_event(self.ns).items
+        except ApiException:  # events are a nicety: no permission or no resource must not break status
+            return []
+        return sorted(items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+
+    def log_lines(self, pod: str, follow: bool = False) -> Iterator[str]:
+        if not follow:
+            text = self._c(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=C.CONTAINER), "get logs of",
+                           "Pod", pod)
+            yield from (text or "").splitlines()
+            return
+        resp = self._c(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=C.CONTAINER, follow=True,
+                                                                 _preload_content=False), "follow logs of", "Pod", pod)
+        buf = b""
+        for chunk in resp.stream(4096):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        if buf:
+            yield buf.decode("utf-8", "replace")

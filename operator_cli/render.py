@@ -1,0 +1,71 @@
+"""Pure rendering: a :class:`JobSpec` in, Kubernetes objects (dicts) out.
+
+``render(spec)`` is what ``render`` prints, what ``submit --dry-run`` prints and what ``submit``
+sends, byte for byte (TorchX's dry-run contract). Templates are Jinja files shipped in the package;
+every user value passes through the ``q`` filter (a JSON string literal, which YAML reads back
+verbatim), so no value can add keys, documents or template expressions.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import jinja2
+import yaml
+
+from operator_cli import constants
+from operator_cli.spec import JobSpec
+
+__all__ = ["render", "to_yaml"]
+
+
+def _quote(value: Any) -> str:
+    return json.dumps(str(value), ensure_ascii=True)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: resources.files("operator_cli").joinpath("templates", name).read_text()),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = _quote
+    return env
+
+
+_ENV = _environment()
+_CONSTANTS = {k: v for k, v in vars(constants).items() if k.isupper()}
+
+
+def _render_one(template: str, spec: JobSpec) -> dict[str, Any]:
+    text = _ENV.get_template(template).render(spec=spec, c=_CONSTANTS)
+    return yaml.safe_load(text)
+
+
+def render(spec: JobSpec) -> list[dict[str, Any]]:
+    """The objects of one job, in creation order: ConfigMap, [PVC], PyTorchJob."""
+    objects = [_render_one("configmap.yaml.j2", spec)]
+    if spec.pvc_size:
+        objects.append(_render_one("pvc.yaml.j2", spec))
+    objects.append(_render_one("pytorchjob.yaml.j2", spec))
+    return objects
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the training config) as readable ``|`` blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """The one serialisation used by ``render``, ``submit --dry-run`` and ``render -o DIR``."""
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
