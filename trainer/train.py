@@ -60,6 +60,9 @@ def build_model(cfg, device):
 
     from trainer.config import ConfigError
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # keep rank-prefixed logs readable
     path = resolve_model_path(cfg.name_or_path)
     try:
         model = models.ColBERT(

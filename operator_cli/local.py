@@ -1,0 +1,289 @@
+"""``colbert-k8s local``: replay a rendered PyTorchJob on this machine, as the operator and kubelet would.
+
+It is not a scheduler. It reads the manifest ``render`` produced and, for the fields it can honour,
+does what the Kubeflow Training Operator v1.9.4 and the kubelet do:
+
+* **env**: each replica gets the operator's variables (``MASTER_ADDR``/``PORT``, ``WORLD_SIZE`` =
+  replicas x nproc, ``RANK`` = pod index, ``PET_*``) plus the container's own ``env``;
+* **command, args, workingDir**: run as written, with mount paths mapped to local directories
+  (the ConfigMap becomes a directory holding its files, the workspace volume is ``--workdir``);
+* **restarts**: ``restartPolicy: OnFailure`` with ``runPolicy.backoffLimit``. On a cluster the
+  kubelet restarts the failed container and its peers then fail on the broken collective; here
+  the replicas are restarted together, which is the same outcome without the wait for a timeout.
+
+Whatever it cannot honour (GPUs that are not here, node selectors, the image...) is reported in one
+line. ``--isolate-network`` runs each replica in its own network namespace (see ``netns.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from operator_cli import constants as C
+from operator_cli.errors import CliError
+
+__all__ = ["Replica", "plan_replicas", "run_local"]
+
+_DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+
+
+@dataclass
+class Replica:
+    """One pod of the job, as a local process group."""
+
+    replica: str  # master-0, worker-0, ...
+    host: str  # the pod's DNS name on a cluster: <job>-master-0
+    index: int  # RANK = PET_NODE_RANK
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _container(template: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in template["spec"]["containers"] if c["name"] == C.CONTAINER)
+
+
+def unsupported(job: dict[str, Any], gpus_here: int) -> list[str]:
+    """Fields of the manifest this machine cannot honour, one phrase each."""
+    notes = []
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    pod, container = master["spec"], _container(master)
+    gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+    if gpus > gpus_here:
+        notes.append(f"{gpus} GPU(s) per node requested, {gpus_here} here (processes use what is visible)")
+    for key, what in (("nodeSelector", "node selector"), ("tolerations", "tolerations"),
+                      ("priorityClassName", "priority class"), ("serviceAccountName", "service account"),
+                      ("imagePullSecrets", "image pull secrets")):
+        if pod.get(key):
+            notes.append(f"{what} ignored")
+    if container.get("resources", {}).get("limits", {}).keys() - {"nvidia.com/gpu"}:
+        notes.append("cpu/memory limits not enforced")
+    notes.append(f"image {container['image']} not used (runs this checkout's code)")
+    return notes
+
+
+def plan_replicas(objects: list[dict[str, Any]], workdir: Path, config_dir: Path, master_addr: str,
+                  master_port: int, hosts: dict[str, str] | None = None) -> list[Replica]:
+    """The processes the operator would start, with their environment, command and working dir."""
+    job = next(o for o in objects if o["kind"] == C.KIND)
+    name = job["metadata"]["name"]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    nproc_raw = str(job["spec"].get("nprocPerNode", "auto"))
+    nproc = int(nproc_raw) if nproc_raw.isdigit() else 1
+    total = sum(r["replicas"] for r in specs.values())
+    mounts = {C.CONFIG_MOUNT: config_dir, C.WORKSPACE_MOUNT: workdir}
+
+    def local_path(value: str) -> str:
+        for mount, local in mounts.items():
+            if value == mount or value.startswith(mount + "/"):
+                return str(local) + value[len(mount):]
+        return value
+
+    base = {k: v for k, v in os.environ.items() if k not in _DIST_VARS and not k.startswith("PET_")}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base["TQDM_MININTERVAL"] = "5"  # progress lines every 5 s, not a carriage-return storm
+    replicas = []
+    index = 0
+    for rtype in ("Master", "Worker"):
+        if rtype not in specs:
+            continue
+        template = specs[rtype]["template"]
+        container = _container(template)
+        for i in range(specs[rtype]["replicas"]):
+            host = f"{name}-{rtype.lower()}-{i}"
+            addr = (hosts or {}).get(f"{name}-master-0", master_addr)
+            env = dict(base)
+            env.update({
+                "PYTHONUNBUFFERED": "1",
+                "MASTER_ADDR": addr, "MASTER_PORT": str(master_port),
+                "WORLD_SIZE": str(total * nproc), "RANK": str(index),
+                "PET_MASTER_ADDR": addr, "PET_MASTER_PORT": str(master_port),
+                "PET_NNODES": str(total), "PET_NPROC_PER_NODE": nproc_raw, "PET_NODE_RANK": str(index),
+            })
+            for var in container.get("env", []):
+                if "value" in var:
+                    env[var["name"]] = local_path(var["value"])
+                elif var["name"] not in os.environ:  # a secretKeyRef: taken from this shell if set there
+                    click.echo(f"local: {var['name']} comes from a Secret on the cluster; export it here to use it",
+                               err=True)
+            command = [local_path(a) for a in container.get("command", []) + container.get("args", [])]
+            cwd = Path(local_path(container.get("workingDir", C.WORKSPACE_MOUNT)))
+            replicas.append(Replica(f"{rtype.lower()}-{i}", host, index, command, env, cwd))
+            index += 1
+    return replicas
+
+
+def _pump(replica: Replica, lock: threading.Lock) -> None:
+    """Copy a replica's output, line by line (a \\r ends a progress line), prefixed by its replica."""
+    buf = b""
+    stream = replica.proc.stdout
+    prefix = f"[{replica.replica}] "  # the trainer's own lines add "[rank N]"
+    while chunk := stream.read1(4096) if hasattr(stream, "read1") else stream.read(4096):
+        buf += chunk.replace(b"\r", b"\n")
+        *lines, buf = buf.split(b"\n")
+        with lock:
+            for line in lines:
+                if line.strip():
+                    click.echo(prefix + line.decode("utf-8", "replace"))
+    if buf.strip():
+        click.echo(prefix + buf.decode("utf-8", "replace"))
+
+
+def _start(replicas: list[Replica], wrap) -> list[threading.Thread]:
+    lock = threading.Lock()
+    threads = []
+    for r in replicas:
+        r.cwd.mkdir(parents=True, exist_ok=True)
+        r.proc = subprocess.Popen(wrap(r), cwd=r.cwd, env=r.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        t = threading.Thread(target=_pump, args=(r, lock), daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+
+def _stop(replicas: list[Replica], grace: float = 10.0) -> None:
+    """SIGTERM each replica's whole process group (torchrun and its children), then SIGKILL."""
+    for r in replicas:
+        if r.proc and r.proc.poll() is None:
+            try:
+                os.killpg(r.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.time() + grace
+    for r in replicas:
+        if r.proc:
+            try:
+                r.proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+                r.proc.wait()
+
+
+def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds: float) -> None:
+    cfg = yaml.safe_load(config_text) or {}
+    out = workdir / cfg.get("output_dir", "output")
+    metrics_path = out / "metrics.json"
+    if not metrics_path.is_file():
+        click.echo(f"job {name} succeeded in {seconds:.0f}s with {restarts} restart(s); no metrics.json in {out}")
+        return
+    m = json.loads(metrics_path.read_text())
+    line = f"job {name} succeeded: {m.get('steps')} steps, {seconds:.0f}s wall, {restarts} restart(s)"
+    if m.get("final_loss") is not None:
+        line += f", final loss {m['final_loss']:.4f}"
+    click.echo(line)
+    if "after" in m:
+        before = f"{m['before']['ndcg@10']:.4f} -> " if "before" in m else ""
+        click.echo(f"nDCG@10 {before}{m['after']['ndcg@10']:.4f}   MRR@10 {m['after']['mrr@10']:.4f}   "
+                   f"Recall@100 {m['after']['recall@100']:.4f}")
+    click.echo(f"model: {m.get('model_dir')}")
+
+
+def _gpus_here() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU "))
+
+
+def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False) -> int:
+    """Run the job; returns the job's exit status (0 succeeded, 1 failed)."""
+    job = next(o for o in objects if o["kind"] == C.KIND)
+    name = job["metadata"]["name"]
+    cm = next(o for o in objects if o["kind"] == "ConfigMap")
+    run_policy = job["spec"].get("runPolicy", {})
+    backoff = int(run_policy.get("backoffLimit", 0))
+    restart_policy = job["spec"]["pytorchReplicaSpecs"]["Master"].get("restartPolicy", "OnFailure")
+    click.echo(f"local: not honoured here: {'; '.join(unsupported(job, _gpus_here()))}", err=True)
+
+    workdir = workdir.resolve()
+    config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
+    for fname, text in cm["data"].items():
+        (config_dir / fname).write_text(text)
+    network = None
+    if isolate_network:
+        from operator_cli.netns import Network
+
+        network = Network.create(name, len(_replica_hosts(job)), _replica_hosts(job))
+    started = time.time()
+    restarts = 0
+    try:
+        while True:
+            port = _free_port()
+            hosts = network.hosts if network else None
+            replicas = plan_replicas(objects, workdir, config_dir, "127.0.0.1", port, hosts)
+            wrap = network.wrap if network else (lambda r: r.command)
+            threads = _start(replicas, wrap)
+            failed = _wait_any_failure(replicas)
+            if failed is None:
+                for t in threads:
+                    t.join(timeout=5)
+                _summary(cm["data"][C.CONFIG_FILE], workdir, name, restarts, time.time() - started)
+                return 0
+            _stop(replicas)
+            for t in threads:
+                t.join(timeout=5)
+            code = failed.proc.returncode
+            why = f"signal {-code}" if code < 0 else f"exit code {code}"
+            if restart_policy == "Never" or restarts >= backoff:
+                click.echo(f"error: job {name} failed: replica {failed.replica} ended with {why} and "
+                           f"backoffLimit {backoff} is used up ({restarts} restart(s)); see its log lines above",
+                           err=True)
+                return 1
+            restarts += 1
+            click.echo(f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
+                       f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint", err=True)
+    except KeyboardInterrupt:
+        _stop(replicas)
+        raise
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)
+        if network:
+            network.destroy()
+
+
+def _replica_hosts(job: dict[str, Any]) -> list[str]:
+    name = job["metadata"]["name"]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    hosts = [f"{name}-master-0"]
+    hosts += [f"{name}-worker-{i}" for i in range(specs.get("Worker", {}).get("replicas", 0))]
+    return hosts
+
+
+def _wait_any_failure(replicas: list[Replica]) -> Replica | None:
+    """Block until every replica succeeded (None) or one failed (that replica)."""
+    while True:
+        codes = [r.proc.poll() for r in replicas]
+        for r, code in zip(replicas, codes):
+            if code is not None and code != 0:
+                return r
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(0.2)
+
+
+def ensure_local_possible(objects: list[dict[str, Any]]) -> None:
+    if not any(o["kind"] == C.KIND for o in objects):
+        raise CliError("nothing to run: no PyTorchJob among the rendered objects")

@@ -1,0 +1,128 @@
+"""`colbert-k8s local` end to end: options -> manifest -> operator env -> trainer -> checkpoints -> model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from operator_cli.local import plan_replicas
+from operator_cli.render import render
+from operator_cli.spec import JobSpec
+from tests.conftest import ROOT, write_triplets
+
+CLI = [sys.executable, "-m", "operator_cli.cli"]
+
+
+def _workdir(tmp: Path, model: Path, n_rows: int, over: dict | None = None) -> Path:
+    """A workdir laid out like the /workspace volume: data/ plus a config with relative paths."""
+    (tmp / "data").mkdir(parents=True, exist_ok=True)
+    write_triplets(tmp / "data" / "train.jsonl", n_rows)
+    cfg = {
+        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": "data/train.jsonl"}},
+        "training": {"per_device_batch_size": 4, "max_steps": 4, "learning_rate": 1e-3, "log_every": 1},
+        "checkpoint": {"every_steps": 2},
+        "evaluation": {"after_training": False},
+        "output_dir": "output",
+    }
+    for key, value in (over or {}).items():
+        section, _, leaf = key.partition(".")
+        cfg[section][leaf] = value
+    (tmp / "train.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp
+
+
+def _local(workdir: Path, *extra: str, **kw):
+    cmd = [*CLI, "local", "--config", str(workdir / "train.yaml"), "--name", "tiny", "--nodes", "2",
+           "--gpus-per-node", "0", "--workdir", str(workdir), *extra]
+    return cmd
+
+
+def test_replica_env_matches_the_operator(tmp_path):
+    spec = JobSpec(name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0,
+                   env={"FOO": "bar"})
+    reps = plan_replicas(render(spec), tmp_path / "ws", tmp_path / "cfg", "127.0.0.1", 23456)
+    assert [r.replica for r in reps] == ["master-0", "worker-0", "worker-1"]
+    for i, r in enumerate(reps):
+        assert r.env["RANK"] == r.env["PET_NODE_RANK"] == str(i)
+        assert r.env["WORLD_SIZE"] == "3" and r.env["PET_NNODES"] == "3" and r.env["PET_NPROC_PER_NODE"] == "1"
+        assert r.env["MASTER_ADDR"] == r.env["PET_MASTER_ADDR"] == "127.0.0.1"
+        assert r.env["MASTER_PORT"] == "23456" and r.env["PYTHONUNBUFFERED"] == "1"
+        assert r.env["FOO"] == "bar" and r.env["HF_HOME"] == str(tmp_path / "ws" / ".cache" / "huggingface")
+        assert r.command == ["colbert-train", "--config", str(tmp_path / "cfg" / "train.yaml")]
+        assert r.cwd == tmp_path / "ws"
+
+
+def test_gpu_job_world_size_counts_processes(tmp_path):
+    spec = JobSpec(name="job", config_text="x: 1\n", nodes=2, gpus_per_node=8)
+    reps = plan_replicas(render(spec), tmp_path, tmp_path, "127.0.0.1", 1)
+    assert [r.env["WORLD_SIZE"] for r in reps] == ["16", "16"]
+    assert [r.env["RANK"] for r in reps] == ["0", "1"]  # node index, as the operator sets it
+    assert reps[1].env["PET_NPROC_PER_NODE"] == "8"
+
+
+@pytest.mark.slow
+def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
+    from pylate import models
+
+    wd = _workdir(tmp_path, tiny_model, 32)
+    res = subprocess.run(_local(wd), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "[master-0] [rank 0]" in res.stdout and "[worker-0] [rank 1]" in res.stdout
+    assert "job tiny succeeded: 4 steps" in res.stdout
+    assert "not honoured here" in res.stderr and "world size 2" in res.stderr
+    metrics = json.loads((wd / "output" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == 4
+    model = models.ColBERT(str(wd / "output" / "final-model"), device="cpu")
+    assert model.encode(["hello"], is_query=False)[0].shape[-1] == 128
+
+
+@pytest.mark.slow
+def test_sigkilled_replica_is_restarted_and_resumes(tmp_path, tiny_model):
+    from trainer.checkpoint import list_checkpoints, load_checkpoint
+
+    every = 4
+    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
+    proc = subprocess.Popen(_local(wd, "--backoff-limit", "2"), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    ckpts = wd / "output" / "checkpoints"
+    deadline = time.time() + 240
+    while not any(s >= 2 * every for s, _ in list_checkpoints(ckpts)):
+        assert proc.poll() is None and time.time() < deadline, "finished before it could be killed"
+        time.sleep(0.05)
+    worker = next(p for p in psutil.Process(proc.pid).children(recursive=True)
+                  if "trainer" in " ".join(p.cmdline()) or "colbert-train" in " ".join(p.cmdline())
+                  if p.environ().get("RANK") == "1")
+    worker.send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "replica worker-0 ended with signal 9; restarting" in out
+    steps_before_kill = [int(m) for m in re.findall(r"\[rank 0\] \S+ INFO step (\d+)/40", out.split("restarting")[0])]
+    resumed = int(re.search(r"resumed from \S+ at step (\d+)/40", out).group(1))
+    assert max(steps_before_kill) - resumed <= every  # lost work is at most one checkpoint interval
+    metrics = json.loads((wd / "output" / "metrics.json").read_text())
+    assert metrics["steps"] == 40
+    for step, path in list_checkpoints(ckpts):
+        assert load_checkpoint(path)["step"] == step
+
+
+@pytest.mark.slow
+def test_failing_replica_exhausts_backoff_limit(tmp_path, tiny_model):
+    wd = _workdir(tmp_path, tiny_model, 8)
+    (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')  # every start fails on this row
+    res = subprocess.run(_local(wd, "--backoff-limit", "1"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [errors[0]] and "backoffLimit 1 is used up (1 restart(s))" in errors[0]
+    assert "column 'positive' is missing" in res.stdout
+    assert "Traceback" not in res.stdout + res.stderr
