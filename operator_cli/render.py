@@ -22,7 +22,13 @@ __all__ = ["render", "to_yaml"]
 
 
 def _quote(value: Any) -> str:
-    return json.dumps(str(value), ensure_ascii=True)
+    """A YAML double-quoted scalar. JSON escapes quotes, backslashes and C0 controls; anything else
+    YAML would not keep verbatim (U+2028, NEL, BOM...) becomes a \\u/\\U escape. Astral characters
+    stay literal: JSON's surrogate-pair escapes would come back from YAML as two broken halves."""
+    text = json.dumps(str(value), ensure_ascii=False)
+    return "".join(
+        ch if ch.isprintable() else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}") for ch in text
+    )
 
 
 def _environment() -> jinja2.Environment:

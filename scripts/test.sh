@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install with the test extras, lint, and run the whole test suite (CPU only, ~10 minutes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh train,test
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+.venv/bin/ruff check operator_cli trainer tests bench
+set +e
+.venv/bin/python -m pytest -q "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+  echo "pytest collected no tests" >&2
+  exit 1
+fi
+exit "$code"

@@ -1,0 +1,158 @@
+"""Rendered manifests: the real CRD schema, Kubernetes' own schemas, hostile values, names, security."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from operator_cli.render import render, to_yaml
+from operator_cli.spec import JobSpec, SecretRef
+from tests.conftest import ROOT
+from tests.schemas import validate_all, validate_pytorchjob
+
+CONFIG = "data:\n  train: {path: data/train.jsonl}\n"
+
+MATRIX = {
+    "cpu-single": dict(nodes=1, gpus_per_node=0),
+    "cpu-two-nodes": dict(nodes=2, gpus_per_node=0, shm_size=None),
+    "one-gpu": dict(nodes=1, gpus_per_node=1),
+    "2x8-gpu-ib": dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi"),
+    "16-nodes-socket": dict(nodes=16, gpus_per_node=4, nccl="socket"),
+    "existing-pvc": dict(nodes=2, gpus_per_node=2, pvc="shared-data"),
+    "new-pvc": dict(nodes=3, gpus_per_node=1, pvc_size="500Gi", storage_class="fast-rwx"),
+    "scheduling": dict(nodes=2, gpus_per_node=8, node_selector={"nvidia.com/gpu.product": "H100"},
+                       tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                       priority_class="high", queue="team-a", service_account="trainer"),
+    "pull-secrets": dict(image="reg.example.com/ml/colbert-train:1.2", image_pull_secrets=["regcred", "other"]),
+    "env-and-secrets": dict(env={"WANDB_MODE": "offline", "LOG_LEVEL": "debug"},
+                            secret_env={"HF_TOKEN": SecretRef("hf", "token"), "WANDB_API_KEY": SecretRef("wandb", "key")}),
+    "lifetime": dict(backoff_limit=0, active_deadline=None, ttl_after_finished=0),
+    "metadata": dict(labels={"team": "search", "example.com/cost-center": "42"},
+                     annotations={"example.com/owner": "alice@example.com", "note": "a: b"}),
+    "namespace": dict(namespace="ml-training", nodes=4, gpus_per_node=8),
+}
+
+
+def _spec(**kw) -> JobSpec:
+    return JobSpec(**{"name": "job", "config_text": CONFIG, **kw})
+
+
+@pytest.mark.parametrize("opts", MATRIX.values(), ids=MATRIX.keys())
+def test_matrix_passes_crd_and_core_schemas(opts):
+    objects = render(_spec(**opts))
+    validate_all(objects)
+    job = objects[-1]
+    spec = _spec(**opts)
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1
+    assert replicas.get("Worker", {}).get("replicas", 0) == spec.nodes - 1
+    assert job["spec"]["nprocPerNode"] == str(max(1, spec.gpus_per_node))
+    for r in replicas.values():
+        pod = r["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["name"] == "pytorch" and r["restartPolicy"] == "OnFailure"
+        assert container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0) == spec.gpus_per_node
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                                                "capabilities": {"drop": ["ALL"]}}
+        assert r["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == "job" and labels["app.kubernetes.io/managed-by"] == "colbert-k8s"
+        assert {"app.kubernetes.io/name", "app.kubernetes.io/component"} <= labels.keys()
+        _assert_no_empty(obj)
+
+
+def _assert_no_empty(node, path="") -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "emptyDir":
+                continue  # `emptyDir: {}` is how Kubernetes spells "a plain scratch volume"
+            assert v is not None and v != {} and v != [] and v != "", f"empty field at {path}/{k}"
+            _assert_no_empty(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _assert_no_empty(v, f"{path}[{i}]")
+
+
+def test_secret_values_never_rendered():
+    objects = render(_spec(secret_env={"HF_TOKEN": SecretRef("hf-secret", "token")}))
+    env = objects[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    hf = next(e for e in env if e["name"] == "HF_TOKEN")
+    assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "token"}}}
+
+
+HOSTILE = [
+    'quote " and \' here',
+    "newline\nkind: Secret\n---\napiVersion: v1",
+    "{{ spec.name }} {% if true %}x{% endif %}",
+    "colon: value, - dash: [list] {map: 1} # comment",
+    "unicode ü 日本語 \u2028 emoji 🚀",
+    "&anchor *alias !!python/object:os.system",
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=["quotes", "newline-doc", "jinja", "yaml-syntax", "unicode", "yaml-tags"])
+def test_hostile_values_cannot_change_structure(value):
+    spec = _spec(nodes=2, env={"USER_VALUE": value}, annotations={"example.com/note": value},
+                 config_text=CONFIG + f"# {value!r}\n")
+    objects = render(spec)
+    text = to_yaml(objects)
+    reparsed = list(yaml.safe_load_all(text))
+    assert reparsed == objects
+    assert [o["kind"] for o in reparsed] == ["ConfigMap", "PyTorchJob"]
+    container = reparsed[-1]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert {"name": "USER_VALUE", "value": value} in container["env"]
+    assert reparsed[-1]["metadata"]["annotations"]["example.com/note"] == value
+    assert reparsed[0]["data"]["train.yaml"] == spec.config_text
+    validate_pytorchjob(reparsed[-1])
+
+
+BAD_SPECS = [
+    ("upper-name", dict(name="MyJob"), "--name must be a DNS-1035 label"),
+    ("digit-start", dict(name="1job"), "--name must be a DNS-1035 label"),
+    ("too-long-for-workers", dict(name="a" * 55, nodes=12), "would exceed 63 characters"),
+    ("zero-nodes", dict(nodes=0), "--nodes must be between 1 and 1024"),
+    ("bad-quantity", dict(memory="lots"), "--memory must be a Kubernetes quantity"),
+    ("pvc-both", dict(pvc="a", pvc_size="1Gi"), "--pvc and --pvc-size exclude each other"),
+    ("reserved-env", dict(env={"WORLD_SIZE": "4"}), "--env WORLD_SIZE is set by the Training Operator"),
+    ("token-in-env", dict(env={"HF_TOKEN": "hf_abc123"}), "looks like a credential"),
+    ("bad-label", dict(labels={"team": "has spaces"}), "--label value for team"),
+    ("nccl-cpu", dict(gpus_per_node=0, nccl="ib"), "--nccl applies to GPU jobs only"),
+]
+
+
+@pytest.mark.parametrize("name,kw,message", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+def test_bad_options_are_refused(name, kw, message):
+    from operator_cli.errors import CliError
+
+    with pytest.raises(CliError) as e:
+        _spec(**kw)
+    assert message in e.value.message
+    assert "hf_abc123" not in e.value.message + (e.value.hint or "")
+
+
+def test_longest_allowed_name_fits():
+    name = "a" * (63 - len("-worker-10"))
+    objects = render(_spec(name=name, nodes=12))
+    assert objects[-1]["metadata"]["name"] == name
+
+
+def test_golden_dry_run(tmp_path):
+    """The full `submit --dry-run` output for one option set, compared with the reviewed golden file."""
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(CONFIG)
+    args = ["--config", str(cfg), "--name", "golden", "--nodes", "2", "--gpus-per-node", "4", "--nccl", "socket",
+            "--pvc-size", "50Gi", "--secret-env", "HF_TOKEN=hf/token", "--env", "WANDB_MODE=offline",
+            "--memory", "64Gi", "--queue", "research"]
+    rendered = subprocess.run([sys.executable, "-m", "operator_cli.cli", "render", *args], capture_output=True,
+                              text=True, cwd=ROOT, check=True).stdout
+    dry = subprocess.run([sys.executable, "-m", "operator_cli.cli", "submit", "--dry-run", *args],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert dry == rendered
+    golden = ROOT / "tests" / "golden" / "dry_run.yaml"
+    assert rendered == golden.read_text()
