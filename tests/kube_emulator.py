@@ -1,0 +1,67 @@
+"""An in-process Kubernetes API (kmock's emulator) over real HTTP, with a kubeconfig pointing at it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import kmock
+import yaml
+
+PODS = kmock.resource("", "v1", "pods")
+
+
+class Emulator:
+    """Runs ``kmock.KubernetesEmulator`` on a background event loop; tests add objects and reactions."""
+
+    def __init__(self, tmp: Path, with_crd: bool = True, namespaces: tuple[str, ...] = ("default", "ml")):
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self.with_crd = with_crd
+        self.namespaces = namespaces
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.thread.start()
+        assert self._ready.wait(15), "the emulator did not start"
+        self.kubeconfig = tmp / "kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+            "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "not-a-real-token"}}],
+            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+        }))
+
+    async def _main(self) -> None:
+        async with kmock.KubernetesEmulator() as emu, kmock.Server(emu) as srv:
+            self.emu, self.url, self.loop = emu, str(srv.url).rstrip("/"), asyncio.get_running_loop()
+            if self.with_crd:
+                emu.resources["kubeflow.org/v1/pytorchjobs"] = kmock.ResourceInfo(kind="PyTorchJob", namespaced=True)
+            for res, kind, sub in (("v1/configmaps", "ConfigMap", set()), ("v1/pods", "Pod", {"log"}),
+                                   ("v1/secrets", "Secret", set()), ("v1/events", "Event", set()),
+                                   ("v1/persistentvolumeclaims", "PersistentVolumeClaim", set())):
+                emu.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True, subresources=sub)
+            # a real API server answers create with 201 and the stored object (kmock's default is 200)
+            (emu ** -1)[kmock.action.CREATE] << 201 << (lambda req: req.data)
+            for ns in self.namespaces:  # kmock cannot route cluster-scoped namespace reads by itself
+                emu[f"get /api/v1/namespaces/{ns}"] << {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await self._stop.wait()
+
+    def add(self, resource: str, namespace: str, obj: dict[str, Any]) -> None:
+        group_version, plural = resource.rsplit("/", 1)
+        group, _, version = group_version.rpartition("/")
+        key = (kmock.resource(group, version, plural), namespace, obj["metadata"]["name"])
+        self.emu.objects[key] = obj
+
+    def objects(self, plural: str) -> list[dict]:
+        return [obj.raw for (res, _, _), obj in self.emu.objects.items() if res.plural == plural and not obj.deleted]
+
+    def react(self, *criteria) -> Any:
+        return self.emu[criteria]
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(timeout=10)

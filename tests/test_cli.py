@@ -1,0 +1,73 @@
+"""The CLI surface: start-up imports, bad flags as one line, render -o."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from operator_cli.cli import cli
+from tests.conftest import ROOT
+
+HEAVY = ("torch", "transformers", "pylate", "sentence_transformers")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["render", "--config", "CFG", "--name", "x"],
+                                  ["submit", "--dry-run", "--config", "CFG", "--name", "x"]],
+                         ids=["help", "render", "submit-dry-run"])
+def test_cli_never_imports_torch(args, tmp_path):
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("data: {train: {path: d.jsonl}}\n")
+    args = [str(cfg) if a == "CFG" else a for a in args]
+    code = (
+        "import sys\nfrom operator_cli.cli import cli\n"
+        f"try:\n    cli({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+BAD_FLAGS = [
+    (["--nodes", "0"], "--nodes must be between 1 and 1024"),
+    (["--env", "NOEQUALS"], "--env must be KEY=VALUE"),
+    (["--env", "HF_TOKEN=hf_supersecret"], "looks like a credential"),
+    (["--secret-env", "HF_TOKEN=just-a-value"], "--secret-env must be VAR=SECRET_NAME/KEY"),
+    (["--toleration", "gpu=true:Sometimes"], "--toleration must be KEY[=VALUE]:EFFECT"),
+    (["--name", "Bad_Name"], "--name must be a DNS-1035 label"),
+    (["--memory", "12 GB"], "--memory must be a Kubernetes quantity"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD_FLAGS, ids=[f[0][0] + "-" + str(i) for i, f in enumerate(BAD_FLAGS)])
+def test_bad_flags_are_one_line(extra, message, tmp_path):
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("data: {train: {path: d.jsonl}}\n")
+    res = CliRunner().invoke(cli, ["render", "--config", str(cfg), *extra])
+    assert res.exit_code == 2
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0]
+    assert "hf_supersecret" not in res.output and "just-a-value" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_bad_training_config_is_caught_before_rendering(tmp_path):
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("data: {train: {path: d.jsonl}}\ntraining: {per_device_batch: 8}\n")
+    res = CliRunner().invoke(cli, ["render", "--config", str(cfg)])
+    assert res.exit_code == 2
+    assert "unknown key 'training.per_device_batch'" in res.output
+    res = CliRunner().invoke(cli, ["render", "--config", str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 2 and "config file not found" in res.output
+
+
+def test_render_output_dir_writes_one_file_per_object(tmp_path):
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("data: {train: {path: d.jsonl}}\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["render", "--config", str(cfg), "--name", "job", "--pvc-size", "1Gi", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "configmap-job-config.yaml", "persistentvolumeclaim-job-workspace.yaml", "pytorchjob-job.yaml"]

@@ -1,0 +1,219 @@
+"""submit, status, logs, list and delete over real HTTP against an in-process API (kmock)."""
+
+from __future__ import annotations
+
+import kmock
+import pytest
+from click.testing import CliRunner
+
+from operator_cli.cli import cli
+from tests.kube_emulator import Emulator
+
+JOBS = kmock.resource("kubeflow.org", "v1", "pytorchjobs")
+
+
+@pytest.fixture
+def api(tmp_path):
+    emu = Emulator(tmp_path)
+    yield emu
+    emu.close()
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("data:\n  train: {path: data/train.jsonl}\ntraining: {per_device_batch_size: 32}\n")
+    return path
+
+
+def run(api: Emulator, *args: str):
+    res = CliRunner().invoke(cli, [*args, "--kubeconfig", str(api.kubeconfig)], catch_exceptions=False)
+    return res
+
+
+def submit(api, config, *extra):
+    return run(api, "submit", "--config", str(config), "--name", "demo", "--nodes", "2", "--gpus-per-node", "8", *extra)
+
+
+def test_submit_creates_exactly_the_dry_run_objects(api, config):
+    import yaml
+
+    dry = CliRunner().invoke(cli, ["submit", "--config", str(config), "--name", "demo", "--nodes", "2",
+                                   "--gpus-per-node", "8", "--dry-run"])
+    res = submit(api, config)
+    assert res.exit_code == 0, res.output
+    assert "created PyTorchJob default/demo" in res.output and "colbert-k8s logs demo -f --all" in res.output
+    assert "2 node(s) x 8 GPU(s) = world size 16; per-device batch 32 -> global batch 512" in res.output
+    sent = {o["kind"]: o for o in api.objects("configmaps") + api.objects("pytorchjobs")}
+    expected = {o["kind"]: o for o in yaml.safe_load_all(dry.output)}
+    assert sent == expected
+
+
+def test_submit_409_suggests_another_name(api, config):
+    assert submit(api, config).exit_code == 0
+    res = submit(api, config)
+    assert res.exit_code == 2
+    assert "error: ConfigMap default/demo-config already exists (409)" in res.output
+    assert "--name" in res.output and "Traceback" not in res.output
+
+
+def test_refused_job_rolls_back_the_configmap(api, config):
+    api.react("create", JOBS) << 403 << {"kind": "Status", "code": 403, "reason": "Forbidden",
+                                         "message": 'pytorchjobs.kubeflow.org is forbidden: User "tester" cannot create'}
+    res = submit(api, config)
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "cannot create PyTorchJob default/demo: 403" in lines[0]
+    assert "rolled back ConfigMap demo-config" in lines[0]
+    assert "kubectl auth can-i create pytorchjobs -n default" in res.output
+    assert api.objects("configmaps") == []
+
+
+def test_422_invalid_is_one_line(api, config):
+    api.react("create", JOBS) << 422 << {"kind": "Status", "code": 422, "reason": "Invalid",
+                                         "message": "PyTorchJob.kubeflow.org \"demo\" is invalid: spec.foo: unknown"}
+    res = submit(api, config)
+    assert res.exit_code == 2 and "rejected PyTorchJob default/demo as invalid (422)" in res.output
+
+
+def test_missing_crd_says_how_to_install(tmp_path, config):
+    emu = Emulator(tmp_path, with_crd=False)
+    try:
+        res = submit(emu, config)
+    finally:
+        emu.close()
+    assert res.exit_code == 2
+    assert "Kubeflow Training Operator is not installed" in res.output and "kubectl apply" in res.output
+
+
+def test_missing_namespace_secret_and_pvc_are_caught_before_creating(api, config):
+    res = submit(api, config, "-n", "nope")
+    assert res.exit_code == 2 and "namespace 'nope' does not exist" in res.output
+    res = submit(api, config, "--secret-env", "HF_TOKEN=hf/token")
+    assert res.exit_code == 2 and "Secret default/hf does not exist" in res.output
+    res = submit(api, config, "--pvc", "data")
+    assert res.exit_code == 2 and "PersistentVolumeClaim default/data does not exist" in res.output
+    assert api.objects("configmaps") == [] and api.objects("pytorchjobs") == []
+    api.add("v1/secrets", "default", {"metadata": {"name": "hf", "namespace": "default"}, "data": {"token": "c2VjcmV0"}})
+    api.add("v1/persistentvolumeclaims", "default", {"metadata": {"name": "data", "namespace": "default"}})
+    res = submit(api, config, "--secret-env", "HF_TOKEN=hf/token", "--pvc", "data")
+    assert res.exit_code == 0, res.output
+    assert "c2VjcmV0" not in str(api.objects("pytorchjobs"))
+
+
+def _job_with_status(state: str) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "demo", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "colbert-k8s"}},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "pytorch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
+                "Worker": {"replicas": 1}}},
+            "status": {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated"},
+                                      {"type": state, "status": "True", "reason": f"PyTorchJob{state}"}]}}
+
+
+def _pod(name: str, rtype: str, index: int, phase: str, **status) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {
+                "training.kubeflow.org/job-name": "demo", "training.kubeflow.org/replica-type": rtype,
+                "training.kubeflow.org/replica-index": str(index)}},
+            "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+            "status": {"phase": phase, **status}}
+
+
+def test_status_shows_why_pods_are_stuck(api):
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Running", containerStatuses=[{
+        "name": "pytorch", "ready": True, "restartCount": 2, "image": "x", "imageID": "",
+        "state": {"running": {}}, "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]))
+    api.add("v1/pods", "default", _pod("demo-worker-0", "worker", 0, "Pending", conditions=[{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]))
+    res = run(api, "status", "demo")
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("demo: Running")
+    master = next(line for line in res.output.splitlines() if line.startswith("master-0"))
+    worker = next(line for line in res.output.splitlines() if line.startswith("worker-0"))
+    assert "OOMKilled (restarted 2x)" in master and " 2 " in master
+    assert "Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu." in worker
+    assert " 1 " in worker  # worker 0 is node rank 1
+
+
+def test_status_image_pull_backoff(api):
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Created"))
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Pending", containerStatuses=[{
+        "name": "pytorch", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"reg/x:1\""}}}]))
+    res = run(api, "status", "demo")
+    assert "ImagePullBackOff: Back-off pulling image" in res.output
+
+
+def test_status_of_missing_job_is_404(api):
+    res = run(api, "status", "ghost")
+    assert res.exit_code == 1 and "error: PyTorchJob default/ghost not found" in res.output
+
+
+def test_logs_are_prefixed_by_replica_and_rank(api):
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Succeeded"))
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Succeeded"))
+    api.add("v1/pods", "default", _pod("demo-worker-0", "worker", 0, "Succeeded"))
+    for pod, text in (("demo-master-0", b"[rank 0] step 1\n[rank 0] done\n"), ("demo-worker-0", b"[rank 1] step 1\n")):
+        api.react("get", f"/api/v1/namespaces/default/pods/{pod}/log") << {"Content-Type": "text/plain"} << text
+    res = run(api, "logs", "demo", "--all")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == ["[master-0 rank 0] [rank 0] step 1", "[master-0 rank 0] [rank 0] done",
+                                       "[worker-0 rank 1] [rank 1] step 1"]
+    res = run(api, "logs", "demo", "--rank", "1")
+    assert res.output.splitlines() == ["[worker-0 rank 1] [rank 1] step 1"]
+    res = run(api, "logs", "demo", "-f", "--poll-interval", "0.1")
+    assert "[master-0 rank 0] [rank 0] done" in res.output and res.exit_code == 0
+
+
+def test_list_shows_only_this_tools_jobs(api):
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+    other = _job_with_status("Running")
+    other["metadata"] = {"name": "someone-else", "namespace": "default", "labels": {"app": "x"}}
+    api.add("kubeflow.org/v1/pytorchjobs", "default", other)
+    res = run(api, "list")
+    assert res.exit_code == 0
+    rows = res.output.splitlines()
+    assert rows[0].split() == ["NAMESPACE", "NAME", "STATE", "NODES", "GPUS/NODE", "AGE"]
+    assert rows[1].split() == ["default", "demo", "Running", "2", "8", "-"] and len(rows) == 2
+
+
+def test_delete_removes_everything_it_created(api, config):
+    assert submit(api, config, "--pvc-size", "10Gi").exit_code == 0
+    res = run(api, "delete", "demo")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == ["deleted PyTorchJob demo", "deleted ConfigMap demo-config",
+                                       "deleted PersistentVolumeClaim demo-workspace"]
+    assert api.objects("pytorchjobs") == [] and api.objects("configmaps") == []
+    res = run(api, "delete", "demo")
+    assert res.exit_code == 1 and "not found" in res.output
+
+
+def test_wait_follows_to_the_end(api, config):
+    api.react("get", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/demo") << _job_with_status("Failed")
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Failed", containerStatuses=[{
+        "name": "pytorch", "ready": False, "restartCount": 3, "image": "x", "imageID": "",
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}}}]))
+    res = submit(api, config, "--wait", "--poll-interval", "0.1")
+    assert res.exit_code == 1
+    assert "demo: Failed" in res.output and "master-0: CrashLoopBackOff" in res.output
+
+
+def test_unreachable_cluster_and_missing_kubeconfig(tmp_path, config, monkeypatch):
+    import yaml
+
+    kc = tmp_path / "kc"
+    kc.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {}}], "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}]}))
+    res = CliRunner().invoke(cli, ["list", "--kubeconfig", str(kc)])
+    assert res.exit_code == 2 and "cannot reach the cluster at http://127.0.0.1:9" in res.output
+    assert "Traceback" not in res.output
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    res = CliRunner().invoke(cli, ["list"])
+    assert res.exit_code == 2 and "no kubeconfig found" in res.output
