@@ -1,0 +1,194 @@
+{{/*
+The job name: the release name, which must be a DNS-1035 label short enough for
+"<name>-worker-<i>" to fit in 63 characters (the same rule as `colbert-k8s --name`).
+*/}}
+{{- define "colbert-train.name" -}}
+{{- $name := .Release.Name -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "release name %q must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)" $name) -}}
+{{- end -}}
+{{- $longest := ternary (printf "%s-worker-%d" $name (sub (int .Values.nodes) 2)) (printf "%s-master-0" $name) (gt (int .Values.nodes) 1) -}}
+{{- if gt (len $longest) 63 -}}
+{{- fail (printf "release name %q is too long: pod name %q would exceed 63 characters" $name $longest) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/*
+Labels for one component: the same four app.kubernetes.io labels as the CLI, plus the user's,
+plus helm.sh/chart (the only helm-only label; listed in the CLI-equivalence test).
+*/}}
+{{- define "colbert-train.labels" -}}
+app.kubernetes.io/name: colbert-k8s
+app.kubernetes.io/instance: {{ include "colbert-train.name" .root | quote }}
+app.kubernetes.io/managed-by: colbert-k8s
+app.kubernetes.io/component: {{ .component | quote }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | quote }}
+{{- range $k, $v := .root.Values.labels }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The claim mounted at /workspace, if any. */}}
+{{- define "colbert-train.claim" -}}
+{{- if .Values.persistence.existingClaim -}}
+{{- .Values.persistence.existingClaim -}}
+{{- else if .Values.persistence.size -}}
+{{- printf "%s-workspace" (include "colbert-train.name" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The service account the pods run as, if any. */}}
+{{- define "colbert-train.serviceAccount" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else if .Values.serviceAccount.create -}}
+{{- include "colbert-train.name" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* NCCL presets: must equal operator_cli.spec.NCCL_PRESETS (the equivalence test checks). */}}
+{{- define "colbert-train.ncclEnv" -}}
+{{- $presets := dict
+  "socket" (dict "NCCL_IB_DISABLE" "1" "NCCL_SOCKET_IFNAME" "eth0" "NCCL_DEBUG" "WARN")
+  "ib" (dict "NCCL_IB_DISABLE" "0" "NCCL_SOCKET_IFNAME" "eth0" "NCCL_NET_GDR_LEVEL" "PHB" "NCCL_DEBUG" "WARN") -}}
+{{- if .Values.nccl -}}
+{{- if eq (int .Values.gpusPerNode) 0 -}}
+{{- fail "nccl applies to GPU jobs only: unset nccl or set gpusPerNode" -}}
+{{- end -}}
+{{- toYaml (get $presets .Values.nccl) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pod template shared by Master and Worker.
+*/}}
+{{- define "colbert-train.podTemplate" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- $claim := include "colbert-train.claim" $root -}}
+{{- $sa := include "colbert-train.serviceAccount" $root -}}
+metadata:
+  labels:
+    {{- include "colbert-train.labels" (dict "root" $root "component" .component) | nindent 4 }}
+  annotations:
+    sidecar.istio.io/inject: "false"
+    {{- range $k, $val := $v.annotations }}
+    {{ $k }}: {{ $val | quote }}
+    {{- end }}
+spec:
+  {{- with $sa }}
+  serviceAccountName: {{ . | quote }}
+  {{- end }}
+  {{- with $v.scheduling.priorityClassName }}
+  priorityClassName: {{ . | quote }}
+  {{- end }}
+  {{- with $v.scheduling.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.scheduling.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.imagePullSecrets }}
+  imagePullSecrets:
+    {{- range . }}
+    - name: {{ . | quote }}
+    {{- end }}
+  {{- end }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 1000
+    runAsGroup: 1000
+    fsGroup: 1000
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+    - name: pytorch
+      image: {{ printf "%s:%s" $v.image.repository (default $root.Chart.AppVersion $v.image.tag) | quote }}
+      imagePullPolicy: IfNotPresent
+      command:
+        - colbert-train
+      args:
+        - --config
+        - /etc/colbert-k8s/train.yaml
+      workingDir: /workspace
+      ports:
+        - name: pytorchjob-port
+          containerPort: 23456
+          protocol: TCP
+      env:
+        - name: HF_HOME
+          value: /workspace/.cache/huggingface
+        {{- range $k, $val := (include "colbert-train.ncclEnv" $root | fromYaml) }}
+        - name: {{ $k | quote }}
+          value: {{ $val | quote }}
+        {{- end }}
+        {{- range $k, $val := $v.env }}
+        - name: {{ $k | quote }}
+          value: {{ $val | quote }}
+        {{- end }}
+        {{- range $k, $ref := $v.secretEnv }}
+        - name: {{ $k | quote }}
+          valueFrom:
+            secretKeyRef:
+              name: {{ $ref.secret | quote }}
+              key: {{ $ref.key | quote }}
+        {{- end }}
+      {{- if or (gt (int $v.gpusPerNode) 0) $v.resources.cpu $v.resources.memory }}
+      resources:
+        limits:
+          {{- if gt (int $v.gpusPerNode) 0 }}
+          nvidia.com/gpu: {{ int $v.gpusPerNode }}
+          {{- end }}
+          {{- with $v.resources.cpu }}
+          cpu: {{ . | quote }}
+          {{- end }}
+          {{- with $v.resources.memory }}
+          memory: {{ . | quote }}
+          {{- end }}
+        {{- if or $v.resources.cpu $v.resources.memory }}
+        requests:
+          {{- with $v.resources.cpu }}
+          cpu: {{ . | quote }}
+          {{- end }}
+          {{- with $v.resources.memory }}
+          memory: {{ . | quote }}
+          {{- end }}
+        {{- end }}
+      {{- end }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        runAsNonRoot: true
+        capabilities:
+          drop:
+            - ALL
+      volumeMounts:
+        - name: config
+          mountPath: /etc/colbert-k8s
+          readOnly: true
+        - name: workspace
+          mountPath: /workspace
+        {{- if $v.shm.enabled }}
+        - name: dshm
+          mountPath: /dev/shm
+        {{- end }}
+  volumes:
+    - name: config
+      configMap:
+        name: {{ printf "%s-config" (include "colbert-train.name" $root) | quote }}
+    - name: workspace
+      {{- if $claim }}
+      persistentVolumeClaim:
+        claimName: {{ $claim | quote }}
+      {{- else }}
+      emptyDir: {}
+      {{- end }}
+    {{- if $v.shm.enabled }}
+    - name: dshm
+      emptyDir:
+        medium: Memory
+        sizeLimit: {{ $v.shm.size | quote }}
+    {{- end }}
+{{- end -}}

@@ -1,0 +1,156 @@
+"""The Helm chart, through Helm's own Go SDK (helm-python-sdk): lint, schema sync, render matrix, and
+object-for-object equivalence with `colbert-k8s render`."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import helm_python
+import pytest
+import yaml
+
+from operator_cli.render import render
+from operator_cli.spec import JobSpec, SecretRef
+from tests.conftest import ROOT
+from tests.schemas import validate_all
+
+CHART = ROOT / "charts" / "colbert-train"
+CONFIG = {"data": {"train": {"path": "data/train.jsonl"}}, "training": {"per_device_batch_size": 32, "max_steps": 100}}
+
+# The only differences allowed between the chart and the CLI, each Helm-specific:
+HELM_ONLY_LABELS = {"helm.sh/chart"}  # every object: which chart version made it
+HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy"}  # the created PVC survives `helm uninstall`
+
+
+def helm_render(values: dict, name: str = "job", namespace: str = "default") -> list[dict]:
+    with helm_python.Chart.load(str(CHART)) as chart:
+        out = chart.render(values=values, name=name, namespace=namespace)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith(".yaml"):
+            docs += [d for d in yaml.safe_load_all(text) if d]
+    order = {"ConfigMap": 0, "PersistentVolumeClaim": 1, "ServiceAccount": 2, "PyTorchJob": 3}
+    return sorted(docs, key=lambda d: order[d["kind"]])
+
+
+def test_lint_strict_is_clean():
+    result = helm_python.lint(str(CHART), {}, strict=True, kube_version="v1.32.0")
+    assert result["errors"] == []
+    assert [m for m in result["messages"] if m["severity"] >= 2] == []
+
+
+def test_values_schema_is_generated_from_the_trainer_schema():
+    res = subprocess.run([sys.executable, "-m", "operator_cli.chart_schema", "--check"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_schema_drift_would_be_caught(tmp_path, monkeypatch):
+    """The check really compares: a changed trainer schema makes it fail."""
+    from operator_cli import chart_schema
+
+    monkeypatch.setattr(chart_schema, "json_schema", lambda: {"type": "object", "properties": {}})
+    assert chart_schema.render_text() != (CHART / "values.schema.json").read_text()
+
+
+OPTION_SETS = {
+    "defaults": ({}, {}),
+    "cpu-2-nodes": (dict(nodes=2, gpus_per_node=0), dict(nodes=2, gpusPerNode=0)),
+    "2x8-ib-resources": (dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi"),
+                         dict(nodes=2, gpusPerNode=8, nccl="ib", resources={"cpu": "32", "memory": "256Gi"})),
+    "new-pvc": (dict(nodes=3, pvc_size="500Gi", storage_class="fast"),
+                dict(nodes=3, persistence={"size": "500Gi", "storageClass": "fast"})),
+    "existing-pvc-no-shm": (dict(pvc="shared", shm_size=None), dict(persistence={"existingClaim": "shared"},
+                                                                    shm={"enabled": False})),
+    "scheduling": (
+        dict(nodes=4, gpus_per_node=4, node_selector={"nvidia.com/gpu.product": "H100"},
+             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+             priority_class="high", queue="team-a", service_account="trainer"),
+        dict(nodes=4, gpusPerNode=4, scheduling={
+            "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "high", "queue": "team-a"}, serviceAccount={"name": "trainer"})),
+    "env-secrets-image": (
+        dict(image="reg.example.com/colbert-train:1.2", image_pull_secrets=["regcred"],
+             env={"WANDB_MODE": "offline", "A_FIRST": "x: y"}, secret_env={"HF_TOKEN": SecretRef("hf", "token")}),
+        dict(image={"repository": "reg.example.com/colbert-train", "tag": "1.2"}, imagePullSecrets=["regcred"],
+             env={"WANDB_MODE": "offline", "A_FIRST": "x: y"}, secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}})),
+    "lifetime-metadata": (
+        dict(backoff_limit=0, active_deadline=None, ttl_after_finished=600, labels={"team": "search"},
+             annotations={"example.com/owner": "alice"}),
+        dict(runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 0, "ttlSecondsAfterFinished": 600},
+             labels={"team": "search"}, annotations={"example.com/owner": "alice"})),
+    "socket-16-nodes": (dict(nodes=16, gpus_per_node=8, nccl="socket"), dict(nodes=16, gpusPerNode=8, nccl="socket")),
+}
+
+
+def _normalise(objects: list[dict]) -> list[dict]:
+    out = []
+    for obj in copy.deepcopy(objects):
+        for meta in _metas(obj):
+            for key in HELM_ONLY_LABELS:
+                meta.get("labels", {}).pop(key, None)
+            for key in HELM_ONLY_ANNOTATIONS:
+                meta.get("annotations", {}).pop(key, None)
+            if meta.get("annotations") == {}:
+                del meta["annotations"]
+        if obj["kind"] == "ConfigMap":  # the CLI ships the user's file as written; compare its meaning
+            obj["data"] = {k: yaml.safe_load(v) for k, v in obj["data"].items()}
+        out.append(obj)
+    return out
+
+
+def _metas(obj: dict):
+    yield obj["metadata"]
+    for replica in obj.get("spec", {}).get("pytorchReplicaSpecs", {}).values():
+        yield replica["template"]["metadata"]
+
+
+@pytest.mark.parametrize("cli_opts,values", OPTION_SETS.values(), ids=OPTION_SETS.keys())
+def test_chart_equals_cli(cli_opts, values):
+    spec = JobSpec(name="job", config_text=yaml.safe_dump(CONFIG), **cli_opts)
+    from_cli = render(spec)
+    from_helm = helm_render({**values, "config": CONFIG})
+    validate_all(from_helm)
+    assert _normalise(from_helm) == _normalise(from_cli)
+    labels = from_helm[-1]["metadata"]["labels"]
+    assert set(labels) - set(from_cli[-1]["metadata"]["labels"]) == HELM_ONLY_LABELS
+
+
+def test_default_values_render_and_validate():
+    objects = helm_render({}, name="colbert")
+    assert [o["kind"] for o in objects] == ["ConfigMap", "PyTorchJob"]
+    validate_all(objects)
+
+
+def test_service_account_created_by_the_chart():
+    objects = helm_render({"serviceAccount": {"create": True}})
+    sa = next(o for o in objects if o["kind"] == "ServiceAccount")
+    validate_all(objects)
+    pod = objects[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"] == "job"
+
+
+BAD_VALUES = [
+    ("unknown-top-key", {"gpus": 8}, "gpus"),
+    ("bad-nodes", {"nodes": 0}, "nodes"),
+    ("bad-config-key", {"config": {**CONFIG, "training": {"per_device_batchsize": 4}}}, "per_device_batchsize"),
+    ("token-in-env", {"env": {"HF_TOKEN": "hf_x"}}, "HF_TOKEN"),
+    ("bad-quantity", {"resources": {"memory": "lots"}}, "memory"),
+    ("bad-nccl", {"nccl": "rdma"}, "nccl"),
+]
+
+
+@pytest.mark.parametrize("name,values,needle", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_bad_values_are_rejected_by_the_schema(name, values, needle):
+    with pytest.raises(helm_python.HelmValuesError) as e:
+        helm_render(values)
+    assert needle in str(e.value)
+
+
+def test_bad_release_name_fails_with_a_clear_message():
+    with pytest.raises(helm_python.HelmError) as e:
+        helm_render({}, name="x" * 60, namespace="default")
+    assert "would exceed 63 characters" in str(e.value) or "too long" in str(e.value)
