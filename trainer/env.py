@@ -153,7 +153,7 @@ def resolve(env: Mapping[str, str], gpu_count: int = 0) -> Layout | Launch:
                 f"PET_NPROC_PER_NODE={nproc} but only {gpu_count} GPU(s) are visible; "
                 "set --gpus-per-node to the GPUs each node really has"
             )
-        mode = "pytorchjob-torchrun" if has_rank else "trainjob"
+        mode = "pytorchjob-torchrun" if has_rank else "trainjob" if "PET_NNODES" in env else "standalone"
         return Launch(nnodes, nproc_raw or "auto", node_rank, addr, port, mode)
 
     # 3. PyTorchJob v1, one process per pod: RANK is the pod index and also the global rank.

@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# colbert-train: the image every pod of a colbert-k8s job runs, and `docker run --gpus all` on one box.
+#
+# Base: the official PyTorch runtime image of the torch version PyLate 1.6.0 pins (2.11.0, via
+# fast-plaid), so the CUDA build of torch comes with the base instead of a second multi-GB copy.
+
+FROM pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime AS build
+WORKDIR /src
+COPY pyproject.toml README.md requirements.lock ./
+COPY trainer ./trainer
+COPY operator_cli ./operator_cli
+# A venv on top of the base's site-packages: torch is reused, everything else is pinned by the lock.
+RUN python -m venv --system-site-packages /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --constraint requirements.lock ".[train]"
+
+FROM pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime AS runtime
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="colbert-train" \
+      org.opencontainers.image.description="Distributed ColBERT training with PyLate for Kubeflow PyTorchJobs" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/colbert-k8s/colbert-k8s" \
+      org.opencontainers.image.base.name="docker.io/pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
+# UID/GID 1000 match runAsUser/runAsGroup/fsGroup in the CLI's and the chart's securityContext.
+RUN groupadd --gid 1000 colbert \
+ && useradd --uid 1000 --gid 1000 --create-home --home-dir /home/colbert --shell /usr/sbin/nologin colbert \
+ && mkdir -p /workspace /home/colbert/.cache/huggingface \
+ && chown -R 1000:1000 /workspace /home/colbert
+COPY --from=build /opt/venv /opt/venv
+ENV PATH="/opt/venv/bin:${PATH}" \
+    HOME=/home/colbert \
+    HF_HOME=/home/colbert/.cache/huggingface \
+    PYTHONUNBUFFERED=1
+WORKDIR /workspace
+USER 1000:1000
+# With GPUs visible and no launcher variables, the trainer starts one process per GPU itself.
+ENTRYPOINT ["colbert-train"]
+CMD ["--help"]
