@@ -11,7 +11,6 @@ sends exactly those objects. Importing this module never imports torch.
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from pathlib import Path
@@ -50,15 +49,29 @@ def cli() -> None:
 def job_options(fn):
     """The options shared by render, submit and local: everything that shapes the job."""
     options = [
-        click.option("--config", "config", required=True, type=click.Path(dir_okay=False), help="Training YAML (validated before anything is sent)."),
+        click.option(
+            "--config",
+            "config",
+            required=True,
+            type=click.Path(dir_okay=False),
+            help="Training YAML (validated before anything is sent).",
+        ),
         click.option("--name", help="Job name (DNS-1035). Default: colbert-<random>."),
         click.option("-n", "--namespace", default="default", show_default=True),
         click.option("--nodes", default=1, show_default=True, type=int, help="Pods: 1 Master + (nodes-1) Workers."),
-        click.option("--gpus-per-node", default=1, show_default=True, type=int, help="GPUs and processes per pod; 0 = CPU job, 1 process per pod."),
+        click.option(
+            "--gpus-per-node",
+            default=1,
+            show_default=True,
+            type=int,
+            help="GPUs and processes per pod; 0 = CPU job, 1 process per pod.",
+        ),
         click.option("--image", default="colbert-k8s/colbert-train:0.1.0", show_default=True),
         click.option("--cpu", help="CPU request and limit per pod, e.g. 8."),
         click.option("--memory", help="Memory request and limit per pod, e.g. 64Gi."),
-        click.option("--shm-size", default="8Gi", show_default=True, help="Memory-backed /dev/shm size; 0 disables it."),
+        click.option(
+            "--shm-size", default="8Gi", show_default=True, help="Memory-backed /dev/shm size; 0 disables it."
+        ),
         click.option("--pvc", help="Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model)."),
         click.option("--pvc-size", help="Create a PVC of this size for /workspace instead."),
         click.option("--storage-class", help="StorageClass of the PVC created by --pvc-size."),
@@ -69,10 +82,24 @@ def job_options(fn):
         click.option("--service-account"),
         click.option("--image-pull-secret", multiple=True),
         click.option("--env", multiple=True, metavar="K=V", help="Plain environment variable (never a credential)."),
-        click.option("--secret-env", multiple=True, metavar="VAR=SECRET/KEY", help="Variable from a Secret key (secretKeyRef)."),
+        click.option(
+            "--secret-env", multiple=True, metavar="VAR=SECRET/KEY", help="Variable from a Secret key (secretKeyRef)."
+        ),
         click.option("--backoff-limit", default=3, show_default=True, type=int, help="Restarts before the job fails."),
-        click.option("--active-deadline", default=7 * 24 * 3600, show_default=True, type=int, help="Seconds before a running job is stopped; 0 = never."),
-        click.option("--ttl-after-finished", default=24 * 3600, show_default=True, type=int, help="Seconds a finished job is kept."),
+        click.option(
+            "--active-deadline",
+            default=7 * 24 * 3600,
+            show_default=True,
+            type=int,
+            help="Seconds before a running job is stopped; 0 = never.",
+        ),
+        click.option(
+            "--ttl-after-finished",
+            default=24 * 3600,
+            show_default=True,
+            type=int,
+            help="Seconds a finished job is kept.",
+        ),
         click.option("--nccl", type=click.Choice(["socket", "ib"]), help="NCCL network preset (GPU jobs)."),
         click.option("--label", multiple=True, metavar="K=V"),
         click.option("--annotation", multiple=True, metavar="K=V"),
@@ -128,7 +155,9 @@ def _scale_line(spec: JobSpec) -> str:
 
 def cluster_options(fn):
     fn = click.option("--context", help="kubeconfig context to use.")(fn)
-    fn = click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG, ~/.kube/config, in-cluster.")(fn)
+    fn = click.option(
+        "--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG, ~/.kube/config, in-cluster."
+    )(fn)
     return fn
 
 
@@ -140,7 +169,9 @@ def _cluster(o: dict):
 
 @cli.command("render")
 @job_options
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False), help="Write one file per object here instead of stdout.")
+@click.option(
+    "-o", "--output-dir", type=click.Path(file_okay=False), help="Write one file per object here instead of stdout."
+)
 def render_cmd(output_dir: str | None, **o) -> None:
     """Print the manifests the job consists of (the same bytes as `submit --dry-run`)."""
     objects = render(build_spec(o))
@@ -178,8 +209,10 @@ def submit_cmd(dry_run: bool, wait: bool, poll_interval: float, **o) -> None:
         click.echo(f"created {obj['kind']} {spec.namespace}/{obj['metadata']['name']}")
     click.echo(f"scale: {_scale_line(spec)}")
     ns = "" if spec.namespace == "default" else f" -n {spec.namespace}"
-    click.echo(f"next:\n  colbert-k8s status {spec.name}{ns}\n  colbert-k8s logs {spec.name}{ns} -f --all\n"
-               f"  colbert-k8s delete {spec.name}{ns}")
+    click.echo(
+        f"next:\n  colbert-k8s status {spec.name}{ns}\n  colbert-k8s logs {spec.name}{ns} -f --all\n"
+        f"  colbert-k8s delete {spec.name}{ns}"
+    )
     if wait:
         sys.exit(_wait(cluster, spec.name, poll_interval))
 
@@ -225,13 +258,20 @@ def status_cmd(name: str, **o) -> None:
     click.echo(f"{name}: {job_state(job)}")
     conditions = job.get("status", {}).get("conditions") or []
     if conditions:
-        rows = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), (c.get("message") or "")[:80]] for c in conditions]
+        rows = [
+            [c.get("type", ""), c.get("status", ""), c.get("reason", ""), (c.get("message") or "")[:80]]
+            for c in conditions
+        ]
         click.echo(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
     pods = cluster.pods(name)
     if pods:
         click.echo()
-        click.echo(_table(["REPLICA", "RANK", "POD", "PHASE", "RESTARTS", "REASON"],
-                          [[p.replica, p.rank, p.name, p.phase, p.restarts, p.reason or ""] for p in pods]))
+        click.echo(
+            _table(
+                ["REPLICA", "RANK", "POD", "PHASE", "RESTARTS", "REASON"],
+                [[p.replica, p.rank, p.name, p.phase, p.restarts, p.reason or ""] for p in pods],
+            )
+        )
     else:
         click.echo("no pods yet (the operator has not created them, or they were cleaned up)")
 
@@ -254,8 +294,11 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
     if not follow:
         pods = [p for p in cluster.pods(name) if want is None or p.rank == want]
         if not pods:
-            raise CliError(f"no pod{'' if want is None else f' of rank {want}'} for job {name} yet",
-                           hint=f"see `colbert-k8s status {name}`", exit_code=1)
+            raise CliError(
+                f"no pod{'' if want is None else f' of rank {want}'} for job {name} yet",
+                hint=f"see `colbert-k8s status {name}`",
+                exit_code=1,
+            )
         for p in pods:
             for line in cluster.log_lines(p.name):
                 click.echo(f"[{p.replica} rank {p.rank}] {line}")
@@ -328,10 +371,19 @@ def list_cmd(all_namespaces: bool, **o) -> None:
     for j in jobs:
         replicas = j.get("spec", {}).get("pytorchReplicaSpecs", {})
         nodes = sum(r.get("replicas", 0) for r in replicas.values())
-        gpus = (replicas.get("Master", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0]
-                .get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+        gpus = (
+            replicas.get("Master", {})
+            .get("template", {})
+            .get("spec", {})
+            .get("containers", [{}])[0]
+            .get("resources", {})
+            .get("limits", {})
+            .get("nvidia.com/gpu", 0)
+        )
         meta = j["metadata"]
-        rows.append([meta.get("namespace", ""), meta["name"], job_state(j), nodes, gpus, _age(meta.get("creationTimestamp"))])
+        rows.append(
+            [meta.get("namespace", ""), meta["name"], job_state(j), nodes, gpus, _age(meta.get("creationTimestamp"))]
+        )
     click.echo(_table(["NAMESPACE", "NAME", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
 
 
@@ -339,7 +391,9 @@ def list_cmd(all_namespaces: bool, **o) -> None:
 @click.argument("name")
 @_namespace_option
 @cluster_options
-@click.option("--keep-storage", is_flag=True, help="Keep the PVC created by --pvc-size (it holds checkpoints and the model).")
+@click.option(
+    "--keep-storage", is_flag=True, help="Keep the PVC created by --pvc-size (it holds checkpoints and the model)."
+)
 def delete_cmd(name: str, keep_storage: bool, **o) -> None:
     """Remove the job and everything this tool created for it."""
     for what in _cluster(o).delete_job(name, keep_storage):
@@ -348,8 +402,13 @@ def delete_cmd(name: str, keep_storage: bool, **o) -> None:
 
 @cli.command("local")
 @job_options
-@click.option("--workdir", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.")
+@click.option(
+    "--workdir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.",
+)
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
 def local_cmd(workdir: str, isolate_network: bool, **o) -> None:
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""

@@ -126,7 +126,11 @@ def _pod_reason(pod, events: list) -> str | None:
     """One line saying why a pod is not running well, from its statuses and its events."""
     status = pod.status
     for cs in (status.container_statuses or []) if status else []:
-        if cs.state and cs.state.waiting and cs.state.waiting.reason not in (None, "ContainerCreating", "PodInitializing"):
+        if (
+            cs.state
+            and cs.state.waiting
+            and cs.state.waiting.reason not in (None, "ContainerCreating", "PodInitializing")
+        ):
             msg = cs.state.waiting.message or ""
             return f"{cs.state.waiting.reason}: {msg}".strip(": ").splitlines()[0]
         if cs.state and cs.state.terminated and cs.state.terminated.reason not in (None, "Completed"):
@@ -135,7 +139,8 @@ def _pod_reason(pod, events: list) -> str | None:
             return f"OOMKilled (restarted {cs.restart_count}x): raise --memory or lower the batch size"
     for cond in (status.conditions or []) if status else []:
         if cond.type == "PodScheduled" and cond.status == "False":
-            return f"{cond.reason or 'Unschedulable'}: {(cond.message or '').splitlines()[0] if cond.message else ''}".strip(": ")
+            message = (cond.message or "").splitlines()[0] if cond.message else ""
+            return f"{cond.reason or 'Unschedulable'}: {message}".strip(": ")
     warnings = [e for e in events if e.type == "Warning"]
     if warnings:
         last = warnings[-1]
@@ -162,12 +167,16 @@ class Cluster:
     def preflight(self, secrets: list[str], claim: str | None) -> None:
         """The checks that turn a confusing half-created job into one clear line, before creating anything."""
         try:
-            self._c(lambda: self.custom.list_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, limit=1),
-                    "list", C.KIND)
+            self._c(
+                lambda: self.custom.list_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, limit=1),
+                "list",
+                C.KIND,
+            )
         except CliError as e:
             if e.status == 404:
                 raise CliError(
-                    f"the Kubeflow Training Operator is not installed: the API has no {C.CRD_NAME} ({C.GROUP}/{C.VERSION})",
+                    "the Kubeflow Training Operator is not installed: "
+                    f"the API has no {C.CRD_NAME} ({C.GROUP}/{C.VERSION})",
                     hint=f"install it with: {C.TRAINING_OPERATOR_INSTALL}",
                 ) from e
             raise
@@ -175,7 +184,9 @@ class Cluster:
             self._c(lambda: self.core.read_namespace(self.ns), "get", "Namespace", self.ns, namespace=None)
         except CliError as e:
             if e.status == 404:
-                raise CliError(f"namespace {self.ns!r} does not exist", hint=f"kubectl create namespace {self.ns}") from e
+                raise CliError(
+                    f"namespace {self.ns!r} does not exist", hint=f"kubectl create namespace {self.ns}"
+                ) from e
             raise
         for secret in secrets:
             try:
@@ -189,12 +200,18 @@ class Cluster:
                 raise
         if claim:
             try:
-                self._c(lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns), "get",
-                        "PersistentVolumeClaim", claim)
+                self._c(
+                    lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
+                    "get",
+                    "PersistentVolumeClaim",
+                    claim,
+                )
             except CliError as e:
                 if e.status == 404:
-                    raise CliError(f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
-                                   hint="create it first, or use --pvc-size to have one created") from e
+                    raise CliError(
+                        f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
+                        hint="create it first, or use --pvc-size to have one created",
+                    ) from e
                 raise
 
     # ---- create / delete -------------------------------------------------------------------
@@ -245,11 +262,20 @@ class Cluster:
         job = created[-1]
         uid = job.get("metadata", {}).get("uid")
         if uid:  # let Kubernetes GC the ConfigMap with the job (the workspace PVC is kept: it holds the model)
-            owner = {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": C.KIND, "name": job["metadata"]["name"],
-                     "uid": uid, "blockOwnerDeletion": False}
+            owner = {
+                "apiVersion": f"{C.GROUP}/{C.VERSION}",
+                "kind": C.KIND,
+                "name": job["metadata"]["name"],
+                "uid": uid,
+                "blockOwnerDeletion": False,
+            }
             cm = objects[0]["metadata"]["name"]
-            self._c(lambda: self.core.patch_namespaced_config_map(cm, self.ns, {"metadata": {"ownerReferences": [owner]}}),
-                    "patch", "ConfigMap", cm)
+            self._c(
+                lambda: self.core.patch_namespaced_config_map(cm, self.ns, {"metadata": {"ownerReferences": [owner]}}),
+                "patch",
+                "ConfigMap",
+                cm,
+            )
         return created
 
     def delete_job(self, name: str, keep_storage: bool) -> list[str]:
@@ -266,21 +292,36 @@ class Cluster:
     # ---- read ------------------------------------------------------------------------------
     def get_job(self, name: str) -> dict[str, Any]:
         try:
-            return self._c(lambda: self.custom.get_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, name),
-                           "get", C.KIND, name)
+            return self._c(
+                lambda: self.custom.get_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, name),
+                "get",
+                C.KIND,
+                name,
+            )
         except CliError as e:
             if e.status == 404:
-                raise CliError(f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1) from e
+                raise CliError(
+                    f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1
+                ) from e
             raise
 
     def list_jobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
         selector = f"{C.LABEL_MANAGED_BY}={C.MANAGED_BY}"
         if all_namespaces:
-            res = self._c(lambda: self.custom.list_cluster_custom_object(C.GROUP, C.VERSION, C.PLURAL, label_selector=selector),
-                          "list", C.KIND, namespace=None)
+            res = self._c(
+                lambda: self.custom.list_cluster_custom_object(C.GROUP, C.VERSION, C.PLURAL, label_selector=selector),
+                "list",
+                C.KIND,
+                namespace=None,
+            )
         else:
-            res = self._c(lambda: self.custom.list_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL,
-                                                                            label_selector=selector), "list", C.KIND)
+            res = self._c(
+                lambda: self.custom.list_namespaced_custom_object(
+                    C.GROUP, C.VERSION, self.ns, C.PLURAL, label_selector=selector
+                ),
+                "list",
+                C.KIND,
+            )
         items = res.get("items", [])
         # the selector is applied again here: an API that ignores it must not make us list other tools' jobs
         return [j for j in items if (j.get("metadata", {}).get("labels") or {}).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY]
@@ -313,12 +354,22 @@ class Cluster:
 
     def log_lines(self, pod: str, follow: bool = False) -> Iterator[str]:
         if not follow:
-            text = self._c(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=C.CONTAINER), "get logs of",
-                           "Pod", pod)
+            text = self._c(
+                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=C.CONTAINER),
+                "get logs of",
+                "Pod",
+                pod,
+            )
             yield from (text or "").splitlines()
             return
-        resp = self._c(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=C.CONTAINER, follow=True,
-                                                                 _preload_content=False), "follow logs of", "Pod", pod)
+        resp = self._c(
+            lambda: self.core.read_namespaced_pod_log(
+                pod, self.ns, container=C.CONTAINER, follow=True, _preload_content=False
+            ),
+            "follow logs of",
+            "Pod",
+            pod,
+        )
         buf = b""
         for chunk in resp.stream(4096):
             buf += chunk

@@ -73,9 +73,13 @@ def unsupported(job: dict[str, Any], gpus_here: int) -> list[str]:
     gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
     if gpus > gpus_here:
         notes.append(f"{gpus} GPU(s) per node requested, {gpus_here} here (processes use what is visible)")
-    for key, what in (("nodeSelector", "node selector"), ("tolerations", "tolerations"),
-                      ("priorityClassName", "priority class"), ("serviceAccountName", "service account"),
-                      ("imagePullSecrets", "image pull secrets")):
+    for key, what in (
+        ("nodeSelector", "node selector"),
+        ("tolerations", "tolerations"),
+        ("priorityClassName", "priority class"),
+        ("serviceAccountName", "service account"),
+        ("imagePullSecrets", "image pull secrets"),
+    ):
         if pod.get(key):
             notes.append(f"{what} ignored")
     if container.get("resources", {}).get("limits", {}).keys() - {"nvidia.com/gpu"}:
@@ -84,8 +88,14 @@ def unsupported(job: dict[str, Any], gpus_here: int) -> list[str]:
     return notes
 
 
-def plan_replicas(objects: list[dict[str, Any]], workdir: Path, config_dir: Path, master_addr: str,
-                  master_port: int, hosts: dict[str, str] | None = None) -> list[Replica]:
+def plan_replicas(
+    objects: list[dict[str, Any]],
+    workdir: Path,
+    config_dir: Path,
+    master_addr: str,
+    master_port: int,
+    hosts: dict[str, str] | None = None,
+) -> list[Replica]:
     """The processes the operator would start, with their environment, command and working dir."""
     job = next(o for o in objects if o["kind"] == C.KIND)
     name = job["metadata"]["name"]
@@ -98,7 +108,7 @@ def plan_replicas(objects: list[dict[str, Any]], workdir: Path, config_dir: Path
     def local_path(value: str) -> str:
         for mount, local in mounts.items():
             if value == mount or value.startswith(mount + "/"):
-                return str(local) + value[len(mount):]
+                return str(local) + value[len(mount) :]
         return value
 
     base = {k: v for k, v in os.environ.items() if k not in _DIST_VARS and not k.startswith("PET_")}
@@ -115,19 +125,27 @@ def plan_replicas(objects: list[dict[str, Any]], workdir: Path, config_dir: Path
             host = f"{name}-{rtype.lower()}-{i}"
             addr = (hosts or {}).get(f"{name}-master-0", master_addr)
             env = dict(base)
-            env.update({
-                "PYTHONUNBUFFERED": "1",
-                "MASTER_ADDR": addr, "MASTER_PORT": str(master_port),
-                "WORLD_SIZE": str(total * nproc), "RANK": str(index),
-                "PET_MASTER_ADDR": addr, "PET_MASTER_PORT": str(master_port),
-                "PET_NNODES": str(total), "PET_NPROC_PER_NODE": nproc_raw, "PET_NODE_RANK": str(index),
-            })
+            env.update(
+                {
+                    "PYTHONUNBUFFERED": "1",
+                    "MASTER_ADDR": addr,
+                    "MASTER_PORT": str(master_port),
+                    "WORLD_SIZE": str(total * nproc),
+                    "RANK": str(index),
+                    "PET_MASTER_ADDR": addr,
+                    "PET_MASTER_PORT": str(master_port),
+                    "PET_NNODES": str(total),
+                    "PET_NPROC_PER_NODE": nproc_raw,
+                    "PET_NODE_RANK": str(index),
+                }
+            )
             for var in container.get("env", []):
                 if "value" in var:
                     env[var["name"]] = local_path(var["value"])
                 elif var["name"] not in os.environ:  # a secretKeyRef: taken from this shell if set there
-                    click.echo(f"local: {var['name']} comes from a Secret on the cluster; export it here to use it",
-                               err=True)
+                    click.echo(
+                        f"local: {var['name']} comes from a Secret on the cluster; export it here to use it", err=True
+                    )
             command = [local_path(a) for a in container.get("command", []) + container.get("args", [])]
             cwd = Path(local_path(container.get("workingDir", C.WORKSPACE_MOUNT)))
             replicas.append(Replica(f"{rtype.lower()}-{i}", host, index, command, env, cwd))
@@ -156,8 +174,15 @@ def _start(replicas: list[Replica], wrap) -> list[threading.Thread]:
     threads = []
     for r in replicas:
         r.cwd.mkdir(parents=True, exist_ok=True)
-        r.proc = subprocess.Popen(wrap(r), cwd=r.cwd, env=r.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        r.proc = subprocess.Popen(
+            wrap(r),
+            cwd=r.cwd,
+            env=r.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         t = threading.Thread(target=_pump, args=(r, lock), daemon=True)
         t.start()
         threads.append(t)
@@ -196,8 +221,10 @@ def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds:
     click.echo(line)
     if "after" in m:
         before = f"{m['before']['ndcg@10']:.4f} -> " if "before" in m else ""
-        click.echo(f"nDCG@10 {before}{m['after']['ndcg@10']:.4f}   MRR@10 {m['after']['mrr@10']:.4f}   "
-                   f"Recall@100 {m['after']['recall@100']:.4f}")
+        click.echo(
+            f"nDCG@10 {before}{m['after']['ndcg@10']:.4f}   MRR@10 {m['after']['mrr@10']:.4f}   "
+            f"Recall@100 {m['after']['recall@100']:.4f}"
+        )
     click.echo(f"model: {m.get('model_dir')}")
 
 
@@ -248,13 +275,18 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
             code = failed.proc.returncode
             why = f"signal {-code}" if code < 0 else f"exit code {code}"
             if restart_policy == "Never" or restarts >= backoff:
-                click.echo(f"error: job {name} failed: replica {failed.replica} ended with {why} and "
-                           f"backoffLimit {backoff} is used up ({restarts} restart(s)); see its log lines above",
-                           err=True)
+                click.echo(
+                    f"error: job {name} failed: replica {failed.replica} ended with {why} and "
+                    f"backoffLimit {backoff} is used up ({restarts} restart(s)); see its log lines above",
+                    err=True,
+                )
                 return 1
             restarts += 1
-            click.echo(f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
-                       f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint", err=True)
+            click.echo(
+                f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
+                f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint",
+                err=True,
+            )
     except KeyboardInterrupt:
         _stop(replicas)
         raise

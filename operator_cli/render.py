@@ -33,7 +33,9 @@ def _quote(value: Any) -> str:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: resources.files("operator_cli").joinpath("templates", name).read_text()),
+        loader=jinja2.FunctionLoader(
+            lambda name: resources.files("operator_cli").joinpath("templates", name).read_text()
+        ),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

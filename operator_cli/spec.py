@@ -20,7 +20,9 @@ __all__ = ["JobSpec", "SecretRef", "parse_pairs", "parse_toleration", "parse_sec
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+QUALIFIED_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -142,14 +144,22 @@ class JobSpec:
             raise CliError(f"--gpus-per-node must be between 0 and 16, got {self.gpus_per_node}")
         if not IMAGE.match(self.image):
             raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {self.image!r}")
-        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory), ("--shm-size", self.shm_size),
-                            ("--pvc-size", self.pvc_size)):
+        for flag, value in (
+            ("--cpu", self.cpu),
+            ("--memory", self.memory),
+            ("--shm-size", self.shm_size),
+            ("--pvc-size", self.pvc_size),
+        ):
             if value is not None and not QUANTITY.match(value):
                 raise CliError(f"{flag} must be a Kubernetes quantity like 4, 500m or 32Gi, got {value!r}")
         if self.pvc and self.pvc_size:
             raise CliError("--pvc and --pvc-size exclude each other: use an existing claim or create one")
-        for flag, value in (("--pvc", self.pvc), ("--priority-class", self.priority_class),
-                            ("--service-account", self.service_account), ("--storage-class", self.storage_class)):
+        for flag, value in (
+            ("--pvc", self.pvc),
+            ("--priority-class", self.priority_class),
+            ("--service-account", self.service_account),
+            ("--storage-class", self.storage_class),
+        ):
             if value is not None and not DNS1123_SUBDOMAIN.match(value):
                 raise CliError(f"{flag} must be a DNS-1123 name, got {value!r}")
         for secret in self.image_pull_secrets:
@@ -177,7 +187,10 @@ class JobSpec:
             raise CliError(f"{sorted(overlap)[0]} is given both as --env and --secret-env; keep one")
         if self.backoff_limit < 0:
             raise CliError(f"--backoff-limit must be >= 0, got {self.backoff_limit}")
-        for flag, value in (("--active-deadline", self.active_deadline), ("--ttl-after-finished", self.ttl_after_finished)):
+        for flag, value in (
+            ("--active-deadline", self.active_deadline),
+            ("--ttl-after-finished", self.ttl_after_finished),
+        ):
             if value is not None and value < 0:
                 raise CliError(f"{flag} must be >= 0 seconds, got {value}")
         if self.nccl is not None and self.nccl not in NCCL_PRESETS:

@@ -25,26 +25,40 @@ class Emulator:
         self.thread.start()
         assert self._ready.wait(15), "the emulator did not start"
         self.kubeconfig = tmp / "kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-            "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
-            "users": [{"name": "tester", "user": {"token": "not-a-real-token"}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "kmock",
+                    "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
+                    "users": [{"name": "tester", "user": {"token": "not-a-real-token"}}],
+                    "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+                }
+            )
+        )
 
     async def _main(self) -> None:
         async with kmock.KubernetesEmulator() as emu, kmock.Server(emu) as srv:
             self.emu, self.url, self.loop = emu, str(srv.url).rstrip("/"), asyncio.get_running_loop()
             if self.with_crd:
                 emu.resources["kubeflow.org/v1/pytorchjobs"] = kmock.ResourceInfo(kind="PyTorchJob", namespaced=True)
-            for res, kind, sub in (("v1/configmaps", "ConfigMap", set()), ("v1/pods", "Pod", {"log"}),
-                                   ("v1/secrets", "Secret", set()), ("v1/events", "Event", set()),
-                                   ("v1/persistentvolumeclaims", "PersistentVolumeClaim", set())):
+            for res, kind, sub in (
+                ("v1/configmaps", "ConfigMap", set()),
+                ("v1/pods", "Pod", {"log"}),
+                ("v1/secrets", "Secret", set()),
+                ("v1/events", "Event", set()),
+                ("v1/persistentvolumeclaims", "PersistentVolumeClaim", set()),
+            ):
                 emu.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True, subresources=sub)
             # a real API server answers create with 201 and the stored object (kmock's default is 200)
-            (emu ** -1)[kmock.action.CREATE] << 201 << (lambda req: req.data)
+            (emu**-1)[kmock.action.CREATE] << 201 << (lambda req: req.data)
             for ns in self.namespaces:  # kmock cannot route cluster-scoped namespace reads by itself
-                emu[f"get /api/v1/namespaces/{ns}"] << {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                emu[f"get /api/v1/namespaces/{ns}"] << {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": ns},
+                }
             self._stop = asyncio.Event()
             self._ready.set()
             await self._stop.wait()

@@ -33,7 +33,7 @@ def _structural(node: Any) -> Any:
     return node
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def crd_validator(filename: str = "kubeflow.org_pytorchjobs.yaml") -> jsonschema.Draft4Validator:
     crd = yaml.safe_load((SHARED / "crds" / filename).read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -46,9 +46,12 @@ def validate_pytorchjob(obj: dict) -> None:
         e = errors[0]
         raise AssertionError(f"{'/'.join(map(str, e.path))}: {e.message}")
     for rtype, replica in obj["spec"]["pytorchReplicaSpecs"].items():
-        pod_template = {"apiVersion": "v1", "kind": "PodTemplate",
-                        "metadata": {"name": f"{obj['metadata']['name']}-{rtype.lower()}"},
-                        "template": replica["template"]}
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": f"{obj['metadata']['name']}-{rtype.lower()}"},
+            "template": replica["template"],
+        }
         validate_core(pod_template)
 
 

@@ -42,8 +42,9 @@ def test_lint_strict_is_clean():
 
 
 def test_values_schema_is_generated_from_the_trainer_schema():
-    res = subprocess.run([sys.executable, "-m", "operator_cli.chart_schema", "--check"], cwd=ROOT,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "operator_cli.chart_schema", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -58,30 +59,68 @@ def test_schema_drift_would_be_caught(tmp_path, monkeypatch):
 OPTION_SETS = {
     "defaults": ({}, {}),
     "cpu-2-nodes": (dict(nodes=2, gpus_per_node=0), dict(nodes=2, gpusPerNode=0)),
-    "2x8-ib-resources": (dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi"),
-                         dict(nodes=2, gpusPerNode=8, nccl="ib", resources={"cpu": "32", "memory": "256Gi"})),
-    "new-pvc": (dict(nodes=3, pvc_size="500Gi", storage_class="fast"),
-                dict(nodes=3, persistence={"size": "500Gi", "storageClass": "fast"})),
-    "existing-pvc-no-shm": (dict(pvc="shared", shm_size=None), dict(persistence={"existingClaim": "shared"},
-                                                                    shm={"enabled": False})),
+    "2x8-ib-resources": (
+        dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi"),
+        dict(nodes=2, gpusPerNode=8, nccl="ib", resources={"cpu": "32", "memory": "256Gi"}),
+    ),
+    "new-pvc": (
+        dict(nodes=3, pvc_size="500Gi", storage_class="fast"),
+        dict(nodes=3, persistence={"size": "500Gi", "storageClass": "fast"}),
+    ),
+    "existing-pvc-no-shm": (
+        dict(pvc="shared", shm_size=None),
+        dict(persistence={"existingClaim": "shared"}, shm={"enabled": False}),
+    ),
     "scheduling": (
-        dict(nodes=4, gpus_per_node=4, node_selector={"nvidia.com/gpu.product": "H100"},
-             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-             priority_class="high", queue="team-a", service_account="trainer"),
-        dict(nodes=4, gpusPerNode=4, scheduling={
-            "nodeSelector": {"nvidia.com/gpu.product": "H100"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "priorityClassName": "high", "queue": "team-a"}, serviceAccount={"name": "trainer"})),
+        dict(
+            nodes=4,
+            gpus_per_node=4,
+            node_selector={"nvidia.com/gpu.product": "H100"},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            priority_class="high",
+            queue="team-a",
+            service_account="trainer",
+        ),
+        dict(
+            nodes=4,
+            gpusPerNode=4,
+            scheduling={
+                "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "priorityClassName": "high",
+                "queue": "team-a",
+            },
+            serviceAccount={"name": "trainer"},
+        ),
+    ),
     "env-secrets-image": (
-        dict(image="reg.example.com/colbert-train:1.2", image_pull_secrets=["regcred"],
-             env={"WANDB_MODE": "offline", "A_FIRST": "x: y"}, secret_env={"HF_TOKEN": SecretRef("hf", "token")}),
-        dict(image={"repository": "reg.example.com/colbert-train", "tag": "1.2"}, imagePullSecrets=["regcred"],
-             env={"WANDB_MODE": "offline", "A_FIRST": "x: y"}, secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}})),
+        dict(
+            image="reg.example.com/colbert-train:1.2",
+            image_pull_secrets=["regcred"],
+            env={"WANDB_MODE": "offline", "A_FIRST": "x: y"},
+            secret_env={"HF_TOKEN": SecretRef("hf", "token")},
+        ),
+        dict(
+            image={"repository": "reg.example.com/colbert-train", "tag": "1.2"},
+            imagePullSecrets=["regcred"],
+            env={"WANDB_MODE": "offline", "A_FIRST": "x: y"},
+            secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}},
+        ),
+    ),
     "lifetime-metadata": (
-        dict(backoff_limit=0, active_deadline=None, ttl_after_finished=600, labels={"team": "search"},
-             annotations={"example.com/owner": "alice"}),
-        dict(runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 0, "ttlSecondsAfterFinished": 600},
-             labels={"team": "search"}, annotations={"example.com/owner": "alice"})),
+        dict(
+            backoff_limit=0,
+            active_deadline=None,
+            ttl_after_finished=600,
+            labels={"team": "search"},
+            annotations={"example.com/owner": "alice"},
+        ),
+        dict(
+            runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 0, "ttlSecondsAfterFinished": 600},
+            labels={"team": "search"},
+            annotations={"example.com/owner": "alice"},
+        ),
+    ),
     "socket-16-nodes": (dict(nodes=16, gpus_per_node=8, nccl="socket"), dict(nodes=16, gpusPerNode=8, nccl="socket")),
 }
 

@@ -14,9 +14,15 @@ from tests.conftest import ROOT
 HEAVY = ("torch", "transformers", "pylate", "sentence_transformers")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["render", "--config", "CFG", "--name", "x"],
-                                  ["submit", "--dry-run", "--config", "CFG", "--name", "x"]],
-                         ids=["help", "render", "submit-dry-run"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["render", "--config", "CFG", "--name", "x"],
+        ["submit", "--dry-run", "--config", "CFG", "--name", "x"],
+    ],
+    ids=["help", "render", "submit-dry-run"],
+)
 def test_cli_never_imports_torch(args, tmp_path):
     cfg = tmp_path / "t.yaml"
     cfg.write_text("data: {train: {path: d.jsonl}}\n")
@@ -67,7 +73,12 @@ def test_render_output_dir_writes_one_file_per_object(tmp_path):
     cfg = tmp_path / "t.yaml"
     cfg.write_text("data: {train: {path: d.jsonl}}\n")
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["render", "--config", str(cfg), "--name", "job", "--pvc-size", "1Gi", "-o", str(out)])
+    res = CliRunner().invoke(
+        cli, ["render", "--config", str(cfg), "--name", "job", "--pvc-size", "1Gi", "-o", str(out)]
+    )
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "configmap-job-config.yaml", "persistentvolumeclaim-job-workspace.yaml", "pytorchjob-job.yaml"]
+        "configmap-job-config.yaml",
+        "persistentvolumeclaim-job-workspace.yaml",
+        "pytorchjob-job.yaml",
+    ]

@@ -24,8 +24,9 @@ def _hadolint() -> str:
 
 
 def test_hadolint_reports_nothing_at_warning_or_above():
-    res = subprocess.run([_hadolint(), "-f", "json", "--failure-threshold", "warning", str(DOCKERFILE)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [_hadolint(), "-f", "json", "--failure-threshold", "warning", str(DOCKERFILE)], capture_output=True, text=True
+    )
     findings = json.loads(res.stdout or "[]")
     assert [f for f in findings if f["level"] in ("warning", "error")] == [], findings
     assert res.returncode == 0
@@ -49,17 +50,29 @@ def _entrypoint() -> list[str]:
 def test_entrypoint_trains_with_two_cpu_processes(tmp_path, tiny_model, unused_tcp_port):
     """`docker run -e PET_NPROC_PER_NODE=2 IMAGE --config /work/train.yaml`, minus the container."""
     write_triplets(tmp_path / "train.jsonl", 16)
-    (tmp_path / "train.yaml").write_text(yaml.safe_dump({
-        "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48},
-        "data": {"train": {"path": "train.jsonl"}},
-        "training": {"per_device_batch_size": 4, "max_steps": 2},
-        "evaluation": {"after_training": False},
-        "output_dir": "out",
-    }))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
+    (tmp_path / "train.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48},
+                "data": {"train": {"path": "train.jsonl"}},
+                "training": {"per_device_batch_size": 4, "max_steps": 2},
+                "evaluation": {"after_training": False},
+                "output_dir": "out",
+            }
+        )
+    )
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))
+    }
     env.update(PET_NPROC_PER_NODE="2", PATH=f"{os.path.dirname(sys.executable)}:{env['PATH']}")
-    res = subprocess.run([*_entrypoint(), "--config", str(tmp_path / "train.yaml")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [*_entrypoint(), "--config", str(tmp_path / "train.yaml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "launch mode standalone" in res.stderr
     assert "world_size=2" in res.stderr

@@ -38,8 +38,9 @@ def submit(api, config, *extra):
 def test_submit_creates_exactly_the_dry_run_objects(api, config):
     import yaml
 
-    dry = CliRunner().invoke(cli, ["submit", "--config", str(config), "--name", "demo", "--nodes", "2",
-                                   "--gpus-per-node", "8", "--dry-run"])
+    dry = CliRunner().invoke(
+        cli, ["submit", "--config", str(config), "--name", "demo", "--nodes", "2", "--gpus-per-node", "8", "--dry-run"]
+    )
     res = submit(api, config)
     assert res.exit_code == 0, res.output
     assert "created PyTorchJob default/demo" in res.output and "colbert-k8s logs demo -f --all" in res.output
@@ -58,8 +59,16 @@ def test_submit_409_suggests_another_name(api, config):
 
 
 def test_refused_job_rolls_back_the_configmap(api, config):
-    api.react("create", JOBS) << 403 << {"kind": "Status", "code": 403, "reason": "Forbidden",
-                                         "message": 'pytorchjobs.kubeflow.org is forbidden: User "tester" cannot create'}
+    (
+        api.react("create", JOBS)
+        << 403
+        << {
+            "kind": "Status",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": 'pytorchjobs.kubeflow.org is forbidden: User "tester" cannot create',
+        }
+    )
     res = submit(api, config)
     assert res.exit_code == 2
     lines = [line for line in res.output.splitlines() if line.startswith("error:")]
@@ -70,8 +79,16 @@ def test_refused_job_rolls_back_the_configmap(api, config):
 
 
 def test_422_invalid_is_one_line(api, config):
-    api.react("create", JOBS) << 422 << {"kind": "Status", "code": 422, "reason": "Invalid",
-                                         "message": "PyTorchJob.kubeflow.org \"demo\" is invalid: spec.foo: unknown"}
+    (
+        api.react("create", JOBS)
+        << 422
+        << {
+            "kind": "Status",
+            "code": 422,
+            "reason": "Invalid",
+            "message": 'PyTorchJob.kubeflow.org "demo" is invalid: spec.foo: unknown',
+        }
+    )
     res = submit(api, config)
     assert res.exit_code == 2 and "rejected PyTorchJob default/demo as invalid (422)" in res.output
 
@@ -94,7 +111,9 @@ def test_missing_namespace_secret_and_pvc_are_caught_before_creating(api, config
     res = submit(api, config, "--pvc", "data")
     assert res.exit_code == 2 and "PersistentVolumeClaim default/data does not exist" in res.output
     assert api.objects("configmaps") == [] and api.objects("pytorchjobs") == []
-    api.add("v1/secrets", "default", {"metadata": {"name": "hf", "namespace": "default"}, "data": {"token": "c2VjcmV0"}})
+    api.add(
+        "v1/secrets", "default", {"metadata": {"name": "hf", "namespace": "default"}, "data": {"token": "c2VjcmV0"}}
+    )
     api.add("v1/persistentvolumeclaims", "default", {"metadata": {"name": "data", "namespace": "default"}})
     res = submit(api, config, "--secret-env", "HF_TOKEN=hf/token", "--pvc", "data")
     assert res.exit_code == 0, res.output
@@ -102,32 +121,93 @@ def test_missing_namespace_secret_and_pvc_are_caught_before_creating(api, config
 
 
 def _job_with_status(state: str) -> dict:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": "demo", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "colbert-k8s"}},
-            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
-                {"name": "pytorch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
-                "Worker": {"replicas": 1}}},
-            "status": {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated"},
-                                      {"type": state, "status": "True", "reason": f"PyTorchJob{state}"}]}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "demo", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "colbert-k8s"}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "pytorch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+                            ]
+                        }
+                    },
+                },
+                "Worker": {"replicas": 1},
+            }
+        },
+        "status": {
+            "conditions": [
+                {"type": "Created", "status": "True", "reason": "PyTorchJobCreated"},
+                {"type": state, "status": "True", "reason": f"PyTorchJob{state}"},
+            ]
+        },
+    }
 
 
 def _pod(name: str, rtype: str, index: int, phase: str, **status) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {
-                "training.kubeflow.org/job-name": "demo", "training.kubeflow.org/replica-type": rtype,
-                "training.kubeflow.org/replica-index": str(index)}},
-            "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
-            "status": {"phase": phase, **status}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {
+                "training.kubeflow.org/job-name": "demo",
+                "training.kubeflow.org/replica-type": rtype,
+                "training.kubeflow.org/replica-index": str(index),
+            },
+        },
+        "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+        "status": {"phase": phase, **status},
+    }
 
 
 def test_status_shows_why_pods_are_stuck(api):
     api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
-    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Running", containerStatuses=[{
-        "name": "pytorch", "ready": True, "restartCount": 2, "image": "x", "imageID": "",
-        "state": {"running": {}}, "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]))
-    api.add("v1/pods", "default", _pod("demo-worker-0", "worker", 0, "Pending", conditions=[{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]))
+    api.add(
+        "v1/pods",
+        "default",
+        _pod(
+            "demo-master-0",
+            "master",
+            0,
+            "Running",
+            containerStatuses=[
+                {
+                    "name": "pytorch",
+                    "ready": True,
+                    "restartCount": 2,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"running": {}},
+                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+                }
+            ],
+        ),
+    )
+    api.add(
+        "v1/pods",
+        "default",
+        _pod(
+            "demo-worker-0",
+            "worker",
+            0,
+            "Pending",
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        ),
+    )
     res = run(api, "status", "demo")
     assert res.exit_code == 0, res.output
     assert res.output.startswith("demo: Running")
@@ -140,9 +220,26 @@ def test_status_shows_why_pods_are_stuck(api):
 
 def test_status_image_pull_backoff(api):
     api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Created"))
-    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Pending", containerStatuses=[{
-        "name": "pytorch", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"reg/x:1\""}}}]))
+    api.add(
+        "v1/pods",
+        "default",
+        _pod(
+            "demo-master-0",
+            "master",
+            0,
+            "Pending",
+            containerStatuses=[
+                {
+                    "name": "pytorch",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "reg/x:1"'}},
+                }
+            ],
+        ),
+    )
     res = run(api, "status", "demo")
     assert "ImagePullBackOff: Back-off pulling image" in res.output
 
@@ -160,8 +257,11 @@ def test_logs_are_prefixed_by_replica_and_rank(api):
         api.react("get", f"/api/v1/namespaces/default/pods/{pod}/log") << {"Content-Type": "text/plain"} << text
     res = run(api, "logs", "demo", "--all")
     assert res.exit_code == 0, res.output
-    assert res.output.splitlines() == ["[master-0 rank 0] [rank 0] step 1", "[master-0 rank 0] [rank 0] done",
-                                       "[worker-0 rank 1] [rank 1] step 1"]
+    assert res.output.splitlines() == [
+        "[master-0 rank 0] [rank 0] step 1",
+        "[master-0 rank 0] [rank 0] done",
+        "[worker-0 rank 1] [rank 1] step 1",
+    ]
     res = run(api, "logs", "demo", "--rank", "1")
     assert res.output.splitlines() == ["[worker-0 rank 1] [rank 1] step 1"]
     res = run(api, "logs", "demo", "-f", "--poll-interval", "0.1")
@@ -184,8 +284,11 @@ def test_delete_removes_everything_it_created(api, config):
     assert submit(api, config, "--pvc-size", "10Gi").exit_code == 0
     res = run(api, "delete", "demo")
     assert res.exit_code == 0, res.output
-    assert res.output.splitlines() == ["deleted PyTorchJob demo", "deleted ConfigMap demo-config",
-                                       "deleted PersistentVolumeClaim demo-workspace"]
+    assert res.output.splitlines() == [
+        "deleted PyTorchJob demo",
+        "deleted ConfigMap demo-config",
+        "deleted PersistentVolumeClaim demo-workspace",
+    ]
     assert api.objects("pytorchjobs") == [] and api.objects("configmaps") == []
     res = run(api, "delete", "demo")
     assert res.exit_code == 1 and "not found" in res.output
@@ -193,9 +296,31 @@ def test_delete_removes_everything_it_created(api, config):
 
 def test_wait_follows_to_the_end(api, config):
     api.react("get", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/demo") << _job_with_status("Failed")
-    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Failed", containerStatuses=[{
-        "name": "pytorch", "ready": False, "restartCount": 3, "image": "x", "imageID": "",
-        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}}}]))
+    api.add(
+        "v1/pods",
+        "default",
+        _pod(
+            "demo-master-0",
+            "master",
+            0,
+            "Failed",
+            containerStatuses=[
+                {
+                    "name": "pytorch",
+                    "ready": False,
+                    "restartCount": 3,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": "back-off 5m0s restarting failed container",
+                        }
+                    },
+                }
+            ],
+        ),
+    )
     res = submit(api, config, "--wait", "--poll-interval", "0.1")
     assert res.exit_code == 1
     assert "demo: Failed" in res.output and "master-0: CrashLoopBackOff" in res.output
@@ -205,10 +330,18 @@ def test_unreachable_cluster_and_missing_kubeconfig(tmp_path, config, monkeypatc
     import yaml
 
     kc = tmp_path / "kc"
-    kc.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {}}], "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}]}))
+    kc.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [{"name": "x", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}],
+            }
+        )
+    )
     res = CliRunner().invoke(cli, ["list", "--kubeconfig", str(kc)])
     assert res.exit_code == 2 and "cannot reach the cluster at http://127.0.0.1:9" in res.output
     assert "Traceback" not in res.output

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -43,14 +42,26 @@ def _workdir(tmp: Path, model: Path, n_rows: int, over: dict | None = None) -> P
 
 
 def _local(workdir: Path, *extra: str, **kw):
-    cmd = [*CLI, "local", "--config", str(workdir / "train.yaml"), "--name", "tiny", "--nodes", "2",
-           "--gpus-per-node", "0", "--workdir", str(workdir), *extra]
+    cmd = [
+        *CLI,
+        "local",
+        "--config",
+        str(workdir / "train.yaml"),
+        "--name",
+        "tiny",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "0",
+        "--workdir",
+        str(workdir),
+        *extra,
+    ]
     return cmd
 
 
 def test_replica_env_matches_the_operator(tmp_path):
-    spec = JobSpec(name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0,
-                   env={"FOO": "bar"})
+    spec = JobSpec(name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0, env={"FOO": "bar"})
     reps = plan_replicas(render(spec), tmp_path / "ws", tmp_path / "cfg", "127.0.0.1", 23456)
     assert [r.replica for r in reps] == ["master-0", "worker-0", "worker-1"]
     for i, r in enumerate(reps):
@@ -93,16 +104,20 @@ def test_sigkilled_replica_is_restarted_and_resumes(tmp_path, tiny_model):
 
     every = 4
     wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
-    proc = subprocess.Popen(_local(wd, "--backoff-limit", "2"), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _local(wd, "--backoff-limit", "2"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     ckpts = wd / "output" / "checkpoints"
     deadline = time.time() + 240
     while not any(s >= 2 * every for s, _ in list_checkpoints(ckpts)):
         assert proc.poll() is None and time.time() < deadline, "finished before it could be killed"
         time.sleep(0.05)
-    worker = next(p for p in psutil.Process(proc.pid).children(recursive=True)
-                  if "trainer" in " ".join(p.cmdline()) or "colbert-train" in " ".join(p.cmdline())
-                  if p.environ().get("RANK") == "1")
+    worker = next(
+        p
+        for p in psutil.Process(proc.pid).children(recursive=True)
+        if "trainer" in " ".join(p.cmdline()) or "colbert-train" in " ".join(p.cmdline())
+        if p.environ().get("RANK") == "1"
+    )
     worker.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]

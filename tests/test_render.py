@@ -23,15 +23,25 @@ MATRIX = {
     "16-nodes-socket": dict(nodes=16, gpus_per_node=4, nccl="socket"),
     "existing-pvc": dict(nodes=2, gpus_per_node=2, pvc="shared-data"),
     "new-pvc": dict(nodes=3, gpus_per_node=1, pvc_size="500Gi", storage_class="fast-rwx"),
-    "scheduling": dict(nodes=2, gpus_per_node=8, node_selector={"nvidia.com/gpu.product": "H100"},
-                       tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                       priority_class="high", queue="team-a", service_account="trainer"),
+    "scheduling": dict(
+        nodes=2,
+        gpus_per_node=8,
+        node_selector={"nvidia.com/gpu.product": "H100"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        priority_class="high",
+        queue="team-a",
+        service_account="trainer",
+    ),
     "pull-secrets": dict(image="reg.example.com/ml/colbert-train:1.2", image_pull_secrets=["regcred", "other"]),
-    "env-and-secrets": dict(env={"WANDB_MODE": "offline", "LOG_LEVEL": "debug"},
-                            secret_env={"HF_TOKEN": SecretRef("hf", "token"), "WANDB_API_KEY": SecretRef("wandb", "key")}),
+    "env-and-secrets": dict(
+        env={"WANDB_MODE": "offline", "LOG_LEVEL": "debug"},
+        secret_env={"HF_TOKEN": SecretRef("hf", "token"), "WANDB_API_KEY": SecretRef("wandb", "key")},
+    ),
     "lifetime": dict(backoff_limit=0, active_deadline=None, ttl_after_finished=0),
-    "metadata": dict(labels={"team": "search", "example.com/cost-center": "42"},
-                     annotations={"example.com/owner": "alice@example.com", "note": "a: b"}),
+    "metadata": dict(
+        labels={"team": "search", "example.com/cost-center": "42"},
+        annotations={"example.com/owner": "alice@example.com", "note": "a: b"},
+    ),
     "namespace": dict(namespace="ml-training", nodes=4, gpus_per_node=8),
 }
 
@@ -57,8 +67,11 @@ def test_matrix_passes_crd_and_core_schemas(opts):
         assert container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0) == spec.gpus_per_node
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                                                "capabilities": {"drop": ["ALL"]}}
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
         assert r["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     for obj in objects:
         labels = obj["metadata"]["labels"]
@@ -87,7 +100,7 @@ def test_secret_values_never_rendered():
 
 
 HOSTILE = [
-    'quote " and \' here',
+    "quote \" and ' here",
     "newline\nkind: Secret\n---\napiVersion: v1",
     "{{ spec.name }} {% if true %}x{% endif %}",
     "colon: value, - dash: [list] {map: 1} # comment",
@@ -96,10 +109,16 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("value", HOSTILE, ids=["quotes", "newline-doc", "jinja", "yaml-syntax", "unicode", "yaml-tags"])
+@pytest.mark.parametrize(
+    "value", HOSTILE, ids=["quotes", "newline-doc", "jinja", "yaml-syntax", "unicode", "yaml-tags"]
+)
 def test_hostile_values_cannot_change_structure(value):
-    spec = _spec(nodes=2, env={"USER_VALUE": value}, annotations={"example.com/note": value},
-                 config_text=CONFIG + f"# {value!r}\n")
+    spec = _spec(
+        nodes=2,
+        env={"USER_VALUE": value},
+        annotations={"example.com/note": value},
+        config_text=CONFIG + f"# {value!r}\n",
+    )
     objects = render(spec)
     text = to_yaml(objects)
     reparsed = list(yaml.safe_load_all(text))
@@ -146,13 +165,42 @@ def test_golden_dry_run(tmp_path):
     """The full `submit --dry-run` output for one option set, compared with the reviewed golden file."""
     cfg = tmp_path / "train.yaml"
     cfg.write_text(CONFIG)
-    args = ["--config", str(cfg), "--name", "golden", "--nodes", "2", "--gpus-per-node", "4", "--nccl", "socket",
-            "--pvc-size", "50Gi", "--secret-env", "HF_TOKEN=hf/token", "--env", "WANDB_MODE=offline",
-            "--memory", "64Gi", "--queue", "research"]
-    rendered = subprocess.run([sys.executable, "-m", "operator_cli.cli", "render", *args], capture_output=True,
-                              text=True, cwd=ROOT, check=True).stdout
-    dry = subprocess.run([sys.executable, "-m", "operator_cli.cli", "submit", "--dry-run", *args],
-                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    args = [
+        "--config",
+        str(cfg),
+        "--name",
+        "golden",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--nccl",
+        "socket",
+        "--pvc-size",
+        "50Gi",
+        "--secret-env",
+        "HF_TOKEN=hf/token",
+        "--env",
+        "WANDB_MODE=offline",
+        "--memory",
+        "64Gi",
+        "--queue",
+        "research",
+    ]
+    rendered = subprocess.run(
+        [sys.executable, "-m", "operator_cli.cli", "render", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    dry = subprocess.run(
+        [sys.executable, "-m", "operator_cli.cli", "submit", "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
     assert dry == rendered
     golden = ROOT / "tests" / "golden" / "dry_run.yaml"
     assert rendered == golden.read_text()

@@ -61,6 +61,9 @@ def process_group(layout: Layout, timeout_s: int) -> Iterator[None]:
     )
     try:
         yield
+        # Leave together: a rank that tears down while rank 0 (the TCPStore host) still works can
+        # abort in its store thread at exit ("terminate called without an active exception").
+        dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -57,10 +57,9 @@ def resolve_model_path(name: str) -> str:
 
 def build_model(cfg, device):
     from pylate import models
+    from transformers.utils import logging as hf_logging
 
     from trainer.config import ConfigError
-
-    from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # keep rank-prefixed logs readable
     path = resolve_model_path(cfg.name_or_path)
