@@ -29,4 +29,5 @@ SHM_MOUNT = "/dev/shm"
 
 RUN_AS_USER = 1000  # the Dockerfile's `colbert` user
 DEFAULT_IMAGE = "colbert-k8s/colbert-train:0.1.0"
-TRAINING_OPERATOR_INSTALL = 'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
+_OPERATOR_KUSTOMIZE = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"
+TRAINING_OPERATOR_INSTALL = f'kubectl apply --server-side -k "{_OPERATOR_KUSTOMIZE}"'
