@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from operator_cli.constants import DEFAULT_IMAGE
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_env, parse_toleration, read_config
@@ -66,7 +67,7 @@ def job_options(fn):
             type=int,
             help="GPUs and processes per pod; 0 = CPU job, 1 process per pod.",
         ),
-        click.option("--image", default="colbert-k8s/colbert-train:0.1.0", show_default=True),
+        click.option("--image", default=DEFAULT_IMAGE, show_default=True),
         click.option("--cpu", help="CPU request and limit per pod, e.g. 8."),
         click.option("--memory", help="Memory request and limit per pod, e.g. 64Gi."),
         click.option(

@@ -94,7 +94,6 @@ def plan_replicas(
     config_dir: Path,
     master_addr: str,
     master_port: int,
-    hosts: dict[str, str] | None = None,
 ) -> list[Replica]:
     """The processes the operator would start, with their environment, command and working dir."""
     job = next(o for o in objects if o["kind"] == C.KIND)
@@ -123,16 +122,15 @@ def plan_replicas(
         container = _container(template)
         for i in range(specs[rtype]["replicas"]):
             host = f"{name}-{rtype.lower()}-{i}"
-            addr = (hosts or {}).get(f"{name}-master-0", master_addr)
             env = dict(base)
             env.update(
                 {
                     "PYTHONUNBUFFERED": "1",
-                    "MASTER_ADDR": addr,
+                    "MASTER_ADDR": master_addr,
                     "MASTER_PORT": str(master_port),
                     "WORLD_SIZE": str(total * nproc),
                     "RANK": str(index),
-                    "PET_MASTER_ADDR": addr,
+                    "PET_MASTER_ADDR": master_addr,
                     "PET_MASTER_PORT": str(master_port),
                     "PET_NNODES": str(total),
                     "PET_NPROC_PER_NODE": nproc_raw,
@@ -253,15 +251,23 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     if isolate_network:
         from operator_cli.netns import Network
 
-        network = Network.create(name, len(_replica_hosts(job)), _replica_hosts(job))
+        network = Network.create(_replica_hosts(job))
+        click.echo(
+            "local: replicas isolated in network namespaces: "
+            + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
+            err=True,
+        )
     started = time.time()
     restarts = 0
     try:
         while True:
             port = _free_port()
-            hosts = network.hosts if network else None
-            replicas = plan_replicas(objects, workdir, config_dir, "127.0.0.1", port, hosts)
-            wrap = network.wrap if network else (lambda r: r.command)
+            master = f"{name}-master-0" if network else "127.0.0.1"  # the operator's name, resolved per namespace
+            replicas = plan_replicas(objects, workdir, config_dir, master, port)
+            if network:
+                for r in replicas:  # bind gloo/NCCL to the veth, as to a pod's eth0
+                    r.env.update(GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
+            wrap = (lambda r: network.wrap(r.host, r.command)) if network else (lambda r: r.command)
             threads = _start(replicas, wrap)
             failed = _wait_any_failure(replicas)
             if failed is None:

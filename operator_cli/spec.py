@@ -14,6 +14,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from operator_cli.constants import DEFAULT_IMAGE
 from operator_cli.errors import CliError
 
 __all__ = ["JobSpec", "SecretRef", "parse_pairs", "parse_toleration", "parse_secret_env", "generate_name"]
@@ -103,7 +104,7 @@ class JobSpec:
     """Pods (Master + Workers); each runs ``gpus_per_node`` processes."""
     gpus_per_node: int = 1
     """GPUs per pod; 0 runs one CPU process per pod."""
-    image: str = "colbert-k8s/colbert-train:0.1.0"
+    image: str = DEFAULT_IMAGE
     cpu: str | None = None
     memory: str | None = None
     shm_size: str | None = "8Gi"

@@ -141,3 +141,24 @@ def test_failing_replica_exhausts_backoff_limit(tmp_path, tiny_model):
     assert errors == [errors[0]] and "backoffLimit 1 is used up (1 restart(s))" in errors[0]
     assert "column 'positive' is missing" in res.stdout
     assert "Traceback" not in res.stdout + res.stderr
+
+
+def _netns_reason() -> str | None:
+    from operator_cli.netns import available
+
+    return available()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
+def test_isolated_network_namespaces(tmp_path, tiny_model):
+    wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
+    res = subprocess.run(_local(wd, "--isolate-network"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    addrs = dict(pair.split("=") for pair in res.stderr.split("network namespaces: ")[1].splitlines()[0].split(", "))
+    assert set(addrs) == {"tiny-master-0", "tiny-worker-0"} and not addrs["tiny-master-0"].startswith("127.")
+    # both ranks rendezvoused on the operator's host name, not on loopback
+    assert res.stdout.count("master=tiny-master-0:") == 2
+    assert "job tiny succeeded: 2 steps" in res.stdout
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "ck8s-" not in left and not list(Path("/etc/netns").glob("ck8s-*"))

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from trainer.env import Layout
 
 __all__ = [
+    "gather_floats",
     "process_group",
     "device_for",
     "all_gather_with_grad",
@@ -137,6 +138,16 @@ def mean_across(value: float, device: torch.device) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t.item() / dist.get_world_size())
+
+
+def gather_floats(value: float, device: torch.device) -> list[float]:
+    """One float from every rank, in rank order (peak memory per process, for metrics.json)."""
+    if not _active():
+        return [value]
+    t = torch.zeros(dist.get_world_size(), dtype=torch.float64, device=device)
+    t[dist.get_rank()] = value
+    dist.all_reduce(t)
+    return t.tolist()
 
 
 def broadcast_parameters(module: torch.nn.Module) -> None:

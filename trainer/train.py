@@ -139,7 +139,7 @@ def run(config_path: str) -> dict:
         negatives = (data.global_batch if gather else tcfg.per_device_batch_size) * data.docs_per_query - 1
         log.info(
             "scale: world_size=%d per_device_batch=%d global_batch=%d in-batch negatives/query=%d "
-            "steps=%d (%d/epoch) loss=%s gather=%s mode=%s",
+            "steps=%d (%d/epoch) loss=%s gather=%s mode=%s master=%s:%s",
             layout.world_size,
             tcfg.per_device_batch_size,
             data.global_batch,
@@ -149,6 +149,8 @@ def run(config_path: str) -> dict:
             cfg.loss.name,
             gather,
             layout.mode,
+            layout.master_addr,
+            layout.master_port,
         )
 
         # ---- optimizer and schedule
@@ -209,8 +211,8 @@ def run(config_path: str) -> dict:
 
             loss = D.mean_across(local_loss, device)  # the global-batch mean, comparable across world sizes
             losses.append(loss)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}")
             if step % tcfg.log_every == 0 or step == total_steps:
                 log.info(
                     "step %d/%d loss %.4f grad_norm %.3f lr %.2e",
@@ -226,6 +228,7 @@ def run(config_path: str) -> dict:
         elapsed = time.perf_counter() - started
         done = step - first_step
         metrics.update(
+            peak_rss_mb=D.gather_floats(_peak_rss_mb(), device),
             steps=step,
             final_loss=losses[-1] if losses else None,
             train_seconds=round(elapsed, 2),
@@ -246,6 +249,12 @@ def run(config_path: str) -> dict:
             log.info("done: %d steps in %.1fs; model at %s", step, elapsed, metrics["model_dir"])
         D.barrier()
     return metrics
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
 
 
 def _scaled(loss_fn, scaler, model, batch) -> float:

@@ -11,6 +11,8 @@ from trainer.encode import encode
 
 __all__ = ["Contrastive", "contrastive_from_embeddings"]
 
+SCORE_CHUNK = 16  # queries scored at once
+
 
 def _rank() -> int:
     import torch.distributed as dist
@@ -39,7 +41,12 @@ def contrastive_from_embeddings(
         documents_mask = all_gather_no_grad(documents_mask)
     flat_docs = documents.flatten(0, 1)  # (W*b*n_docs, d_tokens, dim)
     flat_mask = documents_mask.flatten(0, 1)  # (W*b*n_docs, d_tokens)
-    scores = colbert_scores(queries, flat_docs, documents_mask=flat_mask.to(queries.dtype))  # (b, W*b*n_docs)
+    doc_mask = flat_mask.to(queries.dtype)
+    # Score a few queries at a time: the (queries, docs, q_tokens, d_tokens) similarity tensor is
+    # transient per chunk (max's backward keeps only indices), so memory does not grow with b*W*b.
+    scores = torch.cat(
+        [colbert_scores(q, flat_docs, documents_mask=doc_mask) for q in queries.split(SCORE_CHUNK)]
+    )  # (b, W*b*n_docs)
     offset = _rank() * b if gather else 0
     labels = (offset + torch.arange(b, device=queries.device)) * n_docs  # index of each positive
     return F.cross_entropy(scores.float() / temperature, labels, reduction="mean")

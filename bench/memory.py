@@ -1,0 +1,72 @@
+"""Peak RSS per process against the global batch, for `contrastive` and `cached-contrastive` (2 processes).
+
+    python bench/memory.py --out bench/results/memory.json && python bench/plot.py
+
+GradCache keeps only embeddings for the whole batch and runs the encoder on fixed mini-batches, so
+its memory should stay flat while plain contrastive grows with the batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from bench.common import git_commit, minilm, quickstart_data, run_colbert_train, stats
+
+GLOBAL_BATCHES = (64, 256, 1024)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--mini-batch", type=int, default=16)
+    p.add_argument("--query-length", type=int, default=16)
+    p.add_argument("--document-length", type=int, default=32)
+    p.add_argument("--out", type=Path, default=Path("bench/results/memory.json"))
+    args = p.parse_args()
+    model = minilm()
+    work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    rows = quickstart_data(work / "data").read_text().splitlines()
+    data = work / "data" / "repeated.jsonl"  # enough rows for one global batch of 1024 (content is irrelevant here)
+    data.write_text("\n".join(rows * (1 + max(GLOBAL_BATCHES) // len(rows))) + "\n")
+    results = {
+        "commit": git_commit(),
+        "processes": 2,
+        "mini_batch": args.mini_batch,
+        "query_length": args.query_length,
+        "document_length": args.document_length,
+        "peak_rss_mb": {},
+    }
+    for loss in ("contrastive", "cached-contrastive"):
+        results["peak_rss_mb"][loss] = {}
+        for global_batch in GLOBAL_BATCHES:
+            loss_cfg = {"name": loss} if loss == "contrastive" else {"name": loss, "mini_batch_size": args.mini_batch}
+            peaks = []
+            for rep in range(args.repeats):
+                cfg = {
+                    "model": {
+                        "name_or_path": model,
+                        "query_length": args.query_length,
+                        "document_length": args.document_length,
+                    },
+                    "data": {"train": {"path": str(data)}},
+                    "loss": loss_cfg,
+                    "training": {"per_device_batch_size": global_batch // 2, "max_steps": 1},
+                    "evaluation": {"after_training": False},
+                }
+                m = run_colbert_train(work / f"{loss}-{global_batch}-{rep}", 2, cfg)
+                peaks.append(max(m["peak_rss_mb"]))
+                print(
+                    f"{loss} global={global_batch} rep={rep}: peak RSS {max(m['peak_rss_mb']):.0f} MiB/process",
+                    flush=True,
+                )
+            results["peak_rss_mb"][loss][str(global_batch)] = stats(peaks)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
