@@ -35,7 +35,6 @@ import click
 import yaml
 
 from operator_cli import constants as C
-from operator_cli.errors import CliError
 
 __all__ = ["Replica", "plan_replicas", "run_local"]
 
@@ -259,6 +258,7 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
         )
     started = time.time()
     restarts = 0
+    replicas: list[Replica] = []
     try:
         while True:
             port = _free_port()
@@ -293,10 +293,8 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
                 f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint",
                 err=True,
             )
-    except KeyboardInterrupt:
+    finally:  # Ctrl-C or any error: no replica outlives the command, no namespace or temp dir is left
         _stop(replicas)
-        raise
-    finally:
         shutil.rmtree(config_dir, ignore_errors=True)
         if network:
             network.destroy()
@@ -320,8 +318,3 @@ def _wait_any_failure(replicas: list[Replica]) -> Replica | None:
         if all(code == 0 for code in codes):
             return None
         time.sleep(0.2)
-
-
-def ensure_local_possible(objects: list[dict[str, Any]]) -> None:
-    if not any(o["kind"] == C.KIND for o in objects):
-        raise CliError("nothing to run: no PyTorchJob among the rendered objects")

@@ -58,17 +58,13 @@ def test_submit_409_suggests_another_name(api, config):
     assert "--name" in res.output and "Traceback" not in res.output
 
 
+def _refuse(api, code: int, reason: str, message: str) -> None:
+    """Make the API server answer the next PyTorchJob create with this Status."""
+    api.react("create", JOBS) << code << {"kind": "Status", "code": code, "reason": reason, "message": message}
+
+
 def test_refused_job_rolls_back_the_configmap(api, config):
-    (
-        api.react("create", JOBS)
-        << 403
-        << {
-            "kind": "Status",
-            "code": 403,
-            "reason": "Forbidden",
-            "message": 'pytorchjobs.kubeflow.org is forbidden: User "tester" cannot create',
-        }
-    )
+    _refuse(api, 403, "Forbidden", 'pytorchjobs.kubeflow.org is forbidden: User "tester" cannot create')
     res = submit(api, config)
     assert res.exit_code == 2
     lines = [line for line in res.output.splitlines() if line.startswith("error:")]
@@ -79,16 +75,7 @@ def test_refused_job_rolls_back_the_configmap(api, config):
 
 
 def test_422_invalid_is_one_line(api, config):
-    (
-        api.react("create", JOBS)
-        << 422
-        << {
-            "kind": "Status",
-            "code": 422,
-            "reason": "Invalid",
-            "message": 'PyTorchJob.kubeflow.org "demo" is invalid: spec.foo: unknown',
-        }
-    )
+    _refuse(api, 422, "Invalid", 'PyTorchJob.kubeflow.org "demo" is invalid: spec.foo: unknown')
     res = submit(api, config)
     assert res.exit_code == 2 and "rejected PyTorchJob default/demo as invalid (422)" in res.output
 
@@ -350,3 +337,44 @@ def test_unreachable_cluster_and_missing_kubeconfig(tmp_path, config, monkeypatc
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     res = CliRunner().invoke(cli, ["list"])
     assert res.exit_code == 2 and "no kubeconfig found" in res.output
+
+
+def test_status_reason_from_events(api):
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Created"))
+    api.add(
+        "v1/pods",
+        "default",
+        _pod(
+            "demo-master-0",
+            "master",
+            0,
+            "Pending",
+            containerStatuses=[
+                {
+                    "name": "pytorch",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+            ],
+        ),
+    )
+    api.add(
+        "v1/events",
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "type": "Warning",
+            "reason": "FailedMount",
+            "metadata": {"name": "demo-master-0.1", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "name": "demo-master-0", "namespace": "default"},
+            "message": 'MountVolume.SetUp failed for volume "config" : configmap "demo-config" not found',
+            "lastTimestamp": "2026-11-29T10:00:00Z",
+        },
+    )
+    res = run(api, "status", "demo")
+    master = next(line for line in res.output.splitlines() if line.startswith("master-0"))
+    assert 'FailedMount: MountVolume.SetUp failed for volume "config"' in master

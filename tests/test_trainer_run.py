@@ -182,3 +182,29 @@ def test_killed_rank_resumes_from_last_checkpoint(tmp_path, tiny_model, unused_t
     assert metrics["steps"] == 40
     for step, path in list_checkpoints(ckpts):  # every kept checkpoint loads, with its own step
         assert load_checkpoint(path)["step"] == step
+
+
+@pytest.mark.slow
+def test_distillation_run(tmp_path, tiny_model):
+    rows = [
+        {"query": f"question {i}", "documents": [f"answer {i}", f"other {i}", f"noise {i}"], "scores": [3.0, 1.0, 0.0]}
+        for i in range(8)
+    ]
+    data = tmp_path / "distill.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _train(_config(tmp_path, tiny_model, data, {"loss": {"name": "distillation"}, "training.max_steps": 2}), 1, 0)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["loss"] == "distillation"
+
+
+def test_training_imports_no_indexing_code(tiny_model):
+    code = (
+        "import sys, torch\n"
+        "from trainer import train, losses, evaluate, data, checkpoint\n"
+        "from trainer.config import ModelConfig\n"
+        f"train.build_model(ModelConfig(name_or_path={str(tiny_model)!r}), torch.device('cpu'))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('fast_plaid', 'pylate.indexes', 'pylate.retrieve'))))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "[]"

@@ -116,7 +116,6 @@ class TrainingConfig(_Strict):
     gather_across_devices: bool | None = Field(
         None, description="In-batch negatives from every rank; default on when the world size is > 1."
     )
-    dataloader_workers: int = Field(0, ge=0)
     log_every: int = Field(10, ge=1)
 
 

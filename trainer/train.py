@@ -23,7 +23,7 @@ log = logging.getLogger("trainer")
 PACKAGED_MINILM = {"sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"}
 
 
-def _setup_logging(rank: int) -> None:
+def _setup_logging(rank: int | str) -> None:
     logging.basicConfig(
         level=logging.INFO,
         format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s",
@@ -89,6 +89,10 @@ def _autocast(precision: str, device):
 
     if precision == "auto":
         precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        from trainer.config import ConfigError
+
+        raise ConfigError("training.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
     if precision == "fp32":
         return precision, contextlib.nullcontext
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
@@ -158,15 +162,16 @@ def run(config_path: str) -> dict:
         optimizer = torch.optim.AdamW(
             params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay, fused=device.type == "cuda"
         )
-        warmup = int(tcfg.warmup_ratio * total_steps)
-        schedule = lambda s: (
-            (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))
-        )  # noqa: E731
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, _linear_warmup_decay(int(tcfg.warmup_ratio * total_steps), total_steps)
+        )
         precision, autocast = _autocast(tcfg.precision, device)
         scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        if scaler.is_enabled():
+            loss_fn.backward = lambda t: scaler.scale(t).backward()
 
         # ---- resume from the newest complete checkpoint
+        metrics: dict = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
         step = 0
         found = latest_checkpoint(ckpt_dir) if cfg.checkpoint.resume else None
         if found:
@@ -175,6 +180,7 @@ def run(config_path: str) -> dict:
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
             step = state["step"]
+            metrics.update(state.get("metrics", {}))  # e.g. the evaluation before training
             rng = state["rng"]
             if len(rng) == layout.world_size:
                 torch.set_rng_state(rng[layout.rank]["torch"])
@@ -182,7 +188,6 @@ def run(config_path: str) -> dict:
             log.info("resumed from %s at step %d/%d", path, step, total_steps)
 
         split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
-        metrics: dict = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
         if split and cfg.evaluation.before_training and step == 0:
             if layout.is_main:
                 metrics["before"] = evaluate(model, split, cfg.evaluation.batch_size)
@@ -196,9 +201,7 @@ def run(config_path: str) -> dict:
         while step < total_steps:
             batch = data.batch(step, layout.rank, device)
             with autocast():
-                local_loss = (
-                    loss_fn(model, batch) if not scaler.is_enabled() else _scaled(loss_fn, scaler, model, batch)
-                )
+                local_loss = loss_fn(model, batch)
             D.average_gradients(params)
             if scaler.is_enabled():
                 scaler.unscale_(optimizer)
@@ -223,7 +226,7 @@ def run(config_path: str) -> dict:
                     scheduler.get_last_lr()[0],
                 )
             if step % cfg.checkpoint.every_steps == 0 and step < total_steps:
-                _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, save_checkpoint)
+                _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics, save_checkpoint)
         bar.close()
         elapsed = time.perf_counter() - started
         done = step - first_step
@@ -257,13 +260,18 @@ def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
 
 
-def _scaled(loss_fn, scaler, model, batch) -> float:
-    """fp16 only: let the loss backpropagate a scaled value."""
-    loss_fn.backward_scale = scaler.get_scale()
-    return loss_fn(model, batch)
+def _linear_warmup_decay(warmup: int, total: int):
+    """LR multiplier: linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
 
 
-def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, save) -> None:
+def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics, save) -> None:
     import torch
     import torch.distributed as dist
 
@@ -281,6 +289,7 @@ def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, save) 
             "step": step,
             "rng": all_rng,
             "config": cfg.model_dump(),
+            "metrics": metrics,
         }
         path = save(ckpt_dir, step, state, cfg.checkpoint.keep_last)
         log.info("checkpoint %s", path)
@@ -301,12 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.config import ConfigError, load_config
     from trainer.env import EnvError, Launch, resolve
 
-    rank_hint = (
-        os.environ.get("RANK", "0")
-        if "LOCAL_RANK" in os.environ
-        else os.environ.get("PET_NODE_RANK", os.environ.get("RANK", "0"))
-    )
-    _setup_logging(rank_hint)
+    _setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
         load_config(args.config)  # fail fast, before torch is imported or torchrun started
         import torch

@@ -39,7 +39,8 @@ def _chunks(features: dict[str, torch.Tensor], size: int) -> list[dict[str, torc
 
 
 class CachedContrastive:
-    backward_scale = 1.0
+    # how the loss is backpropagated; the trainer swaps in GradScaler's scaled backward under fp16
+    backward = staticmethod(torch.Tensor.backward)
 
     def __init__(self, temperature: float = 1.0, gather: bool = True, mini_batch_size: int = 8):
         self.temperature = temperature
@@ -80,7 +81,7 @@ class CachedContrastive:
         docs = d_leaf.view(b, batch.docs_per_query, *d_leaf.shape[1:])  # (b, n_docs, d_tokens, dim)
         mask = d_mask.view(b, batch.docs_per_query, -1)
         loss = contrastive_from_embeddings(q_leaf, docs, mask, self.temperature, self.gather)
-        (loss * self.backward_scale).backward()  # scale > 1 only under fp16
+        self.backward(loss)
 
         self._replay(model, batch.queries, True, batch.query_length, q_states, q_leaf.grad)
         self._replay(model, batch.documents, False, batch.document_length, d_states, d_leaf.grad)

@@ -55,7 +55,8 @@ def contrastive_from_embeddings(
 class Contrastive:
     """Encode queries and documents with gradients, score, and backpropagate the mean loss."""
 
-    backward_scale = 1.0
+    # how the loss is backpropagated; the trainer swaps in GradScaler's scaled backward under fp16
+    backward = staticmethod(torch.Tensor.backward)
 
     def __init__(self, temperature: float = 1.0, gather: bool = True):
         self.temperature = temperature
@@ -68,5 +69,5 @@ class Contrastive:
         docs = d.embeddings.view(b, batch.docs_per_query, *d.embeddings.shape[1:])
         mask = d.mask.view(b, batch.docs_per_query, -1)
         loss = contrastive_from_embeddings(q.embeddings, docs, mask, self.temperature, self.gather)
-        (loss * self.backward_scale).backward()  # scale > 1 only under fp16
+        self.backward(loss)
         return float(loss.detach())

@@ -22,7 +22,8 @@ def distillation_from_scores(student: torch.Tensor, teacher: torch.Tensor, norma
 
 
 class Distillation:
-    backward_scale = 1.0
+    # how the loss is backpropagated; the trainer swaps in GradScaler's scaled backward under fp16
+    backward = staticmethod(torch.Tensor.backward)
 
     def __init__(self, normalize_scores: bool = True):
         self.normalize_scores = normalize_scores
@@ -35,5 +36,5 @@ class Distillation:
         mask = d.mask.view(b, batch.docs_per_query, -1)
         student = colbert_kd_scores(q.embeddings, docs, documents_mask=mask.to(docs.dtype))  # (b, n_docs)
         loss = distillation_from_scores(student, batch.scores, self.normalize_scores)
-        (loss * self.backward_scale).backward()  # scale > 1 only under fp16
+        self.backward(loss)
         return float(loss.detach())

@@ -1,0 +1,98 @@
+"""Turn bench/results/*.json into the tables of docs/benchmarks.md and docs/memory.png.
+
+python bench/report.py      # prints the Markdown tables; writes docs/memory.png
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def _fmt(s: dict, digits: int = 2) -> str:
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
+
+
+def speed_table(r: dict) -> str:
+    lines = [
+        "| processes | colbert-train samples/s | reference samples/s | ratio (ours / reference) "
+        "| colbert-train wall s | reference wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for nproc, run in r["runs"].items():
+        ours, ref, ratio = run["ours_samples_per_second"], run["reference_samples_per_second"], run["ratio"]
+        walls = f"{_fmt(run['ours_wall_seconds'], 1)} | {_fmt(run['reference_wall_seconds'], 1)}"
+        lines.append(f"| {nproc} | {_fmt(ours)} | {_fmt(ref)} | **{_fmt(ratio)}** | {walls} |")
+    return "\n".join(lines)
+
+
+def scaling_table(r: dict) -> str:
+    one, two = r["scaling"]["1"], r["scaling"]["2"]
+    g = r["scaling_global_batch"]
+    return "\n".join(
+        [
+            f"| layout (global batch {g}) | samples/s |",
+            "|---|---|",
+            f"| 1 process x {g} | {_fmt(one)} |",
+            f"| 2 processes x {g // 2} | {_fmt(two)} |",
+            f"| speed-up (medians) | {two['median'] / one['median']:.2f}x |",
+        ]
+    )
+
+
+def memory_table(r: dict) -> str:
+    batches = list(next(iter(r["peak_rss_mb"].values())))
+    lines = [
+        "| loss | " + " | ".join(f"global batch {b}" for b in batches) + " | growth 64 → 1024 |",
+        "|---|" + "---|" * (len(batches) + 1),
+    ]
+    for loss, by_batch in r["peak_rss_mb"].items():
+        cells = [f"{by_batch[b]['median']:.0f} ({by_batch[b]['min']:.0f}–{by_batch[b]['max']:.0f})" for b in batches]
+        growth = by_batch[batches[-1]]["median"] / by_batch[batches[0]]["median"] - 1
+        lines.append(f"| {loss} | " + " | ".join(cells) + f" | {growth:+.0%} |")
+    return "\n".join(lines)
+
+
+def memory_plot(r: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    for loss, by_batch in r["peak_rss_mb"].items():
+        xs = [int(b) for b in by_batch]
+        ax.plot(xs, [by_batch[b]["median"] / 1024 for b in by_batch], marker="o", label=loss)
+        ax.fill_between(
+            xs, [by_batch[b]["min"] / 1024 for b in by_batch], [by_batch[b]["max"] / 1024 for b in by_batch], alpha=0.2
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([int(b) for b in next(iter(r["peak_rss_mb"].values()))])
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("global batch (2 processes)")
+    ax.set_ylabel("peak RSS per process (GiB)")
+    ax.set_title(f"Memory vs global batch (mini-batch {r['mini_batch']} for cached)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+
+
+def main() -> None:
+    speed = RESULTS / "speed.json"
+    memory = RESULTS / "memory.json"
+    if speed.is_file():
+        r = json.loads(speed.read_text())
+        print(f"## speed (commit {r['commit']})\n\n{speed_table(r)}\n\n{scaling_table(r)}\n")
+    if memory.is_file():
+        r = json.loads(memory.read_text())
+        memory_plot(r, ROOT / "docs" / "memory.png")
+        print(f"## memory (commit {r['commit']})\n\n{memory_table(r)}\n")
+
+
+if __name__ == "__main__":
+    main()
