@@ -180,38 +180,42 @@ class Cluster:
                     hint=f"install it with: {C.TRAINING_OPERATOR_INSTALL}",
                 ) from e
             raise
+        self._must_exist(
+            lambda: self.core.read_namespace(self.ns),
+            "Namespace",
+            self.ns,
+            None,
+            f"namespace {self.ns!r} does not exist",
+            f"kubectl create namespace {self.ns}",
+        )
+        for secret in secrets:
+            self._must_exist(
+                lambda s=secret: self.core.read_namespaced_secret(s, self.ns),
+                "Secret",
+                secret,
+                self.ns,
+                f"Secret {self.ns}/{secret} does not exist (referenced by --secret-env/--image-pull-secret)",
+                f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...",
+            )
+        if claim:
+            self._must_exist(
+                lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
+                "PersistentVolumeClaim",
+                claim,
+                self.ns,
+                f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
+                "create it first, or use --pvc-size to have one created",
+            )
+
+    def _must_exist(self, fn, kind: str, name: str, namespace: str | None, missing: str, hint: str) -> None:
+        """404 becomes ``missing``; 403 skips the check (many users may create jobs but not read
+        namespaces or Secrets, and the pods can still use them); anything else is reported."""
         try:
-            self._c(lambda: self.core.read_namespace(self.ns), "get", "Namespace", self.ns, namespace=None)
+            self._c(fn, "get", kind, name, namespace=namespace)
         except CliError as e:
             if e.status == 404:
-                raise CliError(
-                    f"namespace {self.ns!r} does not exist", hint=f"kubectl create namespace {self.ns}"
-                ) from e
-            raise
-        for secret in secrets:
-            try:
-                self._c(lambda s=secret: self.core.read_namespaced_secret(s, self.ns), "get", "Secret", secret)
-            except CliError as e:
-                if e.status == 404:
-                    raise CliError(
-                        f"Secret {self.ns}/{secret} does not exist (referenced by --secret-env/--image-pull-secret)",
-                        hint=f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...",
-                    ) from e
-                raise
-        if claim:
-            try:
-                self._c(
-                    lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
-                    "get",
-                    "PersistentVolumeClaim",
-                    claim,
-                )
-            except CliError as e:
-                if e.status == 404:
-                    raise CliError(
-                        f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
-                        hint="create it first, or use --pvc-size to have one created",
-                    ) from e
+                raise CliError(missing, hint=hint) from e
+            if e.status != 403:
                 raise
 
     # ---- create / delete -------------------------------------------------------------------

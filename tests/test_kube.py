@@ -378,3 +378,15 @@ def test_status_reason_from_events(api):
     res = run(api, "status", "demo")
     master = next(line for line in res.output.splitlines() if line.startswith("master-0"))
     assert 'FailedMount: MountVolume.SetUp failed for volume "config"' in master
+
+
+def test_preflight_skips_checks_it_is_not_allowed_to_make(api, config):
+    """A user who may create jobs but not read Secrets still submits; the pods can use the Secret."""
+    (
+        api.react("get", "/api/v1/namespaces/default/secrets/hf")
+        << 403
+        << {"kind": "Status", "code": 403, "reason": "Forbidden", "message": 'secrets "hf" is forbidden'}
+    )
+    res = submit(api, config, "--secret-env", "HF_TOKEN=hf/token")
+    assert res.exit_code == 0, res.output
+    assert api.objects("pytorchjobs")
