@@ -18,6 +18,22 @@ from bench.common import git_commit, minilm, quickstart_data, run_colbert_train,
 GLOBAL_BATCHES = (64, 256, 1024)
 
 
+def _available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+def _projection(measured: dict, global_batch: int) -> float | None:
+    """Linear extrapolation of peak RSS from the two largest batches measured so far."""
+    points = sorted((int(b), s["median"]) for b, s in measured.items() if "median" in s)
+    if len(points) < 2:
+        return None
+    (b1, m1), (b2, m2) = points[-2:]
+    return m2 + (m2 - m1) / (b2 - b1) * (global_batch - b2)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
@@ -43,6 +59,16 @@ def main() -> None:
         results["peak_rss_mb"][loss] = {}
         for global_batch in GLOBAL_BATCHES:
             loss_cfg = {"name": loss} if loss == "contrastive" else {"name": loss, "mini_batch_size": args.mini_batch}
+            projected = _projection(results["peak_rss_mb"][loss], global_batch)
+            if projected and 2 * projected > 0.85 * _available_mb():
+                # two processes would not fit in this machine's memory: say so instead of OOM-killing it
+                results["peak_rss_mb"][loss][str(global_batch)] = {"skipped": True, "projected": projected}
+                print(
+                    f"{loss} global={global_batch}: not run, projected {projected:.0f} MiB/process x 2 "
+                    f"exceeds the {_available_mb():.0f} MiB available",
+                    flush=True,
+                )
+                continue
             peaks = []
             for rep in range(args.repeats):
                 cfg = {

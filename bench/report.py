@@ -43,6 +43,12 @@ def scaling_table(r: dict) -> str:
     )
 
 
+def _cell(s: dict) -> str:
+    if s.get("skipped"):
+        return f"not run: ≈{s['projected']:.0f} projected, x2 processes exceeds RAM"
+    return f"{s['median']:.0f} ({s['min']:.0f}–{s['max']:.0f})"
+
+
 def memory_table(r: dict) -> str:
     batches = list(next(iter(r["peak_rss_mb"].values())))
     lines = [
@@ -50,9 +56,10 @@ def memory_table(r: dict) -> str:
         "|---|" + "---|" * (len(batches) + 1),
     ]
     for loss, by_batch in r["peak_rss_mb"].items():
-        cells = [f"{by_batch[b]['median']:.0f} ({by_batch[b]['min']:.0f}–{by_batch[b]['max']:.0f})" for b in batches]
-        growth = by_batch[batches[-1]]["median"] / by_batch[batches[0]]["median"] - 1
-        lines.append(f"| {loss} | " + " | ".join(cells) + f" | {growth:+.0%} |")
+        cells = [_cell(by_batch[b]) for b in batches]
+        last = by_batch[batches[-1]]
+        growth = last.get("median", last.get("projected")) / by_batch[batches[0]]["median"] - 1
+        lines.append(f"| {loss} | " + " | ".join(cells) + f" | {'≈' if 'projected' in last else ''}{growth:+.0%} |")
     return "\n".join(lines)
 
 
@@ -64,11 +71,23 @@ def memory_plot(r: dict, out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
     for loss, by_batch in r["peak_rss_mb"].items():
-        xs = [int(b) for b in by_batch]
-        ax.plot(xs, [by_batch[b]["median"] / 1024 for b in by_batch], marker="o", label=loss)
-        ax.fill_between(
-            xs, [by_batch[b]["min"] / 1024 for b in by_batch], [by_batch[b]["max"] / 1024 for b in by_batch], alpha=0.2
-        )
+        measured = {int(b): s for b, s in by_batch.items() if "median" in s}
+        xs = sorted(measured)
+        (line,) = ax.plot(xs, [measured[x]["median"] / 1024 for x in xs], marker="o", label=loss)
+        lows, highs = [measured[x]["min"] / 1024 for x in xs], [measured[x]["max"] / 1024 for x in xs]
+        ax.fill_between(xs, lows, highs, alpha=0.2, color=line.get_color())
+        for b, s in by_batch.items():
+            if s.get("skipped"):  # projected, not measured: dashed line, hollow marker
+                ys = [measured[xs[-1]]["median"] / 1024, s["projected"] / 1024]
+                ax.plot(
+                    [xs[-1], int(b)],
+                    ys,
+                    ls="--",
+                    marker="o",
+                    mfc="none",
+                    color=line.get_color(),
+                    label=f"{loss} (projected: 2 processes do not fit in RAM)",
+                )
     ax.set_xscale("log", base=2)
     ax.set_xticks([int(b) for b in next(iter(r["peak_rss_mb"].values()))])
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
