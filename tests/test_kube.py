@@ -136,6 +136,12 @@ def _job_with_status(state: str) -> dict:
     }
 
 
+def _status(state: dict, restarts: int = 0, last: dict | None = None) -> dict:
+    """The `pytorch` container's status, as the kubelet reports it."""
+    status = {"name": "pytorch", "ready": "running" in state, "restartCount": restarts, "image": "x", "imageID": ""}
+    return {**status, "state": state, **({"lastState": last} if last else {})}
+
+
 def _pod(name: str, rtype: str, index: int, phase: str, **status) -> dict:
     return {
         "apiVersion": "v1",
@@ -165,15 +171,9 @@ def test_status_shows_why_pods_are_stuck(api):
             0,
             "Running",
             containerStatuses=[
-                {
-                    "name": "pytorch",
-                    "ready": True,
-                    "restartCount": 2,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {"running": {}},
-                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
-                }
+                _status(
+                    restarts=2, state={"running": {}}, last={"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+                )
             ],
         ),
     )
@@ -216,14 +216,9 @@ def test_status_image_pull_backoff(api):
             0,
             "Pending",
             containerStatuses=[
-                {
-                    "name": "pytorch",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "reg/x:1"'}},
-                }
+                _status(
+                    state={"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "reg/x:1"'}}
+                )
             ],
         ),
     )
@@ -292,19 +287,15 @@ def test_wait_follows_to_the_end(api, config):
             0,
             "Failed",
             containerStatuses=[
-                {
-                    "name": "pytorch",
-                    "ready": False,
-                    "restartCount": 3,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {
+                _status(
+                    restarts=3,
+                    state={
                         "waiting": {
                             "reason": "CrashLoopBackOff",
                             "message": "back-off 5m0s restarting failed container",
                         }
                     },
-                }
+                )
             ],
         ),
     )
@@ -349,16 +340,7 @@ def test_status_reason_from_events(api):
             "master",
             0,
             "Pending",
-            containerStatuses=[
-                {
-                    "name": "pytorch",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {"waiting": {"reason": "ContainerCreating"}},
-                }
-            ],
+            containerStatuses=[_status(state={"waiting": {"reason": "ContainerCreating"}})],
         ),
     )
     api.add(
