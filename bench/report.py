@@ -101,11 +101,44 @@ def memory_plot(r: dict, out: Path) -> None:
     fig.savefig(out)
 
 
+def speed_plot(r: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=120)
+    nprocs = list(r["runs"])
+    width = 0.38
+    for i, (key, label) in enumerate(
+        (("reference_samples_per_second", "PyLate how-to recipe"), ("ours_samples_per_second", "colbert-train"))
+    ):
+        med = [r["runs"][n][key]["median"] for n in nprocs]
+        err = [
+            [m - r["runs"][n][key]["min"] for n, m in zip(nprocs, med)],
+            [r["runs"][n][key]["max"] - m for n, m in zip(nprocs, med)],
+        ]
+        xs = [j + (i - 0.5) * width for j in range(len(nprocs))]
+        ax.bar(xs, med, width, yerr=err, capsize=3, label=label)
+    ax.set_xticks(range(len(nprocs)), [f"{n} process{'es' if n != '1' else ''}" for n in nprocs])
+    ax.set_ylabel("training samples / s")
+    ax.set_title(f"all-MiniLM-L6-v2 ColBERT, per-device batch {r['per_device_batch']}, 2-core CPU")
+    top = max(
+        r["runs"][n][k]["max"] for n in nprocs for k in ("ours_samples_per_second", "reference_samples_per_second")
+    )
+    ax.set_ylim(0, top * 1.3)
+    ax.legend(loc="upper center", ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+
+
 def main() -> None:
     speed = RESULTS / "speed.json"
     memory = RESULTS / "memory.json"
     if speed.is_file():
         r = json.loads(speed.read_text())
+        speed_plot(r, ROOT / "docs" / "speed.png")
         print(f"## speed (commit {r['commit']})\n\n{speed_table(r)}\n\n{scaling_table(r)}\n")
     if memory.is_file():
         r = json.loads(memory.read_text())
