@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 def connect(kubeconfig: str | None = None, context: str | None = None):
     """An ``ApiClient`` from --kubeconfig, $KUBECONFIG, ~/.kube/config, or the pod's service account."""
+    import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -40,8 +41,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None):
                 "no kubeconfig found (looked at $KUBECONFIG and ~/.kube/config) and not running in a pod",
                 hint="pass --kubeconfig FILE, or use `colbert-k8s render` / `colbert-k8s local` without a cluster",
             )
-    except ConfigException as e:
-        raise CliError(f"cannot use kubeconfig {path}: {e}", hint="check --context and the file") from e
+    except (ConfigException, ValueError, TypeError, OSError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CliError(f"cannot use kubeconfig {path}: {first}", hint="check --context and the file") from e
     configuration.retries = 1
     return client.ApiClient(configuration)
 

@@ -372,3 +372,12 @@ def test_preflight_skips_checks_it_is_not_allowed_to_make(api, config):
     res = submit(api, config, "--secret-env", "HF_TOKEN=hf/token")
     assert res.exit_code == 0, res.output
     assert api.objects("pytorchjobs")
+
+
+def test_broken_kubeconfig_and_unknown_context(tmp_path, api):
+    bad = tmp_path / "broken"
+    bad.write_text("clusters: [unclosed\n")
+    res = CliRunner().invoke(cli, ["list", "--kubeconfig", str(bad)])
+    assert res.exit_code == 2 and f"cannot use kubeconfig {bad}" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(cli, ["list", "--kubeconfig", str(api.kubeconfig), "--context", "nope"])
+    assert res.exit_code == 2 and "cannot use kubeconfig" in res.output
