@@ -67,7 +67,11 @@ class Emulator:
         group_version, plural = resource.rsplit("/", 1)
         group, _, version = group_version.rpartition("/")
         key = (kmock.resource(group, version, plural), namespace, obj["metadata"]["name"])
-        self.emu.objects[key] = obj
+
+        async def store() -> None:  # on the emulator's own loop: safe while a request is in flight
+            self.emu.objects[key] = obj
+
+        asyncio.run_coroutine_threadsafe(store(), self.loop).result(timeout=10)
 
     def objects(self, plural: str) -> list[dict]:
         return [obj.raw for (res, _, _), obj in self.emu.objects.items() if res.plural == plural and not obj.deleted]

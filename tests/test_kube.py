@@ -381,3 +381,43 @@ def test_broken_kubeconfig_and_unknown_context(tmp_path, api):
     assert res.exit_code == 2 and f"cannot use kubeconfig {bad}" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(cli, ["list", "--kubeconfig", str(api.kubeconfig), "--context", "nope"])
     assert res.exit_code == 2 and "cannot use kubeconfig" in res.output
+
+
+def test_logs_follow_reattaches_after_a_restart(api):
+    """-f streams a pod's log, notices the container restarted, streams the new one, stops at the end."""
+    import threading
+    import time
+
+    state = {"text": b"[rank 0] step 1\n"}
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+    api.add(
+        "v1/pods",
+        "default",
+        _pod("demo-master-0", "master", 0, "Running", containerStatuses=[_status(state={"running": {}})]),
+    )
+    (
+        api.react("get", "/api/v1/namespaces/default/pods/demo-master-0/log")
+        << {"Content-Type": "text/plain"}
+        << (lambda req: state["text"])
+    )
+    result = {}
+    follower = threading.Thread(
+        target=lambda: result.update(res=run(api, "logs", "demo", "-f", "--poll-interval", "0.2"))
+    )
+    follower.start()
+    time.sleep(1.0)
+    state["text"] = b"[rank 0] resumed from step-1\n"  # the restarted container's log
+    api.add(
+        "v1/pods",
+        "default",
+        _pod("demo-master-0", "master", 0, "Running", containerStatuses=[_status(state={"running": {}}, restarts=1)]),
+    )
+    time.sleep(1.0)
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Succeeded"))
+    follower.join(timeout=20)
+    assert not follower.is_alive(), "logs -f did not stop when the job ended"
+    lines = result["res"].output.splitlines()
+    assert lines[0] == "[master-0 rank 0] [rank 0] step 1"
+    assert "[master-0 rank 0] --- container restarted (1) ---" in lines
+    assert lines[-1] == "[master-0 rank 0] [rank 0] resumed from step-1"
+    assert result["res"].exit_code == 0
