@@ -413,8 +413,16 @@ def delete_cmd(name: str, keep_storage: bool, **o) -> None:
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
 def local_cmd(workdir: str, isolate_network: bool, **o) -> None:
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
+    import importlib.util
+
     from operator_cli.local import run_local
 
+    missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"`local` runs the trainer on this machine, but {', '.join(missing)} is not installed",
+            hint="pip install -e '.[train]' (or run scripts/setup.sh train)",
+        )
     spec = build_spec(o)
     click.echo(f"scale: {_scale_line(spec)}", err=True)
     sys.exit(run_local(render(spec), Path(workdir), isolate_network=isolate_network))

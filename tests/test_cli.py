@@ -82,3 +82,23 @@ def test_render_output_dir_writes_one_file_per_object(tmp_path):
         "persistentvolumeclaim-job-workspace.yaml",
         "pytorchjob-job.yaml",
     ]
+
+
+BLOCK_TRAINER = "import sys\nsys.modules['torch'] = None\nsys.modules['pylate'] = None\n"
+
+
+def test_local_without_the_train_extra_is_one_line(tmp_path):
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("data: {train: {path: d.jsonl}}\n")
+    code = BLOCK_TRAINER + f"from operator_cli.cli import cli\ncli(['local', '--config', {str(cfg)!r}])\n"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and "torch, pylate is not installed" in res.stderr
+    assert "pip install -e '.[train]'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_trainer_without_torch_is_one_line(tmp_path):
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("data: {train: {path: d.jsonl}}\n")
+    code = BLOCK_TRAINER + f"from trainer.train import main\nraise SystemExit(main(['--config', {str(cfg)!r}]))\n"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and "torch is not installed" in res.stderr and "Traceback" not in res.stderr

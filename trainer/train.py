@@ -324,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, EnvError) as e:
         print(f"colbert-train: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        print(
+            f"colbert-train: error: {e.name} is not installed; install the trainer with "
+            "pip install 'colbert-k8s[train]'",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
         return 130
