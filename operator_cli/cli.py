@@ -144,9 +144,7 @@ def build_spec(o: dict) -> JobSpec:
 
 
 def _scale_line(spec: JobSpec) -> str:
-    import yaml
-
-    per_device = ((yaml.safe_load(spec.config_text) or {}).get("training") or {}).get("per_device_batch_size", 16)
+    per_device = spec.train_config.training.per_device_batch_size
     unit = "GPU" if spec.gpus_per_node else "CPU process"
     return (
         f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s) = world size {spec.world_size}; "

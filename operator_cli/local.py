@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from operator_cli import constants as C
+from operator_cli.spec import parse_training_config
 
 __all__ = ["Replica", "plan_replicas", "run_local"]
 
@@ -205,8 +205,7 @@ def _stop(replicas: list[Replica], grace: float = 10.0) -> None:
 
 
 def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds: float) -> None:
-    cfg = yaml.safe_load(config_text) or {}
-    out = workdir / cfg.get("output_dir", "output")
+    out = workdir / parse_training_config(config_text).output_dir
     metrics_path = out / "metrics.json"
     if not metrics_path.is_file():
         click.echo(f"job {name} succeeded in {seconds:.0f}s with {restarts} restart(s); no metrics.json in {out}")

@@ -208,6 +208,11 @@ class JobSpec:
                 raise CliError(f"{flag} value for {key} must be a label value (<= 63 of [A-Za-z0-9-_.]), got {value!r}")
 
     @property
+    def train_config(self):
+        """The training config, parsed by the trainer's schema (its defaults, not copies of them)."""
+        return parse_training_config(self.config_text)
+
+    @property
     def nproc_per_node(self) -> int:
         """One process per GPU; a CPU pod runs one process."""
         return max(1, self.gpus_per_node)
@@ -238,3 +243,12 @@ def read_config(path: str | Path) -> str:
     except ConfigError as e:
         raise CliError(str(e), hint="see README 'Training config' for every key") from e
     return Path(path).read_text(encoding="utf-8")
+
+
+def parse_training_config(text: str):
+    """A rendered config text (``--config`` or the ConfigMap's ``train.yaml``) as a ``TrainConfig``."""
+    import yaml
+
+    from trainer.config import parse_config
+
+    return parse_config(yaml.safe_load(text), "train.yaml")

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from trainer.env import Layout
 
 __all__ = [
+    "rank",
     "gather_floats",
     "process_group",
     "device_for",
@@ -74,6 +75,11 @@ def _active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def rank() -> int:
+    """This process's rank, 0 without a process group."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 class _GatherWithGrad(torch.autograd.Function):
     """all_gather whose backward sums every rank's gradient for this rank's slice.
 
@@ -85,9 +91,7 @@ class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
         ctx.rank, ctx.n = dist.get_rank(), t.shape[0]
-        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, t.contiguous())
-        return torch.cat(parts, dim=0)
+        return all_gather_no_grad(t)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Encoded", "encode", "pad_tokens"]
+__all__ = ["Encoded", "encode", "encode_batch", "group_documents", "pad_tokens"]
 
 
 class Encoded:
@@ -43,3 +43,16 @@ def encode(model, features: dict[str, torch.Tensor], is_query: bool, length: int
         skip = torch.isin(features["input_ids"], torch.tensor(model.skiplist, device=emb.device))
         mask = features["attention_mask"].bool() & ~skip  # (n, tokens)
     return Encoded(pad_tokens(emb, length), pad_tokens(mask, length, value=False))
+
+
+def group_documents(embeddings: torch.Tensor, mask: torch.Tensor, docs_per_query: int):
+    """``(b * n_docs, tokens, dim)`` -> ``(b, n_docs, tokens, dim)``, and the mask alike (query-major rows)."""
+    b = embeddings.shape[0] // docs_per_query
+    return embeddings.view(b, docs_per_query, *embeddings.shape[1:]), mask.view(b, docs_per_query, -1)
+
+
+def encode_batch(model, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries ``(b, q_tokens, dim)``, documents ``(b, n_docs, d_tokens, dim)`` and their mask, with a graph."""
+    q = encode(model, batch.queries, is_query=True, length=batch.query_length)
+    d = encode(model, batch.documents, is_query=False, length=batch.document_length)
+    return (q.embeddings, *group_documents(d.embeddings, d.mask, batch.docs_per_query))

@@ -21,112 +21,20 @@ from pathlib import Path
 
 __all__ = ["collect", "build"]
 
-TRAIN_MODULES = [
-    "argparse",
-    "array",
-    "ast",
-    "asyncio",
-    "base64",
-    "bisect",
-    "bz2",
-    "calendar",
-    "cmd",
-    "codecs",
-    "collections",
-    "concurrent.futures",
-    "configparser",
-    "contextlib",
-    "copy",
-    "csv",
-    "dataclasses",
-    "datetime",
-    "decimal",
-    "difflib",
-    "dis",
-    "email.message",
-    "enum",
-    "filecmp",
-    "fnmatch",
-    "fractions",
-    "ftplib",
-    "functools",
-    "gettext",
-    "glob",
-    "gzip",
-    "hashlib",
-    "heapq",
-    "hmac",
-    "html.parser",
-    "http.client",
-    "http.cookiejar",
-    "imaplib",
-    "inspect",
-    "io",
-    "ipaddress",
-    "itertools",
-    "json",
-    "locale",
-    "logging",
-    "logging.handlers",
-    "lzma",
-    "mailbox",
-    "math",
-    "mimetypes",
-    "multiprocessing",
-    "operator",
-    "optparse",
-    "os",
-    "pathlib",
-    "pickle",
-    "pkgutil",
-    "platform",
-    "plistlib",
-    "poplib",
-    "pprint",
-    "queue",
-    "random",
-    "re",
-    "sched",
-    "secrets",
-    "selectors",
-    "shelve",
-    "shlex",
-    "shutil",
-    "signal",
-    "smtplib",
-    "socket",
-    "socketserver",
-    "sqlite3",
-    "ssl",
-    "statistics",
-    "string",
-    "struct",
-]
-TEST_MODULES = [
-    "subprocess",
-    "sysconfig",
-    "tarfile",
-    "tempfile",
-    "textwrap",
-    "threading",
-    "timeit",
-    "tokenize",
-    "trace",
-    "traceback",
-    "turtle",
-    "typing",
-    "unittest",
-    "urllib.parse",
-    "urllib.request",
-    "uuid",
-    "warnings",
-    "wave",
-    "weakref",
-    "xml.dom.minidom",
-    "xml.etree.ElementTree",
-    "zipfile",
-    "zoneinfo",
-]
+TRAIN_MODULES = """
+    argparse array ast asyncio base64 bisect bz2 calendar cmd codecs collections concurrent.futures
+    configparser contextlib copy csv dataclasses datetime decimal difflib dis email.message enum
+    filecmp fnmatch fractions ftplib functools gettext glob gzip hashlib heapq hmac html.parser
+    http.client http.cookiejar imaplib inspect io ipaddress itertools json locale logging
+    logging.handlers lzma mailbox math mimetypes multiprocessing operator optparse os pathlib pickle
+    pkgutil platform plistlib poplib pprint queue random re sched secrets selectors shelve shlex
+    shutil signal smtplib socket socketserver sqlite3 ssl statistics string struct
+""".split()
+TEST_MODULES = """
+    subprocess sysconfig tarfile tempfile textwrap threading timeit tokenize trace traceback turtle
+    typing unittest urllib.parse urllib.request uuid warnings wave weakref xml.dom.minidom
+    xml.etree.ElementTree zipfile zoneinfo
+""".split()
 
 
 def _members(module) -> list[tuple[str, object]]:

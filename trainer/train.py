@@ -105,21 +105,19 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def run(config_path: str) -> dict:
-    """Train on this rank. Returns the final metrics (identical on every rank)."""
+def run(cfg, layout) -> dict:
+    """Train on this rank (``cfg``: a TrainConfig, ``layout``: this process's place in the job).
+
+    Returns the final metrics (identical on every rank)."""
     import torch
     from tqdm import tqdm
 
     from trainer import distributed as D
-    from trainer.checkpoint import latest_checkpoint, replace_dir, save_checkpoint
-    from trainer.config import load_config
+    from trainer.checkpoint import latest_checkpoint, replace_dir
     from trainer.data import TokenizedData, load_rows
-    from trainer.env import resolve
     from trainer.evaluate import evaluate, load_beir
     from trainer.losses import build_loss
 
-    layout = resolve(os.environ, torch.cuda.device_count())
-    cfg = load_config(config_path)
     tcfg = cfg.training
     out_dir = Path(cfg.output_dir)
     ckpt_dir = out_dir / "checkpoints"
@@ -226,7 +224,7 @@ def run(config_path: str) -> dict:
                     scheduler.get_last_lr()[0],
                 )
             if step % cfg.checkpoint.every_steps == 0 and step < total_steps:
-                _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics, save_checkpoint)
+                _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics)
         bar.close()
         elapsed = time.perf_counter() - started
         done = step - first_step
@@ -271,9 +269,11 @@ def _linear_warmup_decay(warmup: int, total: int):
     return factor
 
 
-def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics, save) -> None:
+def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics) -> None:
     import torch
     import torch.distributed as dist
+
+    from trainer.checkpoint import save_checkpoint
 
     rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if dist.is_initialized():
@@ -291,7 +291,7 @@ def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metric
             "config": cfg.model_dump(),
             "metrics": metrics,
         }
-        path = save(ckpt_dir, step, state, cfg.checkpoint.keep_last)
+        path = save_checkpoint(ckpt_dir, step, state, cfg.checkpoint.keep_last)
         log.info("checkpoint %s", path)
 
 
@@ -312,14 +312,14 @@ def main(argv: list[str] | None = None) -> int:
 
     _setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
-        load_config(args.config)  # fail fast, before torch is imported or torchrun started
+        cfg = load_config(args.config)  # fail fast, before torch is imported or torchrun started
         import torch
 
         plan = resolve(os.environ, torch.cuda.device_count())
         if isinstance(plan, Launch):
             return _launch_torchrun(plan, argv)
         _setup_logging(plan.rank)
-        run(args.config)
+        run(cfg, plan)
         return 0
     except (ConfigError, EnvError) as e:
         print(f"colbert-train: error: {e}", file=sys.stderr)

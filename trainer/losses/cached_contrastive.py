@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.encode import encode
+from trainer.encode import encode, group_documents
 from trainer.losses.contrastive import contrastive_from_embeddings
 
 __all__ = ["CachedContrastive"]
@@ -77,9 +77,7 @@ class CachedContrastive:
         # Step 2: the loss on detached embeddings; its gradient w.r.t. them is all we keep.
         q_leaf = q_emb.detach().requires_grad_()
         d_leaf = d_emb.detach().requires_grad_()
-        b = q_leaf.shape[0]
-        docs = d_leaf.view(b, batch.docs_per_query, *d_leaf.shape[1:])  # (b, n_docs, d_tokens, dim)
-        mask = d_mask.view(b, batch.docs_per_query, -1)
+        docs, mask = group_documents(d_leaf, d_mask, batch.docs_per_query)  # (b, n_docs, d_tokens, dim)
         loss = contrastive_from_embeddings(q_leaf, docs, mask, self.temperature, self.gather)
         self.backward(loss)
 

@@ -6,18 +6,12 @@ import torch
 import torch.nn.functional as F
 from pylate.scores import colbert_scores
 
-from trainer.distributed import all_gather_no_grad, all_gather_with_grad
-from trainer.encode import encode
+from trainer.distributed import all_gather_no_grad, all_gather_with_grad, rank
+from trainer.encode import encode_batch
 
 __all__ = ["Contrastive", "contrastive_from_embeddings"]
 
 SCORE_CHUNK = 16  # queries scored at once
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def contrastive_from_embeddings(
@@ -47,7 +41,7 @@ def contrastive_from_embeddings(
     scores = torch.cat(
         [colbert_scores(q, flat_docs, documents_mask=doc_mask) for q in queries.split(SCORE_CHUNK)]
     )  # (b, W*b*n_docs)
-    offset = _rank() * b if gather else 0
+    offset = rank() * b if gather else 0
     labels = (offset + torch.arange(b, device=queries.device)) * n_docs  # index of each positive
     return F.cross_entropy(scores.float() / temperature, labels, reduction="mean")
 
@@ -63,11 +57,7 @@ class Contrastive:
         self.gather = gather
 
     def __call__(self, model, batch) -> float:
-        q = encode(model, batch.queries, is_query=True, length=batch.query_length)
-        d = encode(model, batch.documents, is_query=False, length=batch.document_length)
-        b = q.embeddings.shape[0]
-        docs = d.embeddings.view(b, batch.docs_per_query, *d.embeddings.shape[1:])
-        mask = d.mask.view(b, batch.docs_per_query, -1)
-        loss = contrastive_from_embeddings(q.embeddings, docs, mask, self.temperature, self.gather)
+        queries, docs, mask = encode_batch(model, batch)
+        loss = contrastive_from_embeddings(queries, docs, mask, self.temperature, self.gather)
         self.backward(loss)
         return float(loss.detach())

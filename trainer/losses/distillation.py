@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from pylate.scores import colbert_kd_scores
 
-from trainer.encode import encode
+from trainer.encode import encode_batch
 
 __all__ = ["Distillation", "distillation_from_scores"]
 
@@ -29,12 +29,8 @@ class Distillation:
         self.normalize_scores = normalize_scores
 
     def __call__(self, model, batch) -> float:
-        q = encode(model, batch.queries, is_query=True, length=batch.query_length)
-        d = encode(model, batch.documents, is_query=False, length=batch.document_length)
-        b = q.embeddings.shape[0]
-        docs = d.embeddings.view(b, batch.docs_per_query, *d.embeddings.shape[1:])  # (b, n_docs, tokens, dim)
-        mask = d.mask.view(b, batch.docs_per_query, -1)
-        student = colbert_kd_scores(q.embeddings, docs, documents_mask=mask.to(docs.dtype))  # (b, n_docs)
+        queries, docs, mask = encode_batch(model, batch)  # docs: (b, n_docs, tokens, dim)
+        student = colbert_kd_scores(queries, docs, documents_mask=mask.to(docs.dtype))  # (b, n_docs)
         loss = distillation_from_scores(student, batch.scores, self.normalize_scores)
         self.backward(loss)
         return float(loss.detach())
