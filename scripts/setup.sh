@@ -9,3 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
 .venv/bin/python -m pip install --quiet --progress-bar off -e ".[${extras}]"
+if [[ ",${extras}," == *",test,"* ]]; then
+  .venv/bin/python -m pip install --quiet --progress-bar off --no-deps -r tests/requirements-nodeps.txt
+fi
