@@ -6,8 +6,9 @@ Layout under ``<output_dir>/checkpoints/``::
     .tmp-step-00000200/        being written; never read
 
 Rank 0 writes into a hidden temporary directory on the same volume, fsyncs, then renames it into
-place, so a directory named ``step-*`` is always complete. Loading skips any checkpoint that fails
-to deserialise and falls back to the previous one.
+place, so a directory named ``step-*`` is always complete. A checkpoint that fails to deserialise
+(a dying disk, a hand-copied partial file) is renamed ``unreadable-step-*`` (kept, never deleted, and
+out of the way of pruning) and the previous one is used; when none is readable, that is an error.
 """
 
 from __future__ import annotations
@@ -21,9 +22,24 @@ from typing import Any
 
 import torch
 
-__all__ = ["save_checkpoint", "latest_checkpoint", "load_checkpoint", "list_checkpoints", "replace_dir"]
+from trainer.config import ConfigError
+
+__all__ = [
+    "CheckpointError",
+    "save_checkpoint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "list_checkpoints",
+    "replace_dir",
+]
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be resumed by this job; reported as one line naming the fix."""
+
+
 _NAME = re.compile(r"^step-(\d{8})$")
 
 
@@ -69,12 +85,23 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted."""
+    """The newest checkpoint that loads; a damaged one is set aside (renamed, never deleted)."""
+    unreadable = []
     for _step, path in reversed(list_checkpoints(root)):
         try:
             return path, load_checkpoint(path)
         except Exception as e:  # truncated by a dying disk, not by us: fall back one
-            log.warning("checkpoint %s is unreadable (%s); trying the previous one", path, e)
+            aside = path.with_name(f"unreadable-{path.name}")
+            os.replace(path, aside)
+            reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+            log.warning("checkpoint %s is unreadable (%s); kept as %s, trying the previous one", path, reason, aside)
+            unreadable.append(f"{path.name}: {reason}")
+    unreadable += [p.name for p in root.glob("unreadable-step-*")] if root.is_dir() and not unreadable else []
+    if unreadable:
+        raise CheckpointError(
+            f"no readable checkpoint in {root} ({'; '.join(unreadable)}); they were renamed unreadable-step-*: "
+            "restore a good copy, or start over with checkpoint.resume: false or a new output_dir"
+        )
     return None
 
 

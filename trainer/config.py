@@ -132,7 +132,15 @@ class EvalConfig(_Strict):
 
 
 class DistributedConfig(_Strict):
-    timeout_seconds: int = Field(1800, ge=10, description="Process-group timeout for every collective.")
+    timeout_seconds: int = Field(
+        1800, ge=10, description="Process-group timeout for every collective (a healthy slow step must fit)."
+    )
+    peer_timeout_seconds: int = Field(
+        60,
+        ge=5,
+        le=3600,
+        description="A peer whose heartbeat stops this long is taken for dead; the survivors exit to be restarted.",
+    )
 
 
 class TrainConfig(_Strict):

@@ -28,6 +28,9 @@ __all__ = [
     "average_gradients",
     "mean_across",
     "broadcast_parameters",
+    "broadcast_object",
+    "gather_objects",
+    "mean_and_any",
 ]
 
 log = logging.getLogger(__name__)
@@ -142,6 +145,36 @@ def mean_across(value: float, device: torch.device) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t.item() / dist.get_world_size())
+
+
+def mean_and_any(value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
+    """The global mean of a per-rank scalar and whether any rank raised ``flag``, in one all-reduce.
+
+    The loop calls this once a step anyway (for the loss), so a stop request on one pod reaches
+    every rank at the same step without an extra collective."""
+    if not _active():
+        return value, flag
+    t = torch.tensor([value, float(flag)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t[0].item() / dist.get_world_size()), bool(t[1].item() > 0)
+
+
+def broadcast_object(obj):
+    """Rank 0's ``obj`` on every rank (pickled; tensors inside come back on the CPU)."""
+    if not _active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj) -> list:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if not _active():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def gather_floats(value: float, device: torch.device) -> list[float]:

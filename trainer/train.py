@@ -8,6 +8,7 @@ optimizer -> resume -> evaluate before -> loop (step, all-reduce, clip, update, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -15,7 +16,9 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -35,10 +38,22 @@ def _setup_logging(rank: int | str) -> None:
 
 
 def _launch_torchrun(launch, argv: list[str]) -> int:
-    """Re-run this entry point under torch's own launcher (one child per process of this node)."""
+    """Re-run this entry point under torch's own launcher (one child per process of this node).
+
+    In a container this process is PID 1, the one the kubelet sends SIGTERM to: it is passed on to
+    torchrun, which passes it to the trainers, so they checkpoint before the grace period ends."""
+    import signal
+
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch.torchrun_args(), "-m", "trainer", *argv]
     log.info("launch mode %s: %s", launch.mode, " ".join(cmd))
-    return subprocess.call(cmd)
+    child = subprocess.Popen(cmd)
+    forward = lambda signum, _frame: child.send_signal(signum)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def resolve_model_path(name: str) -> str:
@@ -105,151 +120,230 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class Training:
+    """Everything the loop updates; one object so the phases below take and return few things."""
+
+    model: Any
+    params: list
+    optimizer: Any
+    scheduler: Any
+    scaler: Any
+    autocast: Any
+    data: Any
+    loss_fn: Any
+    total_steps: int
+    step: int = 0
+    metrics: dict = field(default_factory=dict)
+
+
 def run(cfg, layout) -> dict:
     """Train on this rank (``cfg``: a TrainConfig, ``layout``: this process's place in the job).
 
     Returns the final metrics (identical on every rank)."""
+    from trainer import distributed as D
+    from trainer.preemption import StopRequest
+
+    device = D.device_for(layout)
+    ckpt_dir = Path(cfg.output_dir) / "checkpoints"
+    with D.process_group(layout, cfg.distributed.timeout_seconds), _peer_watchdog(cfg, layout), StopRequest() as stop:
+        t = _build(cfg, layout, device)
+        _resume(t, cfg, layout, ckpt_dir)
+        split = _evaluate_before(t, cfg, layout)
+        elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop)
+        _record_speed(t, device, elapsed, losses)
+        _finish(t, cfg, layout, split, elapsed)
+    return t.metrics
+
+
+@contextlib.contextmanager
+def _peer_watchdog(cfg, layout):
+    """Heartbeats on the rendezvous store while the process group lives (see watchdog.py)."""
+    import torch.distributed as dist
+
+    from trainer.watchdog import PeerWatchdog
+
+    if not (layout.distributed and dist.is_initialized()):
+        yield
+        return
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    dog = PeerWatchdog(layout.rank, layout.world_size, addr, port, cfg.distributed.peer_timeout_seconds).start()
+    try:
+        yield
+    finally:
+        dog.stop()
+
+
+def _build(cfg, layout, device) -> Training:
+    """Model (rank 0's initial weights everywhere), data, loss, optimizer, schedule, precision."""
+    import torch
+
+    from trainer import distributed as D
+    from trainer.data import TokenizedData, load_rows
+    from trainer.losses import build_loss
+
+    tcfg = cfg.training
+    random.seed(tcfg.seed + layout.rank)  # same model init everywhere, a different dropout stream per rank
+    torch.manual_seed(tcfg.seed)
+    model = build_model(cfg.model, device)
+    D.broadcast_parameters(model)
+    torch.manual_seed(tcfg.seed + layout.rank)
+
+    distill = cfg.loss.name == "distillation"
+    rows = load_rows(cfg.data.train, distillation=distill)
+    data = TokenizedData(rows, model, tcfg.per_device_batch_size, layout.world_size, tcfg.seed)
+    total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
+    gather = tcfg.gather_across_devices if tcfg.gather_across_devices is not None else layout.world_size > 1
+    loss_fn = build_loss(cfg.loss, gather=gather)
+    _log_scale(cfg, layout, data, total_steps, gather, distill)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay, fused=device.type == "cuda"
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _linear_warmup_decay(int(tcfg.warmup_ratio * total_steps), total_steps)
+    )
+    precision, autocast = _autocast(tcfg.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    if scaler.is_enabled():
+        loss_fn.backward = lambda t: scaler.scale(t).backward()
+    metrics = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
+    return Training(model, params, optimizer, scheduler, scaler, autocast, data, loss_fn, total_steps, 0, metrics)
+
+
+def _log_scale(cfg, layout, data, total_steps: int, gather: bool, distill: bool) -> None:
+    per_device = cfg.training.per_device_batch_size
+    negatives = (data.global_batch if gather else per_device) * data.docs_per_query - 1
+    log.info(
+        "scale: world_size=%d per_device_batch=%d global_batch=%d in-batch negatives/query=%d "
+        "steps=%d (%d/epoch) loss=%s gather=%s mode=%s master=%s:%s",
+        layout.world_size,
+        per_device,
+        data.global_batch,
+        0 if distill else negatives,
+        total_steps,
+        data.steps_per_epoch,
+        cfg.loss.name,
+        gather,
+        layout.mode,
+        layout.master_addr,
+        layout.master_port,
+    )
+
+
+def _resume(t: Training, cfg, layout, ckpt_dir: Path) -> None:
+    """Rank 0 decides for the whole job; every rank restores the same state, then the weights are compared."""
+    from trainer import resume
+
+    found = resume.load_for_job(ckpt_dir, cfg, layout.world_size)
+    if found:
+        path, state = found
+        t.step, saved = resume.restore(path, state, layout.rank, t.model, t.optimizer, t.scheduler, t.scaler)
+        t.metrics.update(saved)  # e.g. the evaluation before training
+        log.info("resumed from %s at step %d/%d", path, t.step, t.total_steps)
+        del state, found
+    resume.check_same_weights(t.model, f"at step {t.step} after start-up")
+
+
+def _evaluate_before(t: Training, cfg, layout):
+    from trainer import distributed as D
+    from trainer.evaluate import evaluate, load_beir
+
+    split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
+    if split and cfg.evaluation.before_training and t.step == 0:
+        if layout.is_main:
+            t.metrics["before"] = evaluate(t.model, split, cfg.evaluation.batch_size)
+            log.info("eval before training: %s", _fmt(t.metrics["before"]))
+        D.barrier()
+    return split
+
+
+def _loop(t: Training, cfg, layout, device, ckpt_dir: Path, stop) -> tuple[float, list[float]]:
+    """Optimizer steps until ``total_steps``; checkpoints every N steps and on SIGTERM."""
     import torch
     from tqdm import tqdm
 
     from trainer import distributed as D
-    from trainer.checkpoint import latest_checkpoint, replace_dir
-    from trainer.data import TokenizedData, load_rows
-    from trainer.evaluate import evaluate, load_beir
-    from trainer.losses import build_loss
+    from trainer.preemption import Preempted
 
     tcfg = cfg.training
-    out_dir = Path(cfg.output_dir)
-    ckpt_dir = out_dir / "checkpoints"
-    device = D.device_for(layout)
+    t.model.train()
+    started, first_step, losses = time.perf_counter(), t.step, []
+    bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
+    while t.step < t.total_steps:
+        batch = t.data.batch(t.step, layout.rank, device)
+        with t.autocast():
+            local_loss = t.loss_fn(t.model, batch)
+        D.average_gradients(t.params)
+        if t.scaler.is_enabled():
+            t.scaler.unscale_(t.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(t.params, tcfg.max_grad_norm or float("inf"))
+        t.scaler.step(t.optimizer)
+        t.scaler.update()
+        t.scheduler.step()
+        t.optimizer.zero_grad(set_to_none=True)
+        t.step += 1
 
-    with D.process_group(layout, cfg.distributed.timeout_seconds):
-        # ---- seeds: same model init everywhere, a different dropout stream per rank
-        random.seed(tcfg.seed + layout.rank)
-        torch.manual_seed(tcfg.seed)
-        model = build_model(cfg.model, device)
-        D.broadcast_parameters(model)
-        torch.manual_seed(tcfg.seed + layout.rank)
+        # the global-batch mean (comparable across world sizes), and whether any pod got SIGTERM
+        loss, stopping = D.mean_and_any(local_loss, stop.requested, device)
+        losses.append(loss)
+        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        bar.update(1)
+        if t.step % tcfg.log_every == 0 or t.step == t.total_steps:
+            lr = t.scheduler.get_last_lr()[0]
+            log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e", t.step, t.total_steps, loss, grad_norm, lr)
+        if stopping:
+            if t.step > first_step:
+                _checkpoint(t, cfg, layout, ckpt_dir)
+            bar.close()
+            raise Preempted(t.step)
+        if t.step % cfg.checkpoint.every_steps == 0 and t.step < t.total_steps:
+            _checkpoint(t, cfg, layout, ckpt_dir)
+    bar.close()
+    return time.perf_counter() - started, losses
 
-        # ---- data
-        distill = cfg.loss.name == "distillation"
-        rows = load_rows(cfg.data.train, distillation=distill)
-        data = TokenizedData(rows, model, tcfg.per_device_batch_size, layout.world_size, tcfg.seed)
-        total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
-        gather = tcfg.gather_across_devices if tcfg.gather_across_devices is not None else layout.world_size > 1
-        loss_fn = build_loss(cfg.loss, gather=gather)
-        negatives = (data.global_batch if gather else tcfg.per_device_batch_size) * data.docs_per_query - 1
-        log.info(
-            "scale: world_size=%d per_device_batch=%d global_batch=%d in-batch negatives/query=%d "
-            "steps=%d (%d/epoch) loss=%s gather=%s mode=%s master=%s:%s",
-            layout.world_size,
-            tcfg.per_device_batch_size,
-            data.global_batch,
-            0 if distill else negatives,
-            total_steps,
-            data.steps_per_epoch,
-            cfg.loss.name,
-            gather,
-            layout.mode,
-            layout.master_addr,
-            layout.master_port,
-        )
 
-        # ---- optimizer and schedule
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(
-            params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay, fused=device.type == "cuda"
-        )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, _linear_warmup_decay(int(tcfg.warmup_ratio * total_steps), total_steps)
-        )
-        precision, autocast = _autocast(tcfg.precision, device)
-        scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-        if scaler.is_enabled():
-            loss_fn.backward = lambda t: scaler.scale(t).backward()
+def _checkpoint(t: Training, cfg, layout, ckpt_dir: Path) -> None:
+    from trainer import resume
 
-        # ---- resume from the newest complete checkpoint
-        metrics: dict = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
-        step = 0
-        found = latest_checkpoint(ckpt_dir) if cfg.checkpoint.resume else None
-        if found:
-            path, state = found
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            step = state["step"]
-            metrics.update(state.get("metrics", {}))  # e.g. the evaluation before training
-            rng = state["rng"]
-            if len(rng) == layout.world_size:
-                torch.set_rng_state(rng[layout.rank]["torch"])
-                random.setstate(rng[layout.rank]["python"])
-            log.info("resumed from %s at step %d/%d", path, step, total_steps)
+    resume.check_same_weights(t.model, f"at step {t.step}")
+    state = resume.capture(t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size)
+    resume.save(ckpt_dir, state, cfg.checkpoint.keep_last)
 
-        split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
-        if split and cfg.evaluation.before_training and step == 0:
-            if layout.is_main:
-                metrics["before"] = evaluate(model, split, cfg.evaluation.batch_size)
-                log.info("eval before training: %s", _fmt(metrics["before"]))
-            D.barrier()
 
-        # ---- the loop
-        model.train()
-        started, first_step, losses = time.perf_counter(), step, []
-        bar = tqdm(total=total_steps, initial=step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
-        while step < total_steps:
-            batch = data.batch(step, layout.rank, device)
-            with autocast():
-                local_loss = loss_fn(model, batch)
-            D.average_gradients(params)
-            if scaler.is_enabled():
-                scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.max_grad_norm or float("inf"))
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
+def _record_speed(t: Training, device, elapsed: float, losses: list[float]) -> None:
+    from trainer import distributed as D
 
-            loss = D.mean_across(local_loss, device)  # the global-batch mean, comparable across world sizes
-            losses.append(loss)
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-            bar.update(1)
-            if step % tcfg.log_every == 0 or step == total_steps:
-                log.info(
-                    "step %d/%d loss %.4f grad_norm %.3f lr %.2e",
-                    step,
-                    total_steps,
-                    loss,
-                    grad_norm,
-                    scheduler.get_last_lr()[0],
-                )
-            if step % cfg.checkpoint.every_steps == 0 and step < total_steps:
-                _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics)
-        bar.close()
-        elapsed = time.perf_counter() - started
-        done = step - first_step
-        metrics.update(
-            peak_rss_mb=D.gather_floats(_peak_rss_mb(), device),
-            steps=step,
-            final_loss=losses[-1] if losses else None,
-            train_seconds=round(elapsed, 2),
-            samples_per_second=round(done * data.global_batch / elapsed, 2) if done else None,
-        )
+    done = len(losses)
+    t.metrics.update(
+        peak_rss_mb=D.gather_floats(_peak_rss_mb(), device),
+        steps=t.step,
+        final_loss=losses[-1] if losses else None,
+        train_seconds=round(elapsed, 2),
+        samples_per_second=round(done * t.data.global_batch / elapsed, 2) if done else None,
+    )
 
-        # ---- evaluate, save the final model, write metrics
-        if layout.is_main:
-            if split and cfg.evaluation.after_training:
-                metrics["after"] = evaluate(model, split, cfg.evaluation.batch_size)
-                log.info("eval after training: %s", _fmt(metrics["after"]))
-            out_dir.mkdir(parents=True, exist_ok=True)
-            tmp = out_dir / f".tmp-final-model-{os.getpid()}"
-            model.save(str(tmp))
-            replace_dir(tmp, out_dir / "final-model")
-            metrics["model_dir"] = str((out_dir / "final-model").resolve())
-            _write_json(out_dir / "metrics.json", metrics)
-            log.info("done: %d steps in %.1fs; model at %s", step, elapsed, metrics["model_dir"])
-        D.barrier()
-    return metrics
+
+def _finish(t: Training, cfg, layout, split, elapsed: float) -> None:
+    """Rank 0 evaluates, saves the final model atomically and writes metrics.json; the others wait."""
+    from trainer import distributed as D
+    from trainer.checkpoint import replace_dir
+    from trainer.evaluate import evaluate
+
+    if layout.is_main:
+        out_dir = Path(cfg.output_dir)
+        if split and cfg.evaluation.after_training:
+            t.metrics["after"] = evaluate(t.model, split, cfg.evaluation.batch_size)
+            log.info("eval after training: %s", _fmt(t.metrics["after"]))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir / f".tmp-final-model-{os.getpid()}"
+        t.model.save(str(tmp))
+        replace_dir(tmp, out_dir / "final-model")
+        t.metrics["model_dir"] = str((out_dir / "final-model").resolve())
+        _write_json(out_dir / "metrics.json", t.metrics)
+        log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
+    D.barrier()
 
 
 def _peak_rss_mb() -> float:
@@ -269,32 +363,6 @@ def _linear_warmup_decay(warmup: int, total: int):
     return factor
 
 
-def _checkpoint(layout, ckpt_dir, step, model, optimizer, scheduler, cfg, metrics) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from trainer.checkpoint import save_checkpoint
-
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if dist.is_initialized():
-        all_rng = [None] * layout.world_size
-        dist.all_gather_object(all_rng, rng)
-    else:
-        all_rng = [rng]
-    if layout.is_main:
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "step": step,
-            "rng": all_rng,
-            "config": cfg.model_dump(),
-            "metrics": metrics,
-        }
-        path = save_checkpoint(ckpt_dir, step, state, cfg.checkpoint.keep_last)
-        log.info("checkpoint %s", path)
-
-
 def _fmt(m: dict) -> str:
     return " ".join(f"{k}={v:.4f}" for k, v in m.items())
 
@@ -309,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainer.config import ConfigError, load_config
     from trainer.env import EnvError, Launch, resolve
+    from trainer.preemption import EXIT_PREEMPTED, Preempted
+    from trainer.resume import WeightsDiverged
 
     _setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
@@ -324,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, EnvError) as e:
         print(f"colbert-train: error: {e}", file=sys.stderr)
         return 2
+    except Preempted as e:
+        print(f"colbert-train: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
+    except WeightsDiverged as e:
+        print(f"colbert-train: error: {e}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as e:
         print(
             f"colbert-train: error: {e.name} is not installed; install the trainer with "

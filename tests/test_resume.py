@@ -1,0 +1,163 @@
+"""Multi-pod recovery: one resume decision for the job, per-pod storage, SIGKILL and SIGTERM, bad checkpoints.
+
+Every "pod" here is a trainer process with the operator's variables and its own working directory
+(tests/pods.py), so rank 1 never sees the checkpoints rank 0 writes, as with an ``emptyDir``. A
+resumed run must end with the same bytes as an uninterrupted one (CPU training is deterministic).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import make_tiny_bert, write_triplets
+from tests.pods import last_log, start_pods, wait_pods
+
+STEPS = 12
+
+
+def _config(tmp: Path, model: Path, data: Path, **over) -> Path:
+    cfg = {
+        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": str(data)}},
+        "training": {"per_device_batch_size": 4, "max_steps": STEPS, "learning_rate": 1e-3, "log_every": 1},
+        "checkpoint": {"every_steps": 3, "keep_last": 3},
+        "evaluation": {"after_training": False},
+        "distributed": {"peer_timeout_seconds": 10},
+        "output_dir": "out",  # relative: each pod writes under its own /workspace
+    }
+    for key, value in over.items():
+        section, _, leaf = key.partition("__")
+        cfg[section][leaf] = value
+    path = tmp / f"train-{len(list(tmp.glob('train-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _digest(ws: Path) -> str:
+    return hashlib.sha256((ws / "out" / "final-model" / "model.safetensors").read_bytes()).hexdigest()
+
+
+def _steps(ws: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in (ws / "out" / "checkpoints").glob("step-*"))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("resume")
+    model = make_tiny_bert(tmp / "model")
+    data = write_triplets(tmp / "train.jsonl", 96)
+    return tmp, model, data
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(setup, tmp_path_factory):
+    tmp, model, data = setup
+    pods = [tmp_path_factory.mktemp("ref") / f"pod-{r}" for r in range(2)]
+    codes = wait_pods(start_pods(_config(tmp, model, data), pods, _port()))
+    assert codes == [0, 0], last_log(pods[0])[-3000:]
+    return _digest(pods[0])
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_step(ws: Path, step: int, procs, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    pattern = re.compile(rf"step {step}/{STEPS} ")
+    while not pattern.search(last_log(ws)):
+        assert all(p.poll() is None for p in procs) and time.time() < deadline, last_log(ws)[-2000:]
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_interrupted_job_resumes_to_identical_weights(setup, uninterrupted, tmp_path, sig):
+    tmp, model, data = setup
+    cfg = _config(tmp, model, data)
+    pods = [tmp_path / "master-0", tmp_path / "worker-0"]
+    procs = start_pods(cfg, pods, _port())
+    _wait_for_step(pods[0], 7, procs)
+    procs[1].send_signal(sig)  # the worker pod is killed, or evicted with a grace period
+    codes = wait_pods(procs, timeout=120)
+    assert all(c != 0 for c in codes), codes
+    log0 = last_log(pods[0])
+    assert not (pods[1] / "out" / "checkpoints").exists()  # per-pod storage: the worker has nothing
+    if sig == signal.SIGTERM:
+        # every rank stopped at the same step, rank 0 wrote it, and both exit 143 for a restart
+        assert codes == [143, 143], codes
+        stopped = int(re.search(r"stopped by SIGTERM after step (\d+)", log0).group(1))
+        assert _steps(pods[0])[-1] == stopped >= 7
+    saved = _steps(pods[0])[-1]
+
+    codes = wait_pods(start_pods(cfg, pods, _port()))  # the operator restarts both containers
+    assert codes == [0, 0], last_log(pods[0])[-3000:] + last_log(pods[1])[-3000:]
+    for ws in pods:
+        log = last_log(ws)
+        assert f"resumed from out/checkpoints/step-{saved:08d} at step {saved}/{STEPS}" in log
+        assert f"weights identical on all ranks at step {saved} after start-up" in log
+    assert _digest(pods[0]) == uninterrupted
+
+
+def _checkpointed_job(setup, tmp_path, **over) -> tuple[Path, list[Path]]:
+    """A 2-pod job stopped after its step-3 checkpoint (max_steps 3 leaves one at step 3 via SIGTERM)."""
+    tmp, model, data = setup
+    cfg = _config(tmp, model, data, **over)
+    pods = [tmp_path / "master-0", tmp_path / "worker-0"]
+    procs = start_pods(cfg, pods, _port())
+    _wait_for_step(pods[0], 3, procs)
+    procs[0].send_signal(signal.SIGTERM)
+    assert wait_pods(procs, timeout=120) == [143, 143], last_log(pods[0])[-2000:]
+    return cfg, pods
+
+
+def _one_error(ws: Path, code: int, expected: str) -> str:
+    log = last_log(ws)
+    errors = [line for line in log.splitlines() if "error:" in line]
+    assert len(errors) == 1, log[-3000:]
+    assert expected in errors[0] and "Traceback" not in log
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_bad_checkpoints_are_one_line(setup, tmp_path):
+    tmp, model, data = setup
+    _, pods = _checkpointed_job(setup, tmp_path)
+    saved = _steps(pods[0])[-1]
+    master = [pods[0]]
+
+    # world size changed: 2 -> 1
+    assert wait_pods(start_pods(_config(tmp, model, data), master, _port())) == [2]
+    _one_error(pods[0], 2, "was written by a job of world size 2, this job has 1")
+
+    # a config that changes what the state means
+    both = lambda cfg: wait_pods(start_pods(cfg, pods, _port()))  # noqa: E731
+    assert both(_config(tmp, model, data, training__seed=7)) == [2, 2]
+    _one_error(pods[0], 2, "training.seed=42, this config has 7")
+
+    # a checkpoint of another model
+    other = make_tiny_bert(tmp_path / "other-model")
+    assert both(_config(tmp, other, data)) == [2, 2]
+    line = _one_error(pods[1], 2, "model=")  # every rank gets the same verdict, not just rank 0
+    assert "use a new output_dir" in line
+
+    # truncated: every checkpoint is set aside (kept), and the job refuses to start from zero
+    for step in _steps(pods[0]):
+        state = pods[0] / "out" / "checkpoints" / f"step-{step:08d}" / "state.pt"
+        state.write_bytes(state.read_bytes()[:1000])
+    for _ in range(2):  # the refusal holds on the operator's next restart too
+        assert both(_config(tmp, model, data)) == [2, 2]
+        _one_error(pods[0], 2, "no readable checkpoint")
+    aside = pods[0] / "out" / "checkpoints" / f"unreadable-step-{saved:08d}" / "state.pt"
+    assert aside.stat().st_size == 1000

@@ -1,0 +1,161 @@
+"""One resume decision for the whole job, and the state every rank saves and restores.
+
+On a cluster each pod has its own ``/workspace`` (an ``emptyDir`` unless a PVC is mounted) and only
+rank 0 writes checkpoints, so a worker's directory is empty after a restart. Every rank looking for
+"its own" newest checkpoint therefore resumes different ranks at different steps, and they then hang
+in mismatched collectives. Here rank 0 alone reads the checkpoint directory, checks the checkpoint
+against this job, and broadcasts the state; every rank restores the same step, weights, optimizer,
+scheduler, scaler and data position (batches are a pure function of (seed, step)), plus its own RNG
+streams. :func:`check_same_weights` then proves the ranks agree, after resume and at every checkpoint.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer import distributed as D
+from trainer.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
+
+__all__ = ["CheckpointError", "WeightsDiverged", "capture", "restore", "load_for_job", "save", "check_same_weights"]
+
+log = logging.getLogger(__name__)
+
+# Keys whose change makes a checkpoint meaningless for this job (others, e.g. max_steps, may change).
+_MUST_MATCH = (
+    ("model",),
+    ("loss",),
+    ("training", "per_device_batch_size"),
+    ("training", "seed"),
+    ("training", "gather_across_devices"),
+    ("data", "train", "columns"),
+    ("data", "train", "limit"),
+)
+
+
+class WeightsDiverged(RuntimeError):
+    """Ranks hold different weights: continuing would average gradients of different models."""
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def capture(step: int, model, optimizer, scheduler, scaler, cfg, metrics: dict, world_size: int) -> dict | None:
+    """The job's state at ``step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere)."""
+    all_rng = D.gather_objects(_rng_state())
+    if D.rank() != 0:
+        return None
+    return {
+        "step": step,
+        "world_size": world_size,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+        "rng": all_rng,
+        "config": cfg.model_dump(mode="json"),
+        "metrics": metrics,
+    }
+
+
+def save(ckpt_dir: Path, state: dict | None, keep_last: int) -> Path | None:
+    """Rank 0 writes the checkpoint atomically; other ranks return None."""
+    if state is None:
+        return None
+    path = save_checkpoint(ckpt_dir, state["step"], state, keep_last)
+    log.info("checkpoint %s", path)
+    return path
+
+
+def _dig(d: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def check_compatible(path: Path, state: dict, cfg, world_size: int) -> None:
+    """Refuse a checkpoint of another config or world size with one line, before touching the model."""
+    saved_ws = state.get("world_size", len(state.get("rng", [])))
+    if saved_ws != world_size:
+        raise CheckpointError(
+            f"checkpoint {path} was written by a job of world size {saved_ws}, this job has {world_size}: "
+            f"its batch schedule and RNG streams are per rank; run with {saved_ws} processes, or start over "
+            "with a new output_dir (or checkpoint.resume: false)"
+        )
+    now = cfg.model_dump(mode="json")
+    for keys in _MUST_MATCH:
+        old, new = _dig(state.get("config", {}), keys), _dig(now, keys)
+        if old != new:
+            raise CheckpointError(
+                f"checkpoint {path} was written with {'.'.join(keys)}={old!r}, this config has {new!r}: "
+                "use a new output_dir for a different job, or restore the old value to resume"
+            )
+
+
+def load_for_job(ckpt_dir: Path, cfg, world_size: int) -> tuple[Path, dict] | None:
+    """Rank 0 picks and checks the checkpoint (or none); every rank receives the same answer."""
+    answer: tuple[Path, dict] | None | CheckpointError = None
+    if D.rank() == 0 and cfg.checkpoint.resume:
+        try:
+            answer = latest_checkpoint(ckpt_dir)
+            if answer:
+                check_compatible(answer[0], answer[1], cfg, world_size)
+        except CheckpointError as e:
+            answer = e
+    answer = D.broadcast_object(answer)
+    if isinstance(answer, CheckpointError):
+        raise CheckpointError(str(answer))
+    return answer
+
+
+def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, scaler) -> tuple[int, dict]:
+    """Load ``state`` into the training objects; returns (step, metrics) and frees the loaded copy."""
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
+        raise CheckpointError(
+            f"checkpoint {path} holds the weights of another model ({first[:160]}); "
+            "use a new output_dir for this model, or set model.name_or_path back"
+        ) from None
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler.is_enabled() and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    rng = state["rng"][rank]
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    step, metrics = state["step"], dict(state.get("metrics", {}))
+    state.clear()
+    gc.collect()
+    return step, metrics
+
+
+def check_same_weights(model, where: str) -> None:
+    """Compare a checksum of every parameter across ranks; every rank raises together on a mismatch."""
+    names, sums = [], []
+    for name, p in model.state_dict().items():
+        if p.is_floating_point():
+            t = p.detach().double()
+            names.append(name)
+            sums.append(torch.stack([t.sum(), (t * t).sum()]))
+    mine = torch.stack(sums).cpu()
+    for r, theirs in enumerate(D.gather_objects(mine)):
+        if not torch.equal(theirs, mine):
+            bad = int((theirs != mine).any(dim=1).nonzero()[0])
+            raise WeightsDiverged(
+                f"weights differ between rank {D.rank()} and rank {r} {where} (first: {names[bad]}); "
+                "stopping so the job restarts from the last good checkpoint"
+            )
+    log.info("weights identical on all ranks %s (%d tensors checked)", where, len(names))
