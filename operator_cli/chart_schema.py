@@ -72,8 +72,10 @@ def build() -> dict[str, Any]:
                     "existingClaim": {"$ref": "#/$defs/optionalName"},
                     "size": {"$ref": "#/$defs/optionalQuantity"},
                     "storageClass": {"$ref": "#/$defs/optionalName"},
+                    "podLocal": {"type": "boolean"},
                 }
             ),
+            "terminationGracePeriodSeconds": {"type": "integer", "minimum": 0, "maximum": 86400},
             "scheduling": _obj(
                 {
                     "nodeSelector": {"$ref": "#/$defs/labelMap"},

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from operator_cli import constants as C
 from operator_cli.constants import DEFAULT_IMAGE
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
@@ -76,6 +77,19 @@ def job_options(fn):
         click.option("--pvc", help="Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model)."),
         click.option("--pvc-size", help="Create a PVC of this size for /workspace instead."),
         click.option("--storage-class", help="StorageClass of the PVC created by --pvc-size."),
+        click.option(
+            "--pod-local-storage",
+            is_flag=True,
+            help="With --nodes > 1 and no PVC: each pod keeps its own emptyDir /workspace; "
+            "a deleted master pod then restarts the job from step 0.",
+        ),
+        click.option(
+            "--termination-grace-period",
+            default=C.TERMINATION_GRACE_SECONDS,
+            show_default=True,
+            type=int,
+            help="Seconds from SIGTERM (eviction, preemption) to SIGKILL; the trainer checkpoints in them.",
+        ),
         click.option("--node-selector", multiple=True, metavar="K=V"),
         click.option("--toleration", multiple=True, metavar="KEY[=VALUE]:EFFECT"),
         click.option("--priority-class"),
@@ -125,6 +139,8 @@ def build_spec(o: dict) -> JobSpec:
         shm_size=None if o["shm_size"] in ("0", "") else o["shm_size"],
         pvc=o["pvc"],
         pvc_size=o["pvc_size"],
+        pod_local_storage=o["pod_local_storage"],
+        termination_grace=o["termination_grace_period"],
         storage_class=o["storage_class"],
         node_selector=parse_pairs(o["node_selector"], "--node-selector"),
         tolerations=[parse_toleration(t) for t in o["toleration"]],

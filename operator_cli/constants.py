@@ -27,6 +27,8 @@ CONFIG_FILE = "train.yaml"
 WORKSPACE_MOUNT = "/workspace"
 SHM_MOUNT = "/dev/shm"
 
+# SIGTERM -> checkpoint of the last completed step -> exit: the kubelet waits this long before SIGKILL
+TERMINATION_GRACE_SECONDS = 120
 RUN_AS_USER = 1000  # the Dockerfile's `colbert` user
 DEFAULT_IMAGE = "colbert-k8s/colbert-train:0.1.0"
 _OPERATOR_KUSTOMIZE = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"

@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from operator_cli.constants import DEFAULT_IMAGE
+from operator_cli.constants import DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS
 from operator_cli.errors import CliError
 
 __all__ = ["JobSpec", "SecretRef", "parse_pairs", "parse_toleration", "parse_secret_env", "generate_name"]
@@ -111,6 +111,10 @@ class JobSpec:
     """Size of the memory-backed /dev/shm (NCCL and data loaders need more than the 64Mi default)."""
     pvc: str | None = None
     pvc_size: str | None = None
+    pod_local_storage: bool = False
+    """With --nodes > 1 and no PVC: accept that each pod's /workspace is its own emptyDir."""
+    termination_grace: int = TERMINATION_GRACE_SECONDS
+    """Seconds between SIGTERM and SIGKILL: the trainer checkpoints the last completed step in them."""
     storage_class: str | None = None
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, str]] = field(default_factory=list)
@@ -155,6 +159,17 @@ class JobSpec:
                 raise CliError(f"{flag} must be a Kubernetes quantity like 4, 500m or 32Gi, got {value!r}")
         if self.pvc and self.pvc_size:
             raise CliError("--pvc and --pvc-size exclude each other: use an existing claim or create one")
+        if self.nodes > 1 and not (self.pvc or self.pvc_size or self.pod_local_storage):
+            raise CliError(
+                f"--nodes {self.nodes} without shared storage: checkpoints would live only in the master pod's "
+                "emptyDir, and a job whose master pod is deleted would start over from step 0",
+                hint="add --pvc-size 50Gi (a new ReadWriteMany claim) or --pvc NAME, "
+                "or --pod-local-storage to accept that",
+            )
+        if self.pod_local_storage and (self.pvc or self.pvc_size):
+            raise CliError("--pod-local-storage excludes --pvc and --pvc-size: keep one")
+        if not 0 <= self.termination_grace <= 24 * 3600:
+            raise CliError(f"--termination-grace-period must be 0..86400 seconds, got {self.termination_grace}")
         for flag, value in (
             ("--pvc", self.pvc),
             ("--priority-class", self.priority_class),

@@ -58,10 +58,19 @@ def test_schema_drift_would_be_caught(tmp_path, monkeypatch):
 
 OPTION_SETS = {
     "defaults": ({}, {}),
-    "cpu-2-nodes": (dict(nodes=2, gpus_per_node=0), dict(nodes=2, gpusPerNode=0)),
+    "cpu-2-nodes-pod-local": (
+        dict(nodes=2, gpus_per_node=0, pod_local_storage=True, termination_grace=300),
+        dict(nodes=2, gpusPerNode=0, persistence={"podLocal": True}, terminationGracePeriodSeconds=300),
+    ),
     "2x8-ib-resources": (
-        dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi"),
-        dict(nodes=2, gpusPerNode=8, nccl="ib", resources={"cpu": "32", "memory": "256Gi"}),
+        dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi", pvc="ckpt"),
+        dict(
+            nodes=2,
+            gpusPerNode=8,
+            nccl="ib",
+            resources={"cpu": "32", "memory": "256Gi"},
+            persistence={"existingClaim": "ckpt"},
+        ),
     ),
     "new-pvc": (
         dict(nodes=3, pvc_size="500Gi", storage_class="fast"),
@@ -80,6 +89,7 @@ OPTION_SETS = {
             priority_class="high",
             queue="team-a",
             service_account="trainer",
+            pod_local_storage=True,
         ),
         dict(
             nodes=4,
@@ -91,6 +101,7 @@ OPTION_SETS = {
                 "queue": "team-a",
             },
             serviceAccount={"name": "trainer"},
+            persistence={"podLocal": True},
         ),
     ),
     "env-secrets-image": (
@@ -121,7 +132,10 @@ OPTION_SETS = {
             annotations={"example.com/owner": "alice"},
         ),
     ),
-    "socket-16-nodes": (dict(nodes=16, gpus_per_node=8, nccl="socket"), dict(nodes=16, gpusPerNode=8, nccl="socket")),
+    "socket-16-nodes": (
+        dict(nodes=16, gpus_per_node=8, nccl="socket", pvc="ckpt"),
+        dict(nodes=16, gpusPerNode=8, nccl="socket", persistence={"existingClaim": "ckpt"}),
+    ),
 }
 
 

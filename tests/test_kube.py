@@ -32,14 +32,40 @@ def run(api: Emulator, *args: str):
 
 
 def submit(api, config, *extra):
-    return run(api, "submit", "--config", str(config), "--name", "demo", "--nodes", "2", "--gpus-per-node", "8", *extra)
+    return run(
+        api,
+        "submit",
+        "--config",
+        str(config),
+        "--name",
+        "demo",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        *(() if {"--pvc", "--pvc-size"} & set(extra) else ("--pod-local-storage",)),
+        *extra,
+    )
 
 
 def test_submit_creates_exactly_the_dry_run_objects(api, config):
     import yaml
 
     dry = CliRunner().invoke(
-        cli, ["submit", "--config", str(config), "--name", "demo", "--nodes", "2", "--gpus-per-node", "8", "--dry-run"]
+        cli,
+        [
+            "submit",
+            "--config",
+            str(config),
+            "--name",
+            "demo",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--pod-local-storage",
+            "--dry-run",
+        ],
     )
     res = submit(api, config)
     assert res.exit_code == 0, res.output

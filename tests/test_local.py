@@ -61,7 +61,9 @@ def _local(workdir: Path, *extra: str, **kw):
 
 
 def test_replica_env_matches_the_operator(tmp_path):
-    spec = JobSpec(name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0, env={"FOO": "bar"})
+    spec = JobSpec(
+        name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0, env={"FOO": "bar"}, pvc="ws"
+    )
     reps = plan_replicas(render(spec), tmp_path / "ws", tmp_path / "cfg", "127.0.0.1", 23456)
     assert [r.replica for r in reps] == ["master-0", "worker-0", "worker-1"]
     for i, r in enumerate(reps):
@@ -75,7 +77,7 @@ def test_replica_env_matches_the_operator(tmp_path):
 
 
 def test_gpu_job_world_size_counts_processes(tmp_path):
-    spec = JobSpec(name="job", config_text="x: 1\n", nodes=2, gpus_per_node=8)
+    spec = JobSpec(name="job", config_text="x: 1\n", nodes=2, gpus_per_node=8, pvc="ws")
     reps = plan_replicas(render(spec), tmp_path, tmp_path, "127.0.0.1", 1)
     assert [r.env["WORLD_SIZE"] for r in reps] == ["16", "16"]
     assert [r.env["RANK"] for r in reps] == ["0", "1"]  # node index, as the operator sets it

@@ -17,10 +17,10 @@ CONFIG = "data:\n  train: {path: data/train.jsonl}\n"
 
 MATRIX = {
     "cpu-single": dict(nodes=1, gpus_per_node=0),
-    "cpu-two-nodes": dict(nodes=2, gpus_per_node=0, shm_size=None),
+    "cpu-two-nodes": dict(nodes=2, gpus_per_node=0, shm_size=None, pod_local_storage=True, termination_grace=0),
     "one-gpu": dict(nodes=1, gpus_per_node=1),
-    "2x8-gpu-ib": dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi"),
-    "16-nodes-socket": dict(nodes=16, gpus_per_node=4, nccl="socket"),
+    "2x8-gpu-ib": dict(nodes=2, gpus_per_node=8, nccl="ib", cpu="32", memory="256Gi", pvc_size="1Ti"),
+    "16-nodes-socket": dict(nodes=16, gpus_per_node=4, nccl="socket", pvc="ckpt"),
     "existing-pvc": dict(nodes=2, gpus_per_node=2, pvc="shared-data"),
     "new-pvc": dict(nodes=3, gpus_per_node=1, pvc_size="500Gi", storage_class="fast-rwx"),
     "scheduling": dict(
@@ -31,6 +31,7 @@ MATRIX = {
         priority_class="high",
         queue="team-a",
         service_account="trainer",
+        pod_local_storage=True,
     ),
     "pull-secrets": dict(image="reg.example.com/ml/colbert-train:1.2", image_pull_secrets=["regcred", "other"]),
     "env-and-secrets": dict(
@@ -42,7 +43,7 @@ MATRIX = {
         labels={"team": "search", "example.com/cost-center": "42"},
         annotations={"example.com/owner": "alice@example.com", "note": "a: b"},
     ),
-    "namespace": dict(namespace="ml-training", nodes=4, gpus_per_node=8),
+    "namespace": dict(namespace="ml-training", nodes=4, gpus_per_node=8, pvc="ckpt"),
 }
 
 
@@ -115,6 +116,7 @@ HOSTILE = [
 def test_hostile_values_cannot_change_structure(value):
     spec = _spec(
         nodes=2,
+        pod_local_storage=True,
         env={"USER_VALUE": value},
         annotations={"example.com/note": value},
         config_text=CONFIG + f"# {value!r}\n",
@@ -134,7 +136,10 @@ def test_hostile_values_cannot_change_structure(value):
 BAD_SPECS = [
     ("upper-name", dict(name="MyJob"), "--name must be a DNS-1035 label"),
     ("digit-start", dict(name="1job"), "--name must be a DNS-1035 label"),
-    ("too-long-for-workers", dict(name="a" * 55, nodes=12), "would exceed 63 characters"),
+    ("too-long-for-workers", dict(name="a" * 55, nodes=12, pvc="ws"), "would exceed 63 characters"),
+    ("multi-node-no-storage", dict(nodes=2), "--nodes 2 without shared storage"),
+    ("pod-local-and-pvc", dict(nodes=2, pvc="ws", pod_local_storage=True), "--pod-local-storage excludes"),
+    ("negative-grace", dict(termination_grace=-1), "--termination-grace-period must be"),
     ("zero-nodes", dict(nodes=0), "--nodes must be between 1 and 1024"),
     ("bad-quantity", dict(memory="lots"), "--memory must be a Kubernetes quantity"),
     ("pvc-both", dict(pvc="a", pvc_size="1Gi"), "--pvc and --pvc-size exclude each other"),
@@ -157,7 +162,7 @@ def test_bad_options_are_refused(name, kw, message):
 
 def test_longest_allowed_name_fits():
     name = "a" * (63 - len("-worker-10"))
-    objects = render(_spec(name=name, nodes=12))
+    objects = render(_spec(name=name, nodes=12, pvc="ws"))
     assert objects[-1]["metadata"]["name"] == name
 
 

@@ -21,6 +21,7 @@ import torch
 
 from trainer import distributed as D
 from trainer.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
+from trainer.errors import WeightsDiverged
 
 __all__ = ["CheckpointError", "WeightsDiverged", "capture", "restore", "load_for_job", "save", "check_same_weights"]
 
@@ -36,10 +37,6 @@ _MUST_MATCH = (
     ("data", "train", "columns"),
     ("data", "train", "limit"),
 )
-
-
-class WeightsDiverged(RuntimeError):
-    """Ranks hold different weights: continuing would average gradients of different models."""
 
 
 def _rng_state() -> dict[str, Any]:

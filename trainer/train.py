@@ -377,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainer.config import ConfigError, load_config
     from trainer.env import EnvError, Launch, resolve
+    from trainer.errors import WeightsDiverged
     from trainer.preemption import EXIT_PREEMPTED, Preempted
-    from trainer.resume import WeightsDiverged
 
     _setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:

@@ -29,8 +29,15 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | quote }}
 {{- end }}
 {{- end -}}
 
-{{/* The claim mounted at /workspace, if any. */}}
+{{/* The claim mounted at /workspace, if any. Same rule as the CLI: nodes > 1 needs a claim or podLocal. */}}
 {{- define "colbert-train.claim" -}}
+{{- $p := .Values.persistence -}}
+{{- if and (gt (int .Values.nodes) 1) (not (or $p.existingClaim $p.size $p.podLocal)) -}}
+{{- fail (printf "nodes %d without shared storage: checkpoints would live only in the master pod's emptyDir; set persistence.size (a new ReadWriteMany claim) or persistence.existingClaim, or persistence.podLocal: true to accept that" (int .Values.nodes)) -}}
+{{- end -}}
+{{- if and $p.podLocal (or $p.existingClaim $p.size) -}}
+{{- fail "persistence.podLocal excludes persistence.existingClaim and persistence.size: keep one" -}}
+{{- end -}}
 {{- if .Values.persistence.existingClaim -}}
 {{- .Values.persistence.existingClaim -}}
 {{- else if .Values.persistence.size -}}
@@ -97,6 +104,7 @@ spec:
     - name: {{ . | quote }}
     {{- end }}
   {{- end }}
+  terminationGracePeriodSeconds: {{ int $v.terminationGracePeriodSeconds }}
   securityContext:
     runAsNonRoot: true
     runAsUser: 1000
