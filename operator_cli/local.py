@@ -6,7 +6,15 @@ does what the Kubeflow Training Operator v1.9.4 and the kubelet do:
 * **env**: each replica gets the operator's variables (``MASTER_ADDR``/``PORT``, ``WORLD_SIZE`` =
   replicas x nproc, ``RANK`` = pod index, ``PET_*``) plus the container's own ``env``;
 * **command, args, workingDir**: run as written, with mount paths mapped to local directories
-  (the ConfigMap becomes a directory holding its files, the workspace volume is ``--workdir``);
+  (the ConfigMap becomes a directory holding its files);
+* **the workspace volume**: a PVC is shared by every pod, so it is ``--workdir`` itself. An
+  ``emptyDir`` belongs to one pod: each replica gets ``--workdir/pods/<pod name>/``, which nothing
+  else sees, survives restarts of the replica (as an emptyDir survives container restarts) and is
+  emptied when a new ``local`` run starts (a new pod). The files the config names by relative path
+  (training data, the BEIR split, a local model) are copied into each pod's workspace first, where
+  the image or a data volume would have put them on a cluster; the summary says so;
+* **SIGTERM**: sent to ``local`` (or to a replica) it reaches the replicas, which get the manifest's
+  ``terminationGracePeriodSeconds`` to checkpoint before SIGKILL, as from the kubelet;
 * **restarts**: ``restartPolicy: OnFailure`` with ``runPolicy.backoffLimit``. On a cluster the
   kubelet restarts the failed container and its peers then fail on the broken collective; here
   the replicas are restarted together, which is the same outcome without the wait for a timeout.
@@ -87,6 +95,18 @@ def unsupported(job: dict[str, Any], gpus_here: int) -> list[str]:
     return notes
 
 
+def shares_workspace(job: dict[str, Any]) -> bool:
+    """True when /workspace is a PersistentVolumeClaim (one volume for all pods), False for an emptyDir."""
+    volumes = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"].get("volumes", [])
+    workspace = next((v for v in volumes if v["name"] == "workspace"), {})
+    return "persistentVolumeClaim" in workspace
+
+
+def pod_workspace(workdir: Path, host: str) -> Path:
+    """Where an emptyDir-backed pod's /workspace lives here."""
+    return workdir / "pods" / host
+
+
 def plan_replicas(
     objects: list[dict[str, Any]],
     workdir: Path,
@@ -101,10 +121,10 @@ def plan_replicas(
     nproc_raw = str(job["spec"].get("nprocPerNode", "auto"))
     nproc = int(nproc_raw) if nproc_raw.isdigit() else 1
     total = sum(r["replicas"] for r in specs.values())
-    mounts = {C.CONFIG_MOUNT: config_dir, C.WORKSPACE_MOUNT: workdir}
+    shared = shares_workspace(job)
 
-    def local_path(value: str) -> str:
-        for mount, local in mounts.items():
+    def local_path(value: str, workspace: Path) -> str:
+        for mount, local in {C.CONFIG_MOUNT: config_dir, C.WORKSPACE_MOUNT: workspace}.items():
             if value == mount or value.startswith(mount + "/"):
                 return str(local) + value[len(mount) :]
         return value
@@ -121,6 +141,7 @@ def plan_replicas(
         container = _container(template)
         for i in range(specs[rtype]["replicas"]):
             host = f"{name}-{rtype.lower()}-{i}"
+            workspace = workdir if shared else pod_workspace(workdir, host)
             env = dict(base)
             env.update(
                 {
@@ -138,13 +159,13 @@ def plan_replicas(
             )
             for var in container.get("env", []):
                 if "value" in var:
-                    env[var["name"]] = local_path(var["value"])
+                    env[var["name"]] = local_path(var["value"], workspace)
                 elif var["name"] not in os.environ:  # a secretKeyRef: taken from this shell if set there
                     click.echo(
                         f"local: {var['name']} comes from a Secret on the cluster; export it here to use it", err=True
                     )
-            command = [local_path(a) for a in container.get("command", []) + container.get("args", [])]
-            cwd = Path(local_path(container.get("workingDir", C.WORKSPACE_MOUNT)))
+            command = [local_path(a, workspace) for a in container.get("command", []) + container.get("args", [])]
+            cwd = Path(local_path(container.get("workingDir", C.WORKSPACE_MOUNT), workspace))
             replicas.append(Replica(f"{rtype.lower()}-{i}", host, index, command, env, cwd))
             index += 1
     return replicas
@@ -242,6 +263,8 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     click.echo(f"local: not honoured here: {'; '.join(unsupported(job, _gpus_here()))}", err=True)
 
     workdir = workdir.resolve()
+    grace = float(_pod_spec(job).get("terminationGracePeriodSeconds", 30))
+    master_ws = _announce_storage(job, cm["data"][C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
     for fname, text in cm["data"].items():
         (config_dir / fname).write_text(text)
@@ -258,6 +281,7 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     started = time.time()
     restarts = 0
     replicas: list[Replica] = []
+    previous_term = signal.signal(signal.SIGTERM, _terminated)
     try:
         while True:
             port = _free_port()
@@ -272,9 +296,9 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
             if failed is None:
                 for t in threads:
                     t.join(timeout=5)
-                _summary(cm["data"][C.CONFIG_FILE], workdir, name, restarts, time.time() - started)
+                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
                 return 0
-            _stop(replicas)
+            _stop(replicas, grace)
             for t in threads:
                 t.join(timeout=5)
             code = failed.proc.returncode
@@ -292,11 +316,47 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
                 f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint",
                 err=True,
             )
+    except _Terminated:
+        click.echo(
+            f"local: SIGTERM: passed to the replicas, which checkpoint within {grace:.0f}s "
+            "(terminationGracePeriodSeconds); run the same command again to resume",
+            err=True,
+        )
+        _stop(replicas, grace)
+        return 128 + signal.SIGTERM
     finally:  # Ctrl-C or any error: no replica outlives the command, no namespace or temp dir is left
-        _stop(replicas)
+        signal.signal(signal.SIGTERM, previous_term)
+        _stop(replicas, grace)
         shutil.rmtree(config_dir, ignore_errors=True)
         if network:
             network.destroy()
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _terminated(_signum, _frame) -> None:
+    raise _Terminated
+
+
+def _pod_spec(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+def _announce_storage(job: dict[str, Any], config_text: str, workdir: Path) -> Path:
+    """Lay out /workspace as the cluster would and say how; returns the master pod's workspace."""
+    if shares_workspace(job):
+        click.echo(f"local: /workspace is a PVC shared by every replica: {workdir}", err=True)
+        return workdir
+    copied = prepare_pod_workspaces(job, config_text, workdir)
+    hosts = _replica_hosts(job)
+    click.echo(
+        f"local: each replica has its own /workspace (an emptyDir): {pod_workspace(workdir, '')}"
+        f"{{{','.join(hosts)}}}; copied into each from {workdir}: {', '.join(copied) or 'nothing'}",
+        err=True,
+    )
+    return pod_workspace(workdir, hosts[0])
 
 
 def _replica_hosts(job: dict[str, Any]) -> list[str]:
@@ -317,3 +377,35 @@ def _wait_any_failure(replicas: list[Replica]) -> Replica | None:
         if all(code == 0 for code in codes):
             return None
         time.sleep(0.2)
+
+
+_POD_MARK = ".colbert-k8s-pod"
+
+
+def prepare_pod_workspaces(job: dict[str, Any], config_text: str, workdir: Path) -> list[str]:
+    """Fresh per-pod workspaces (emptyDirs) holding the inputs the config names; returns what was copied.
+
+    Only directories this command made (they hold a marker file) are ever emptied."""
+    inputs = _relative_inputs(config_text, workdir)
+    for host in _replica_hosts(job):
+        ws = pod_workspace(workdir, host)
+        if ws.exists():
+            if not (ws / _POD_MARK).is_file():
+                raise click.ClickException(
+                    f"{ws} exists and was not made by `colbert-k8s local`; move it away or pick another --workdir"
+                )
+            shutil.rmtree(ws)
+        ws.mkdir(parents=True)
+        (ws / _POD_MARK).write_text("an emptyDir stand-in made by `colbert-k8s local`; emptied on its next run\n")
+        for rel in inputs:
+            src, dst = workdir / rel, ws / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    return inputs
+
+
+def _relative_inputs(config_text: str, workdir: Path) -> list[str]:
+    """Relative paths in the config that exist under the workdir: the job's inputs."""
+    cfg = parse_training_config(config_text)
+    candidates = [cfg.data.train.path, cfg.data.eval_beir, cfg.model.name_or_path]
+    return [p for p in candidates if p and not Path(p).is_absolute() and (workdir / p).exists()]

@@ -8,4 +8,4 @@ bash scripts/setup.sh train
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/python -m trainer.quickstart_data data/quickstart
 exec .venv/bin/colbert-k8s local --config examples/quickstart.yaml --name quickstart \
-  --nodes 2 --gpus-per-node 0 --workdir . "$@"
+  --nodes 2 --gpus-per-node 0 --pvc-size 5Gi --workdir . "$@"

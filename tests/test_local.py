@@ -55,6 +55,7 @@ def _local(workdir: Path, *extra: str, **kw):
         "0",
         "--workdir",
         str(workdir),
+        "--pod-local-storage",
         *extra,
     ]
     return cmd
@@ -84,6 +85,10 @@ def test_gpu_job_world_size_counts_processes(tmp_path):
     assert reps[1].env["PET_NPROC_PER_NODE"] == "8"
 
 
+def _pod(wd: Path, replica: str) -> Path:
+    return wd / "pods" / f"tiny-{replica}"
+
+
 @pytest.mark.slow
 def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
     from pylate import models
@@ -94,14 +99,45 @@ def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
     assert "[master-0] [rank 0]" in res.stdout and "[worker-0] [rank 1]" in res.stdout
     assert "job tiny succeeded: 4 steps" in res.stdout
     assert "not honoured here" in res.stderr and "world size 2" in res.stderr
-    metrics = json.loads((wd / "output" / "metrics.json").read_text())
+    assert "each replica has its own /workspace (an emptyDir)" in res.stderr
+    assert "copied into each from" in res.stderr and "data/train.jsonl" in res.stderr
+    master, worker = _pod(wd, "master-0"), _pod(wd, "worker-0")
+    metrics = json.loads((master / "output" / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == 4
-    model = models.ColBERT(str(wd / "output" / "final-model"), device="cpu")
+    assert not (worker / "output").exists()  # only rank 0 writes; the worker's emptyDir never sees it
+    assert not (wd / "output").exists()  # nothing leaks into the shared --workdir
+    model = models.ColBERT(str(master / "output" / "final-model"), device="cpu")
     assert model.encode(["hello"], is_query=False)[0].shape[-1] == 128
 
 
 @pytest.mark.slow
-def test_sigkilled_replica_is_restarted_and_resumes(tmp_path, tiny_model):
+def test_shared_pvc_replays_one_workspace(tmp_path, tiny_model):
+    wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
+    cmd = [a for a in _local(wd) if a != "--pod-local-storage"] + ["--pvc-size", "1Gi"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert f"/workspace is a PVC shared by every replica: {wd}" in res.stderr
+    assert json.loads((wd / "output" / "metrics.json").read_text())["steps"] == 2
+    assert not (wd / "pods").exists()
+
+
+def _replica_proc(proc: subprocess.Popen, rank: str) -> psutil.Process:
+    return next(
+        p
+        for p in psutil.Process(proc.pid).children(recursive=True)
+        if "trainer" in " ".join(p.cmdline()) or "colbert-train" in " ".join(p.cmdline())
+        if p.environ().get("RANK") == rank
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "rank, sig",
+    [("1", signal.SIGKILL), ("0", signal.SIGKILL), ("1", signal.SIGTERM)],
+    ids=["kill-worker", "kill-master", "term-worker"],
+)
+def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, rank, sig):
+    """Per-pod workspaces: only the master's holds checkpoints, whichever replica dies."""
     from trainer.checkpoint import list_checkpoints, load_checkpoint
 
     every = 4
@@ -109,26 +145,29 @@ def test_sigkilled_replica_is_restarted_and_resumes(tmp_path, tiny_model):
     proc = subprocess.Popen(
         _local(wd, "--backoff-limit", "2"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    ckpts = wd / "output" / "checkpoints"
+    ckpts = _pod(wd, "master-0") / "output" / "checkpoints"
     deadline = time.time() + 240
     while not any(s >= 2 * every for s, _ in list_checkpoints(ckpts)):
-        assert proc.poll() is None and time.time() < deadline, "finished before it could be killed"
+        assert proc.poll() is None and time.time() < deadline, "finished before it could be interrupted"
         time.sleep(0.05)
-    worker = next(
-        p
-        for p in psutil.Process(proc.pid).children(recursive=True)
-        if "trainer" in " ".join(p.cmdline()) or "colbert-train" in " ".join(p.cmdline())
-        if p.environ().get("RANK") == "1"
-    )
-    worker.send_signal(signal.SIGKILL)
+    _replica_proc(proc, rank).send_signal(sig)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
-    assert "replica worker-0 ended with signal 9; restarting" in out
-    steps_before_kill = [int(m) for m in re.findall(r"\[rank 0\] \S+ INFO step (\d+)/40", out.split("restarting")[0])]
+    victim = "worker-0" if rank == "1" else "master-0"
+    code = "signal 9" if sig == signal.SIGKILL else "exit code 143"
+    assert re.search(rf"replica \S+ ended with ({code}|exit code \d+); restarting", out), out[-3000:]
+    before = out.split("restarting")[0]
+    steps_before = [int(m) for m in re.findall(r"\[rank 0\] \S+ INFO step (\d+)/40", before)]
     resumed = int(re.search(r"resumed from \S+ at step (\d+)/40", out).group(1))
-    assert max(steps_before_kill) - resumed <= every  # lost work is at most one checkpoint interval
-    metrics = json.loads((wd / "output" / "metrics.json").read_text())
+    if sig == signal.SIGTERM:  # checkpointed at the step it stopped: nothing but the step in flight is lost
+        assert resumed == max(steps_before), (resumed, steps_before)
+        assert "stopped by SIGTERM after step" in before
+    else:
+        assert max(steps_before) - resumed <= every  # at most one checkpoint interval is lost
+    assert out.count(f"weights identical on all ranks at step {resumed} after start-up") == 2
+    metrics = json.loads((_pod(wd, "master-0") / "output" / "metrics.json").read_text())
     assert metrics["steps"] == 40
+    assert not (_pod(wd, "worker-0") / "output").exists(), victim
     for step, path in list_checkpoints(ckpts):
         assert load_checkpoint(path)["step"] == step
 
