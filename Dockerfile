@@ -3,8 +3,13 @@
 #
 # Base: the official PyTorch runtime image of the torch version PyLate 1.6.0 pins (2.11.0, via
 # fast-plaid), so the CUDA build of torch comes with the base instead of a second multi-GB copy.
+# BASE_IMAGE may name any image with that torch importable by `python` (scripts/image-test.sh builds
+# an offline stand-in); the venv below reuses it through --system-site-packages.
+ARG BASE_IMAGE=pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime
 
-FROM pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime AS build
+FROM ${BASE_IMAGE} AS build
+# A CA bundle for pip behind a TLS-inspecting proxy (mounted at build time; unset by default).
+ARG PIP_CERT
 WORKDIR /src
 COPY pyproject.toml README.md requirements.lock ./
 COPY trainer ./trainer
@@ -13,7 +18,7 @@ COPY operator_cli ./operator_cli
 RUN python -m venv --system-site-packages /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --constraint requirements.lock ".[train]"
 
-FROM pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime AS runtime
+FROM ${BASE_IMAGE} AS runtime
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="colbert-train" \
       org.opencontainers.image.description="Distributed ColBERT training with PyLate for Kubeflow PyTorchJobs" \

@@ -46,7 +46,7 @@ def _replicas(tmp: Path, data: Path, peer_timeout: int):
     }
     text = yaml.safe_dump(cfg)
     spec = JobSpec(name="bench", config_text=text, nodes=2, gpus_per_node=0, pod_local_storage=True)
-    (tmp / "config").mkdir(exist_ok=True)
+    (tmp / "config").mkdir(parents=True, exist_ok=True)
     (tmp / "config" / "train.yaml").write_text(text)
     return plan_replicas(render(spec), tmp / "ws", tmp / "config", "127.0.0.1", free_port())
 
@@ -76,7 +76,8 @@ def measure(tmp: Path, data: Path, victim: int, sig: signal.Signals, peer_timeou
     for p in procs:
         p.kill()
         p.wait()
-    last = [line for line in logs[1 - victim].read_text().splitlines() if line.strip()][-1:]
+    lines = logs[1 - victim].read_text().replace("\r", "\n").splitlines()
+    last = [line for line in lines if "error" in line.lower()][-1:]
     return {"seconds_to_exit": seconds, "exit_code": code, "last_line": last[0][:300] if last else ""}
 
 

@@ -75,7 +75,7 @@ def _port() -> int:
 
 def _wait_for_step(ws: Path, step: int, procs, timeout: float = 240) -> None:
     deadline = time.time() + timeout
-    pattern = re.compile(rf"step {step}/{STEPS} ")
+    pattern = re.compile(rf"INFO step {step}/\d+ ")
     while not pattern.search(last_log(ws)):
         assert all(p.poll() is None for p in procs) and time.time() < deadline, last_log(ws)[-2000:]
         time.sleep(0.02)
@@ -161,3 +161,71 @@ def test_bad_checkpoints_are_one_line(setup, tmp_path):
         _one_error(pods[0], 2, "no readable checkpoint")
     aside = pods[0] / "out" / "checkpoints" / f"unreadable-step-{saved:08d}" / "state.pt"
     assert aside.stat().st_size == 1000
+
+
+@pytest.mark.slow
+def test_frozen_peer_is_noticed_by_the_heartbeat(setup, tmp_path):
+    """SIGSTOP keeps the peer's sockets open (a lost node, a partition): only the watchdog can notice."""
+    tmp, model, data = setup
+    cfg = _config(tmp, model, data, training__max_steps=10_000, distributed__peer_timeout_seconds=5)
+    pods = [tmp_path / "master-0", tmp_path / "worker-0"]
+    procs = start_pods(cfg, pods, _port())
+    try:
+        _wait_for_step(pods[0], 2, procs)
+        procs[1].send_signal(signal.SIGSTOP)
+        assert procs[0].wait(timeout=120) == 1  # the collective timeout (1800 s) would still be waiting
+        log = last_log(pods[0])
+        assert "rank 1 has not sent a heartbeat for 5s (distributed.peer_timeout_seconds)" in log
+        assert "Traceback" not in log
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+DIVERGE = """
+import os, sys, torch
+sys.path.insert(0, os.environ["ROOT"])
+from trainer import distributed as D
+from trainer.env import Layout
+from trainer.errors import WeightsDiverged
+from trainer.resume import check_same_weights
+port = int(os.environ["MASTER_PORT"])
+layout = Layout(rank=int(os.environ["RANK"]), world_size=2, master_addr="127.0.0.1", master_port=port)
+with D.process_group(layout, 60):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    check_same_weights(model, "at start")
+    if layout.rank == 1:
+        with torch.no_grad():
+            model.bias[2] += 1e-7
+    try:
+        check_same_weights(model, "at step 1")
+    except WeightsDiverged as e:
+        print("DIVERGED", e)
+"""
+
+
+def test_diverged_weights_stop_every_rank(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.pods import pod_env
+
+    port = _port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DIVERGE],
+            env={**pod_env(r, 2, port), "ROOT": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for rank, out in enumerate(outs):
+        assert "weights identical on all ranks at start" in out or "DIVERGED" in out, out
+        line = next(line for line in out.splitlines() if line.startswith("DIVERGED"))
+        assert f"weights differ between rank {rank} and rank {1 - rank} at step 1 (first: bias)" in line

@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainer.config import ConfigError, load_config
     from trainer.env import EnvError, Launch, resolve
-    from trainer.errors import WeightsDiverged
+    from trainer.errors import WeightsDiverged, peer_failure
     from trainer.preemption import EXIT_PREEMPTED, Preempted
 
     _setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
@@ -399,6 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PREEMPTED
     except WeightsDiverged as e:
         print(f"colbert-train: error: {e}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        if (line := peer_failure(e)) is None:
+            raise
+        print(f"colbert-train: error: {line}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as e:
         print(
