@@ -12,13 +12,34 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from operator_cli import rules
 from operator_cli.spec import NCCL_PRESETS
 from trainer.config import json_schema
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "colbert-train"
-QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
-DNS1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+P = rules.PATTERNS
+DNS1123 = P["dns1123"]
+
+
+def _str(kind: str) -> dict[str, Any]:
+    """A string that must fully match rule ``kind`` (rules.py), with its length limit."""
+    out: dict[str, Any] = {"type": "string", "pattern": P[kind]}
+    if kind in rules.MAX_LENGTH:
+        out["maxLength"] = rules.MAX_LENGTH[kind]
+    return out
+
+
+def _env_names(allow_credentials: bool) -> dict[str, Any]:
+    """Variable names: valid, not reserved, and (for plain env) not credential-looking."""
+    names: dict[str, Any] = {**_str("env_name"), "not": {"pattern": rules.reserved_env_pattern()}}
+    if not allow_credentials:
+        names = {
+            "allOf": [
+                names,
+                {"anyOf": [{"pattern": rules.CREDENTIAL_ALLOW}, {"not": {"pattern": rules.CREDENTIAL_DENY}}]},
+            ]
+        }
+    return names
 
 
 def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -36,16 +57,14 @@ def build() -> dict[str, Any]:
             defs[other] = json.loads(json.dumps(defs[other]).replace(f'"#/$defs/{short}"', f'"#/$defs/{name}"'))
     defs.update(
         {
-            "quantity": {"type": "string", "pattern": QUANTITY},
+            "quantity": _str("quantity"),
+            "printable": {"type": "string", "pattern": P["printable"]},
             "optionalQuantity": {"anyOf": [{"const": ""}, {"$ref": "#/$defs/quantity"}]},
             "optionalName": {"anyOf": [{"const": ""}, {"type": "string", "pattern": DNS1123, "maxLength": 253}]},
             "labelMap": {
                 "type": "object",
-                "additionalProperties": {
-                    "type": "string",
-                    "maxLength": 63,
-                    "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
-                },
+                "propertyNames": _str("qualified_name"),
+                "additionalProperties": {**_str("label_value"), "maxLength": 63},
             },
         }
     )
@@ -59,9 +78,13 @@ def build() -> dict[str, Any]:
             "nodes": {"type": "integer", "minimum": 1, "maximum": 1024},
             "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": 16},
             "image": _obj(
-                {"repository": {"type": "string", "minLength": 1}, "tag": {"type": "string"}}, required=["repository"]
+                {
+                    "repository": _str("image"),
+                    "tag": {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$|^$"},
+                },
+                required=["repository"],
             ),
-            "imagePullSecrets": {"type": "array", "items": {"type": "string", "pattern": DNS1123}},
+            "imagePullSecrets": {"type": "array", "items": _str("dns1123")},
             "config": {**json.loads(train_text), "description": "The training config (trainer.config.TrainConfig)."},
             "resources": _obj(
                 {"cpu": {"$ref": "#/$defs/optionalQuantity"}, "memory": {"$ref": "#/$defs/optionalQuantity"}}
@@ -79,29 +102,34 @@ def build() -> dict[str, Any]:
             "scheduling": _obj(
                 {
                     "nodeSelector": {"$ref": "#/$defs/labelMap"},
-                    "tolerations": {"type": "array", "items": {"type": "object"}},
+                    "tolerations": {
+                        "type": "array",
+                        "items": _obj(
+                            {
+                                "key": _str("qualified_name"),
+                                "operator": {"enum": ["Exists", "Equal"]},
+                                "value": _str("label_value"),
+                                "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                            },
+                            required=["key", "effect"],
+                        ),
+                    },
                     "priorityClassName": {"$ref": "#/$defs/optionalName"},
-                    "queue": {"type": "string", "maxLength": 63},
+                    "queue": _str("label_value"),
                 }
             ),
             "serviceAccount": _obj({"create": {"type": "boolean"}, "name": {"$ref": "#/$defs/optionalName"}}),
             "env": {
                 "type": "object",
-                "propertyNames": {
-                    "pattern": ENV_NAME,
-                    "not": {"pattern": "(?i)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL)"},
-                },
-                "additionalProperties": {"type": "string"},
-                "description": "Plain variables; credential-like names are refused: use secretEnv.",
+                "propertyNames": _env_names(allow_credentials=False),
+                "additionalProperties": {"$ref": "#/$defs/printable"},
+                "description": "Plain variables; credential-like and reserved names are refused: use secretEnv.",
             },
             "secretEnv": {
                 "type": "object",
-                "propertyNames": {"pattern": ENV_NAME},
+                "propertyNames": _env_names(allow_credentials=True),
                 "additionalProperties": _obj(
-                    {
-                        "secret": {"type": "string", "pattern": DNS1123},
-                        "key": {"type": "string", "pattern": r"^[-._a-zA-Z0-9]+$"},
-                    },
+                    {"secret": _str("dns1123"), "key": _str("secret_key")},
                     required=["secret", "key"],
                 ),
             },
@@ -114,7 +142,11 @@ def build() -> dict[str, Any]:
                 }
             ),
             "labels": {"$ref": "#/$defs/labelMap"},
-            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+            "annotations": {
+                "type": "object",
+                "propertyNames": _str("qualified_name"),
+                "additionalProperties": {"$ref": "#/$defs/printable"},
+            },
             "global": {"type": "object"},
         },
         "$defs": defs,

@@ -8,30 +8,17 @@ takes a Secret name and key, and ``--env`` refuses names that look like credenti
 
 from __future__ import annotations
 
-import re
 import secrets
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from operator_cli import rules
 from operator_cli.constants import DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS
 from operator_cli.errors import CliError
 
 __all__ = ["JobSpec", "SecretRef", "parse_pairs", "parse_toleration", "parse_secret_env", "generate_name"]
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-QUALIFIED_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]*$")
-CREDENTIAL_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE_?KEY)", re.I)
-# set by the Training Operator or by us; a user value would silently break the rendezvous
-RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTHONUNBUFFERED"}
 EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 NCCL_PRESETS: dict[str, dict[str, str]] = {
     # TCP sockets over the pod network: works on every cluster.
@@ -47,13 +34,27 @@ class SecretRef:
     key: str
 
 
+def shown(value: str, limit: int = 80) -> str:
+    """A user value fit to echo in an error: never one that could be a secret, never unbounded."""
+    if not rules.full("printable", value) or len(value) > limit:
+        return f"a {len(value)}-character value (not shown)"
+    return repr(value)
+
+
 def parse_pairs(values: tuple[str, ...] | list[str], flag: str) -> dict[str, str]:
-    """``("a=1", "b=2")`` -> ``{"a": "1", "b": "2"}``; a missing ``=`` is one clear error."""
+    """``("a=1", "b=2")`` -> ``{"a": "1", "b": "2"}``; a missing ``=`` or a repeated key is one clear error.
+
+    Values are never echoed (``--env "=$TOKEN"`` must not print the token)."""
     out: dict[str, str] = {}
     for raw in values:
         key, sep, value = raw.partition("=")
         if not sep or not key:
-            raise CliError(f"{flag} must be KEY=VALUE, got {raw!r}")
+            what = f"key {key!r}" if sep and rules.full("env_name", key) else "a value without KEY= (not shown)"
+            raise CliError(f"{flag} must be KEY=VALUE, got {what if key or not sep else 'an empty KEY'}")
+        if key in out:
+            raise CliError(f"{flag} {shown(key)} is given twice; keep one")
+        if rules.has_control_chars(value):
+            raise CliError(f"{flag} {shown(key)}: the value holds control characters; remove them")
         out[key] = value
     return out
 
@@ -62,10 +63,12 @@ def parse_toleration(raw: str) -> dict[str, str]:
     """``key[=value]:Effect`` -> a toleration (``Exists`` when no value is given)."""
     body, sep, effect = raw.rpartition(":")
     if not sep or effect not in EFFECTS or not body:
-        raise CliError(f"--toleration must be KEY[=VALUE]:EFFECT with EFFECT in {sorted(EFFECTS)}, got {raw!r}")
+        raise CliError(f"--toleration must be KEY[=VALUE]:EFFECT with EFFECT in {sorted(EFFECTS)}, got {shown(raw)}")
     key, eq, value = body.partition("=")
-    if not QUALIFIED_NAME.match(key):
-        raise CliError(f"--toleration key must be a label key, got {key!r}")
+    if not rules.full("qualified_name", key):
+        raise CliError(f"--toleration key must be a label key, got {shown(key)}")
+    if eq and not rules.full("label_value", value):
+        raise CliError(f"--toleration value for {key} must be a label value, got {shown(value)}")
     tol = {"key": key, "operator": "Equal" if eq else "Exists", "effect": effect}
     if eq:
         tol["value"] = value
@@ -77,13 +80,19 @@ def parse_secret_env(raw: str) -> tuple[str, SecretRef]:
     var, sep, ref = raw.partition("=")
     secret, slash, key = ref.partition("/")
     if not sep or not slash or not var or not secret or not key:
-        raise CliError(f"--secret-env must be VAR=SECRET_NAME/KEY, got {raw.split('=')[0]!r}=...")
-    if not ENV_NAME.match(var):
-        raise CliError(f"--secret-env variable must be a valid environment variable name, got {var!r}")
-    if not DNS1123_SUBDOMAIN.match(secret) or len(secret) > 253:
-        raise CliError(f"--secret-env secret name must be a DNS-1123 name, got {secret!r}")
-    if not SECRET_KEY.match(key):
-        raise CliError(f"--secret-env key must match [-._a-zA-Z0-9]+, got {key!r}")
+        # the argument may be a pasted secret value: name it only when it starts like a variable name
+        what = (
+            f"{var!r}=..." if sep and rules.full("env_name", var) else "a value that is not VAR=SECRET/KEY (not shown)"
+        )
+        raise CliError(f"--secret-env must be VAR=SECRET_NAME/KEY, got {what}")
+    if not rules.full("env_name", var):
+        raise CliError(f"--secret-env variable must be a valid environment variable name, got {shown(var)}")
+    if rules.reserved_env(var):
+        raise CliError(f"--secret-env {var} is set by the Training Operator or this tool; remove it")
+    if not rules.full("dns1123", secret):
+        raise CliError(f"--secret-env secret name must be a DNS-1123 name, got {shown(secret)}")
+    if not rules.full("secret_key", key):
+        raise CliError(f"--secret-env key must match [-._a-zA-Z0-9]+, got {shown(key)}")
     return var, SecretRef(secret, key)
 
 
@@ -133,30 +142,32 @@ class JobSpec:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not DNS1035.match(self.name):
+        if not rules.full("dns1035", self.name):
             raise CliError(
                 f"--name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter), "
-                f"got {self.name!r}"
+                f"got {shown(self.name)}"
             )
         longest = f"{self.name}-worker-{max(0, self.nodes - 2)}" if self.nodes > 1 else f"{self.name}-master-0"
         if len(longest) > 63:
-            raise CliError(f"--name {self.name!r} is too long: pod name {longest!r} would exceed 63 characters")
-        if not DNS1035.match(self.namespace) and not DNS1123_SUBDOMAIN.match(self.namespace):
-            raise CliError(f"--namespace must be a DNS-1123 label, got {self.namespace!r}")
+            raise CliError(f"--name {shown(self.name)} is too long: pod name {longest!r} would exceed 63 characters")
+        if not rules.full("dns1123_label", self.namespace):
+            raise CliError(
+                f"--namespace must be a DNS-1123 label (at most 63 of a-z, 0-9, '-'), got {shown(self.namespace)}"
+            )
         if not 1 <= self.nodes <= 1024:
             raise CliError(f"--nodes must be between 1 and 1024, got {self.nodes}")
         if not 0 <= self.gpus_per_node <= 16:
             raise CliError(f"--gpus-per-node must be between 0 and 16, got {self.gpus_per_node}")
-        if not IMAGE.match(self.image):
-            raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {self.image!r}")
+        if not rules.full("image", self.image):
+            raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {shown(self.image)}")
         for flag, value in (
             ("--cpu", self.cpu),
             ("--memory", self.memory),
             ("--shm-size", self.shm_size),
             ("--pvc-size", self.pvc_size),
         ):
-            if value is not None and not QUANTITY.match(value):
-                raise CliError(f"{flag} must be a Kubernetes quantity like 4, 500m or 32Gi, got {value!r}")
+            if value is not None and not rules.full("quantity", value):
+                raise CliError(f"{flag} must be a Kubernetes quantity like 4, 500m or 32Gi, got {shown(value)}")
         if self.pvc and self.pvc_size:
             raise CliError("--pvc and --pvc-size exclude each other: use an existing claim or create one")
         if self.nodes > 1 and not (self.pvc or self.pvc_size or self.pod_local_storage):
@@ -176,24 +187,26 @@ class JobSpec:
             ("--service-account", self.service_account),
             ("--storage-class", self.storage_class),
         ):
-            if value is not None and not DNS1123_SUBDOMAIN.match(value):
-                raise CliError(f"{flag} must be a DNS-1123 name, got {value!r}")
+            if value is not None and not rules.full("dns1123", value):
+                raise CliError(f"{flag} must be a DNS-1123 name, got {shown(value)}")
         for secret in self.image_pull_secrets:
-            if not DNS1123_SUBDOMAIN.match(secret):
-                raise CliError(f"--image-pull-secret must be a DNS-1123 name, got {secret!r}")
-        if self.queue is not None and not LABEL_VALUE.match(self.queue):
-            raise CliError(f"--queue must be a valid label value, got {self.queue!r}")
+            if not rules.full("dns1123", secret):
+                raise CliError(f"--image-pull-secret must be a DNS-1123 name, got {shown(secret)}")
+        if self.queue is not None and not rules.full("label_value", self.queue):
+            raise CliError(f"--queue must be a valid label value, got {shown(self.queue)}")
         self._check_labels(self.node_selector, "--node-selector")
         self._check_labels(self.labels, "--label")
         for key in self.annotations:
-            if not QUALIFIED_NAME.match(key):
-                raise CliError(f"--annotation key must be a qualified name like example.com/key, got {key!r}")
+            if not rules.full("qualified_name", key):
+                raise CliError(f"--annotation key must be a qualified name like example.com/key, got {shown(key)}")
+            if rules.has_control_chars(self.annotations[key]):
+                raise CliError(f"--annotation {key}: the value holds control characters; remove them")
         for var in self.env:
-            if not ENV_NAME.match(var):
-                raise CliError(f"--env name must be a valid environment variable name, got {var!r}")
-            if var in RESERVED_ENV or var.startswith("PET_"):
-                raise CliError(f"--env {var} is set by the Training Operator; remove it")
-            if CREDENTIAL_NAME.search(var):
+            if not rules.full("env_name", var):
+                raise CliError(f"--env name must be a valid environment variable name, got {shown(var)}")
+            if rules.reserved_env(var):
+                raise CliError(f"--env {var} is set by the Training Operator or this tool; remove it")
+            if rules.credential_like(var):
                 raise CliError(
                     f"--env {var}=... looks like a credential and would be written into the manifest in clear",
                     hint=f"store it in a Secret and pass --secret-env {var}=SECRET_NAME/KEY",
@@ -210,17 +223,19 @@ class JobSpec:
             if value is not None and value < 0:
                 raise CliError(f"{flag} must be >= 0 seconds, got {value}")
         if self.nccl is not None and self.nccl not in NCCL_PRESETS:
-            raise CliError(f"--nccl must be one of {sorted(NCCL_PRESETS)}, got {self.nccl!r}")
+            raise CliError(f"--nccl must be one of {sorted(NCCL_PRESETS)}, got {shown(self.nccl)}")
         if self.nccl and self.gpus_per_node == 0:
             raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
 
     @staticmethod
     def _check_labels(labels: dict[str, str], flag: str) -> None:
         for key, value in labels.items():
-            if not QUALIFIED_NAME.match(key) or len(key.split("/")[-1]) > 63:
-                raise CliError(f"{flag} key must be a label key like example.com/name, got {key!r}")
-            if len(value) > 63 or not LABEL_VALUE.match(value):
-                raise CliError(f"{flag} value for {key} must be a label value (<= 63 of [A-Za-z0-9-_.]), got {value!r}")
+            if not rules.full("qualified_name", key):
+                raise CliError(f"{flag} key must be a label key like example.com/name, got {shown(key)}")
+            if not rules.full("label_value", value):
+                raise CliError(
+                    f"{flag} value for {key} must be a label value (<= 63 of [A-Za-z0-9-_.]), got {shown(value)}"
+                )
 
     @property
     def train_config(self):
@@ -251,19 +266,18 @@ class JobSpec:
 
 def read_config(path: str | Path) -> str:
     """Read ``--config`` and validate it with the trainer's schema (pydantic only, no torch)."""
-    from trainer.config import ConfigError, load_config
+    from trainer.config import ConfigError, load_yaml, parse_config, read_config_text
 
     try:
-        load_config(path)
+        text = read_config_text(path)
+        parse_config(load_yaml(text, str(path)), str(path))
     except ConfigError as e:
-        raise CliError(str(e), hint="see README 'Training config' for every key") from e
-    return Path(path).read_text(encoding="utf-8")
+        raise CliError(str(e), hint="see README 'Training config' for every key") from None
+    return text
 
 
 def parse_training_config(text: str):
     """A rendered config text (``--config`` or the ConfigMap's ``train.yaml``) as a ``TrainConfig``."""
-    import yaml
+    from trainer.config import load_yaml, parse_config
 
-    from trainer.config import parse_config
-
-    return parse_config(yaml.safe_load(text), "train.yaml")
+    return parse_config(load_yaml(text, "train.yaml"), "train.yaml")

@@ -15,9 +15,15 @@ from operator_cli.render import render
 from operator_cli.spec import JobSpec, SecretRef
 from tests.conftest import ROOT
 from tests.schemas import validate_all
+from trainer.config import load_yaml
 
 CHART = ROOT / "charts" / "colbert-train"
-CONFIG = {"data": {"train": {"path": "data/train.jsonl"}}, "training": {"per_device_batch_size": 32, "max_steps": 100}}
+# floats of every shape Helm's JSON numbers take (3e-05 is a string to YAML 1.1 readers)
+CONFIG = {
+    "data": {"train": {"path": "data/train.jsonl"}},
+    "training": {"per_device_batch_size": 32, "max_steps": 100, "learning_rate": 3e-05, "warmup_ratio": 0.1},
+    "loss": {"name": "contrastive", "temperature": 0.02},
+}
 
 # The only differences allowed between the chart and the CLI, each Helm-specific:
 HELM_ONLY_LABELS = {"helm.sh/chart"}  # every object: which chart version made it
@@ -149,10 +155,25 @@ def _normalise(objects: list[dict]) -> list[dict]:
                 meta.get("annotations", {}).pop(key, None)
             if meta.get("annotations") == {}:
                 del meta["annotations"]
-        if obj["kind"] == "ConfigMap":  # the CLI ships the user's file as written; compare its meaning
-            obj["data"] = {k: yaml.safe_load(v) for k, v in obj["data"].items()}
+        if obj["kind"] == "ConfigMap":  # the CLI ships the user's file as written; compare it as typed data
+            obj["data"] = {k: _typed(load_yaml(v)) for k, v in obj["data"].items()}
         out.append(obj)
     return out
+
+
+def _typed(value):
+    """Data with its types made visible, so 3e-05 (float) and "3e-05" (str) compare unequal."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def test_train_yaml_reads_back_as_the_config_given():
+    cm = helm_render({"config": CONFIG})[0]
+    assert load_yaml(cm["data"]["train.yaml"]) == CONFIG
+    assert _typed(load_yaml(cm["data"]["train.yaml"]))["training"]["learning_rate"] == ("float", 3e-05)
 
 
 def _metas(obj: dict):
@@ -188,6 +209,21 @@ def test_service_account_created_by_the_chart():
 
 BAD_VALUES = [
     ("unknown-top-key", {"gpus": 8}, "gpus"),
+    ("ssh-key-in-env", {"env": {"SSH_PRIVATE_KEY": "x"}}, "SSH_PRIVATE_KEY"),
+    ("pat-in-env", {"env": {"GITHUB_PAT": "x"}}, "GITHUB_PAT"),
+    ("webhook-in-env", {"env": {"SLACK_WEBHOOK_URL": "x"}}, "SLACK_WEBHOOK_URL"),
+    ("reserved-env", {"env": {"MASTER_ADDR": "x"}}, "MASTER_ADDR"),
+    ("reserved-pet-env", {"env": {"PET_NNODES": "4"}}, "PET_NNODES"),
+    ("reserved-secret-env", {"secretEnv": {"WORLD_SIZE": {"secret": "s", "key": "k"}}}, "WORLD_SIZE"),
+    ("zero-shm", {"shm": {"enabled": True, "size": "0Gi"}}, "size"),
+    ("del-in-env-value", {"env": {"A": "x\x7fy"}}, "env"),
+    ("c1-in-annotation", {"annotations": {"example.com/a": "x\x85y"}}, "annotations"),
+    ("label-key-injection", {"labels": {"a: b\nkind: Secret": "x"}}, "invalid propertyName 'a: b"),
+    ("annotation-key-injection", {"annotations": {"x\n---\nkind: Secret": "y"}}, "invalid propertyName 'x"),
+    ("node-selector-key", {"scheduling": {"nodeSelector": {"a b": "c"}}}, "invalid propertyName 'a b'"),
+    ("toleration-shape", {"scheduling": {"tolerations": [{"key": "k", "effect": "Sometimes"}]}}, "effect"),
+    ("trailing-newline-name", {"imagePullSecrets": ["regcred\n"]}, "imagePullSecrets"),
+    ("config-trainer-refuses", {"config": {**CONFIG, "training": {"learning_rate": 2.0}}}, "learning_rate"),
     ("bad-nodes", {"nodes": 0}, "nodes"),
     ("bad-config-key", {"config": {**CONFIG, "training": {"per_device_batchsize": 4}}}, "per_device_batchsize"),
     ("token-in-env", {"env": {"HF_TOKEN": "hf_x"}}, "HF_TOKEN"),
@@ -201,6 +237,20 @@ def test_bad_values_are_rejected_by_the_schema(name, values, needle):
     with pytest.raises(helm_python.HelmValuesError) as e:
         helm_render(values)
     assert needle in str(e.value)
+
+
+def test_key_guard_uses_the_cli_rule():
+    """The template guard behind the schema quotes keys with the same pattern the CLI checks them with."""
+    from operator_cli import rules
+
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert '"' + rules.PATTERNS["qualified_name"].replace("\\", "\\\\") + '"' in helpers
+
+
+def test_multi_node_without_storage_fails_like_the_cli():
+    with pytest.raises(helm_python.HelmError) as e:
+        helm_render({"nodes": 2})
+    assert "nodes 2 without shared storage" in str(e.value) and "persistence.podLocal" in str(e.value)
 
 
 def test_bad_release_name_fails_with_a_clear_message():

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,7 +28,13 @@ __all__ = [
     "load_config",
     "parse_config",
     "json_schema",
+    "read_config_text",
+    "load_yaml",
 ]
+
+MAX_CONFIG_BYTES = 1 << 20  # a training config is a page of YAML; a megabyte is already suspicious
+MAX_DEPTH = 24
+MAX_INT_DIGITS = 30
 
 
 class ConfigError(ValueError):
@@ -185,6 +192,78 @@ def _one_line(err: ValidationError, source: str) -> str:
     return f"{source}: {msg}" + (f" (and {more} more)" if more else "")
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, bounded: no aliases (a 548-byte "billion laughs" expands past 2 GB), no
+    duplicate keys, no deep nesting, no integers of thousands of digits; and YAML 1.2 floats
+    (``3e-05``, which Helm's ``toYaml``/``toJson`` write, is a float, not the string YAML 1.1 makes it)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(
+                f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in a config; "
+                "write the value out"
+            )
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a plain string")
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: key {str(key)[:60]!r} appears twice; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        if len(node.value.lstrip("+-").replace("_", "")) > MAX_INT_DIGITS:
+            line = node.start_mark.line + 1
+            raise ConfigError(f"line {line}: an integer of {len(node.value)} digits is out of range")
+        return super().construct_yaml_int(node)
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789.")
+)
+
+
+def load_yaml(text: str, source: str = "config") -> Any:
+    """Parse config YAML with :class:`_ConfigLoader`; every problem is a one-line :class:`ConfigError`."""
+    try:
+        return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}:{where} is not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
+
+
+def read_config_text(path: str | Path) -> str:
+    """The config file's text: at most 1 MiB of UTF-8, or one line saying what is wrong."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p} (pass an existing --config FILE.yaml)")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: {p.stat().st_size} bytes is too large for a config (at most {MAX_CONFIG_BYTES})")
+    try:
+        return p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+
+
 def parse_config(data: Any, source: str = "config") -> TrainConfig:
     """Validate an already-parsed mapping; raise :class:`ConfigError` with one line."""
     if not isinstance(data, dict):
@@ -197,16 +276,7 @@ def parse_config(data: Any, source: str = "config") -> TrainConfig:
 
 def load_config(path: str | Path) -> TrainConfig:
     """Read and validate a YAML config file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p} (pass an existing --config FILE.yaml)")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from e
-    return parse_config(data, str(p))
+    return parse_config(load_yaml(read_config_text(path), str(path)), str(path))
 
 
 def json_schema() -> dict[str, Any]:

@@ -25,8 +25,20 @@ app.kubernetes.io/managed-by: colbert-k8s
 app.kubernetes.io/component: {{ .component | quote }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | quote }}
 {{- range $k, $v := .root.Values.labels }}
-{{ $k }}: {{ $v | quote }}
+{{ include "colbert-train.key" $k }}: {{ $v | quote }}
 {{- end }}
+{{- end -}}
+
+{{/*
+A label or annotation key, validated and quoted: values.schema.json already refuses a bad key
+(propertyNames); this guard keeps a key from ever changing the YAML's structure even if the schema is
+skipped. The pattern is rules.PATTERNS["qualified_name"] (a test checks they are equal).
+*/}}
+{{- define "colbert-train.key" -}}
+{{- if or (gt (len .) 317) (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" .)) -}}
+{{- fail (printf "label/annotation key %q is not a valid qualified name like example.com/name" .) -}}
+{{- end -}}
+{{- . | quote -}}
 {{- end -}}
 
 {{/* The claim mounted at /workspace, if any. Same rule as the CLI: nodes > 1 needs a claim or podLocal. */}}
@@ -81,7 +93,7 @@ metadata:
   annotations:
     sidecar.istio.io/inject: "false"
     {{- range $k, $val := $v.annotations }}
-    {{ $k }}: {{ $val | quote }}
+    {{ include "colbert-train.key" $k }}: {{ $val | quote }}
     {{- end }}
 spec:
   {{- with $sa }}
@@ -92,11 +104,20 @@ spec:
   {{- end }}
   {{- with $v.scheduling.nodeSelector }}
   nodeSelector:
-    {{- toYaml . | nindent 4 }}
+    {{- range $k, $val := . }}
+    {{ include "colbert-train.key" $k }}: {{ $val | quote }}
+    {{- end }}
   {{- end }}
   {{- with $v.scheduling.tolerations }}
   tolerations:
-    {{- toYaml . | nindent 4 }}
+    {{- range . }}
+    - key: {{ include "colbert-train.key" .key }}
+      operator: {{ .operator | default "Exists" | quote }}
+      {{- if hasKey . "value" }}
+      value: {{ .value | quote }}
+      {{- end }}
+      effect: {{ .effect | quote }}
+    {{- end }}
   {{- end }}
   {{- with $v.imagePullSecrets }}
   imagePullSecrets:
