@@ -11,13 +11,14 @@ sends exactly those objects. Importing this module never imports torch.
 
 from __future__ import annotations
 
+import os
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from operator_cli import constants as C
+from operator_cli import rules
 from operator_cli.constants import DEFAULT_IMAGE
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
@@ -26,20 +27,57 @@ from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_
 __all__ = ["main", "cli"]
 
 
+class _Command(click.Command):
+    """Refuses a single-valued option given twice (click would silently keep the last one)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        single = {
+            name: opt
+            for opt in self.params
+            if isinstance(opt, click.Option) and not opt.multiple and not opt.count
+            for name in opt.opts
+        }
+        seen: dict[str, str] = {}
+        for arg in args:
+            if arg == "--":
+                break
+            flag = arg.split("=", 1)[0]
+            if flag in single:
+                key = single[flag].name
+                if key in seen:
+                    also = "" if seen[key] == flag else f" (also as {seen[key]})"
+                    raise CliError(f"{flag} is given twice{also}; keep one")
+                seen[key] = flag
+        return super().parse_args(ctx, args)
+
+
 class _Group(click.Group):
     """Shows a CliError as one line (plus a hint) and its exit code, never a traceback."""
 
+    command_class = _Command
+
     def invoke(self, ctx: click.Context):
+        from operator_cli.kube import redact
+
         try:
             return super().invoke(ctx)
         except CliError as e:
-            click.echo(f"error: {e.message}", err=True)
+            click.echo(f"error: {redact(e.message)}", err=True)
             if e.hint:
-                click.echo(f"hint: {e.hint}", err=True)
+                click.echo(f"hint: {redact(e.hint)}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # a bug of ours: still one line, and the details on request
+            if os.environ.get("COLBERT_K8S_DEBUG"):
+                raise
+            first = redact(str(e).splitlines()[0] if str(e) else "")[:200]
+            click.echo(f"error: internal error ({type(e).__name__}: {first})", err=True)
+            click.echo("hint: rerun with COLBERT_K8S_DEBUG=1 for the traceback, and report it", err=True)
+            ctx.exit(70)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -59,7 +97,7 @@ def job_options(fn):
             help="Training YAML (validated before anything is sent).",
         ),
         click.option("--name", help="Job name (DNS-1035). Default: colbert-<random>."),
-        click.option("-n", "--namespace", default="default", show_default=True),
+        click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'."),
         click.option("--nodes", default=1, show_default=True, type=int, help="Pods: 1 Master + (nodes-1) Workers."),
         click.option(
             "--gpus-per-node",
@@ -130,7 +168,7 @@ def build_spec(o: dict) -> JobSpec:
     return JobSpec(
         name=o["name"] or generate_name(),
         config_text=read_config(o["config"]),
-        namespace=o["namespace"],
+        namespace=o["namespace"] or _default_namespace(o),
         nodes=o["nodes"],
         gpus_per_node=o["gpus_per_node"],
         image=o["image"],
@@ -168,7 +206,20 @@ def _scale_line(spec: JobSpec) -> str:
     )
 
 
+def _default_namespace(o: dict) -> str:
+    from operator_cli.kube import default_namespace
+
+    return default_namespace(o.get("kubeconfig"), o.get("context"))
+
+
 def cluster_options(fn):
+    fn = click.option(
+        "--request-timeout",
+        default=30.0,
+        show_default=True,
+        type=click.FloatRange(min=1, max=600),
+        help="Seconds to wait for each API request (a stalled server ends the command with one line).",
+    )(fn)
     fn = click.option("--context", help="kubeconfig context to use.")(fn)
     fn = click.option(
         "--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG, ~/.kube/config, in-cluster."
@@ -179,7 +230,12 @@ def cluster_options(fn):
 def _cluster(o: dict):
     from operator_cli.kube import Cluster, connect
 
-    return Cluster(connect(o.get("kubeconfig"), o.get("context")), o["namespace"])
+    namespace = o.get("namespace") or _default_namespace(o)
+    if not rules.full("dns1123_label", namespace):
+        from operator_cli.spec import shown
+
+        raise CliError(f"--namespace must be a DNS-1123 label, got {shown(namespace)}")
+    return Cluster(connect(o.get("kubeconfig"), o.get("context"), o.get("request_timeout", 30.0)), namespace)
 
 
 @cli.command("render")
@@ -194,13 +250,19 @@ def render_cmd(output_dir: str | None, **o) -> None:
         click.echo(to_yaml(objects), nl=False)
         return
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for obj in objects:
-        path = out / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(to_yaml([obj]))
-        tmp.replace(path)
-        click.echo(f"wrote {path}", err=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for obj in objects:
+            path = out / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(to_yaml([obj]))
+            tmp.replace(path)
+            click.echo(f"wrote {path}", err=True)
+    except OSError as e:
+        raise CliError(
+            f"-o {output_dir}: cannot write there ({e.strerror or type(e).__name__})",
+            hint="pass a directory you can write to",
+        ) from None
 
 
 @cli.command("submit")
@@ -208,9 +270,16 @@ def render_cmd(output_dir: str | None, **o) -> None:
 @cluster_options
 @click.option("--dry-run", is_flag=True, help="Print exactly the objects that would be created, and stop.")
 @click.option("--wait", is_flag=True, help="Follow the job until it succeeds (exit 0) or fails (exit 1).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    help="With --wait: give up after this many seconds (exit 1; the job keeps running).",
+)
 @click.option("--poll-interval", default=10.0, show_default=True, type=float, hidden=True)
-def submit_cmd(dry_run: bool, wait: bool, poll_interval: float, **o) -> None:
+def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: float, **o) -> None:
     """Validate, check the cluster, create the job, and print what to run next."""
+    if timeout is not None and not wait:
+        raise CliError("--timeout applies to --wait; add --wait or drop --timeout")
     spec = build_spec(o)
     objects = render(spec)
     if dry_run:
@@ -229,25 +298,9 @@ def submit_cmd(dry_run: bool, wait: bool, poll_interval: float, **o) -> None:
         f"  colbert-k8s delete {spec.name}{ns}"
     )
     if wait:
-        sys.exit(_wait(cluster, spec.name, poll_interval))
+        from operator_cli.follow import wait_for_job
 
-
-def _wait(cluster, name: str, poll_interval: float) -> int:
-    from operator_cli.kube import job_state
-
-    last = None
-    while True:
-        state = job_state(cluster.get_job(name))
-        if state != last:
-            click.echo(f"{time.strftime('%H:%M:%S')} {name}: {state}")
-            last = state
-        if state in ("Succeeded", "Failed"):
-            if state == "Failed":
-                for pod in cluster.pods(name):
-                    if pod.reason:
-                        click.echo(f"  {pod.replica}: {pod.reason}", err=True)
-            return 0 if state == "Succeeded" else 1
-        time.sleep(poll_interval)
+        sys.exit(wait_for_job(cluster, spec.name, poll_interval, timeout, click.echo))
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -257,7 +310,19 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def _namespace_option(fn):
-    return click.option("-n", "--namespace", default="default", show_default=True)(fn)
+    return click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'.")(fn)
+
+
+def _job_name(name: str) -> str:
+    """A NAME argument, checked before any request: never empty, '.', or a path the API would misread."""
+    from operator_cli.spec import shown
+
+    if not rules.full("dns1035", name):
+        raise CliError(
+            f"NAME must be a job name (a DNS-1035 label: a-z, 0-9, '-', starting with a letter), got {shown(name)}",
+            hint="see `colbert-k8s list`",
+        )
+    return name
 
 
 @cli.command("status")
@@ -268,8 +333,9 @@ def status_cmd(name: str, **o) -> None:
     """Job conditions, each replica's phase and restarts, and why a pod is stuck or failing."""
     from operator_cli.kube import job_state
 
+    name = _job_name(name)
     cluster = _cluster(o)
-    job = cluster.get_job(name)
+    job = cluster.get_own_job(name)
     click.echo(f"{name}: {job_state(job)}")
     conditions = job.get("status", {}).get("conditions") or []
     if conditions:
@@ -303,8 +369,9 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
     """Log lines of the job's pods, each prefixed by its replica and rank."""
     if rank is not None and all_pods:
         raise CliError("--rank and --all exclude each other")
+    name = _job_name(name)
     cluster = _cluster(o)
-    cluster.get_job(name)
+    cluster.get_own_job(name)
     want = None if all_pods else (rank or 0)
     if not follow:
         pods = [p for p in cluster.pods(name) if want is None or p.rank == want]
@@ -318,44 +385,9 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
             for line in cluster.log_lines(p.name):
                 click.echo(f"[{p.replica} rank {p.rank}] {line}")
         return
-    _follow(cluster, name, want, poll_interval)
+    from operator_cli.follow import follow_logs
 
-
-def _follow(cluster, name: str, want: int | None, poll_interval: float) -> None:
-    """Follow each wanted pod in its own thread; re-attach after a restart; stop when the job ends."""
-    import threading
-
-    from operator_cli.kube import job_state
-
-    lock = threading.Lock()
-    seen_restarts: dict[str, int] = {}
-    threads: dict[str, threading.Thread] = {}
-
-    def stream(pod) -> None:
-        try:
-            for line in cluster.log_lines(pod.name, follow=True):
-                with lock:
-                    click.echo(f"[{pod.replica} rank {pod.rank}] {line}")
-        except CliError:
-            pass  # the container is restarting; the poller re-attaches
-
-    while True:
-        for pod in cluster.pods(name):
-            if want is not None and pod.rank != want:
-                continue
-            alive = threads.get(pod.name)
-            restarted = seen_restarts.get(pod.name, pod.restarts) != pod.restarts
-            if (alive is None or (not alive.is_alive() and restarted)) and pod.phase != "Pending":
-                if restarted:
-                    click.echo(f"[{pod.replica} rank {pod.rank}] --- container restarted ({pod.restarts}) ---")
-                seen_restarts[pod.name] = pod.restarts
-                threads[pod.name] = threading.Thread(target=stream, args=(pod,), daemon=True)
-                threads[pod.name].start()
-        if job_state(cluster.get_job(name)) in ("Succeeded", "Failed"):
-            for t in threads.values():
-                t.join(timeout=poll_interval)
-            return
-        time.sleep(poll_interval)
+    follow_logs(cluster, name, want, poll_interval, click.echo)
 
 
 def _age(ts: str | None) -> str:
@@ -411,8 +443,12 @@ def list_cmd(all_namespaces: bool, **o) -> None:
 )
 def delete_cmd(name: str, keep_storage: bool, **o) -> None:
     """Remove the job and everything this tool created for it."""
-    for what in _cluster(o).delete_job(name, keep_storage):
+    name = _job_name(name)
+    cluster = _cluster(o)
+    for what in cluster.delete_job(name, keep_storage):
         click.echo(f"deleted {what}")
+    for what in cluster.skipped:
+        click.echo(f"kept {what}", err=True)
 
 
 @cli.command("local")

@@ -2,12 +2,17 @@
 
 Every call goes through :func:`_call`, which turns an API or connection error into a
 :class:`CliError` naming the verb, kind, namespace/name, HTTP status and reason, plus the action
-that fixes it. Nothing here prints; the CLI decides how to show results.
+that fixes it. Every request has a timeout (``--request-timeout``, 30 s, like kubectl's); reads are
+retried with backoff on connection errors, 429 and 5xx; an answer that is not the API's JSON (an
+HTML login page, a proxy's error) is one line. Server URLs are shown without credentials. Nothing
+here prints; the CLI decides how to show results.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,21 +21,74 @@ from typing import Any, TypeVar
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 
-__all__ = ["Cluster", "connect", "PodInfo", "job_state"]
+__all__ = ["Cluster", "connect", "PodInfo", "job_state", "default_namespace", "redact", "REQUEST_TIMEOUT"]
 
 T = TypeVar("T")
+REQUEST_TIMEOUT = 30.0
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_READ_VERBS = {"get", "list", "get logs of"}
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None):
+def redact(text: str) -> str:
+    """Remove ``user:password@`` from every URL in ``text``."""
+    return _URL_USERINFO.sub(r"\1", text)
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """--kubeconfig, else $KUBECONFIG (several files joined by ':' as kubectl merges them), else ~/.kube/config."""
+    if kubeconfig:
+        return kubeconfig
+    files = [f for f in os.environ.get("KUBECONFIG", "").split(os.pathsep) if f and Path(f).is_file()]
+    if files:
+        return os.pathsep.join(files)
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+def default_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the context's, else the pod's service account's, else default."""
+    path = _kubeconfig_path(kubeconfig)
+    if path and (kubeconfig is None or Path(kubeconfig).is_file()):
+        try:
+            from kubernetes import config
+
+            contexts, current = config.list_kube_config_contexts(config_file=path)
+            chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+            ns = ((chosen or {}).get("context") or {}).get("namespace")
+            if ns:
+                return str(ns)
+        except Exception:  # a broken kubeconfig is reported by connect(), with the file named
+            pass
+    elif SERVICE_ACCOUNT_NAMESPACE.is_file():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    return "default"
+
+
+def _timed_client(configuration, timeout: float):
+    from kubernetes import client
+
+    class TimedApiClient(client.ApiClient):
+        def call_api(self, *args, **kwargs):
+            if kwargs.get("_request_timeout") is None:
+                kwargs["_request_timeout"] = (min(timeout, 10.0), timeout)
+            return super().call_api(*args, **kwargs)
+
+    api = TimedApiClient(configuration)
+    api.request_timeout = timeout
+    return api
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None, timeout: float = REQUEST_TIMEOUT):
     """An ``ApiClient`` from --kubeconfig, $KUBECONFIG, ~/.kube/config, or the pod's service account."""
     import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    path = _kubeconfig_path(kubeconfig) or str(Path.home() / ".kube" / "config")
     configuration = client.Configuration()
     try:
-        if Path(path).is_file():
+        if os.pathsep in path or Path(path).is_file():
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
         elif kubeconfig:
             raise CliError(f"kubeconfig not found: {kubeconfig}", hint="pass an existing file to --kubeconfig")
@@ -41,20 +99,45 @@ def connect(kubeconfig: str | None = None, context: str | None = None):
                 "no kubeconfig found (looked at $KUBECONFIG and ~/.kube/config) and not running in a pod",
                 hint="pass --kubeconfig FILE, or use `colbert-k8s render` / `colbert-k8s local` without a cluster",
             )
-    except (ConfigException, ValueError, TypeError, OSError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CliError(f"cannot use kubeconfig {path}: {first}", hint="check --context and the file") from e
-    configuration.retries = 1
-    return client.ApiClient(configuration)
+    except (ConfigException, ValueError, TypeError, OSError, yaml.YAMLError, AttributeError, KeyError) as e:
+        first = redact(str(e).splitlines()[0] if str(e) else type(e).__name__)[:200]
+        raise CliError(f"cannot use kubeconfig {path}: {first}", hint="check --context and the file") from None
+    configuration.retries = 0  # _call retries reads itself, with backoff; writes are never repeated
+    return _timed_client(configuration, timeout)
 
 
-def _call(fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name: str | None, host: str) -> T:
+def _call(
+    fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name: str | None, host: str, timeout: float
+) -> T:
+    """Run one request; reads are retried 3 times (0.5, 1, 2 s) on connection errors, 429 and 5xx."""
+    from urllib3.exceptions import HTTPError, ReadTimeoutError
+
+    attempts = 4 if verb in _READ_VERBS else 1
+    for attempt in range(attempts):
+        try:
+            return _call_once(fn, verb, kind, namespace, name, host, timeout)
+        except CliError as e:
+            cause = e.__cause__
+            # a refused or dropped connection, 429 or 5xx may pass; a server that stalls is not asked again
+            retryable = (isinstance(cause, HTTPError) and not isinstance(cause, ReadTimeoutError)) or (
+                e.status is not None and (e.status == 429 or e.status >= 500)
+            )
+            if attempt == attempts - 1 or not retryable:
+                raise
+            time.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _call_once(
+    fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name: str | None, host: str, timeout: float
+) -> T:
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
+    from urllib3.exceptions import HTTPError, ReadTimeoutError
 
+    host = redact(host)
     target = f"{kind} {namespace}/{name}" if name else f"{kind} in namespace {namespace}" if namespace else kind
     try:
-        return fn()
+        result = fn()
     except ApiException as e:
         reason = _reason(e)
         status = e.status
@@ -67,6 +150,8 @@ def _call(fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name
             raise CliError(f"cannot {verb} {target}: {status} {reason}", hint=hint, status=status) from e
         if status == 404:
             raise CliError(f"{target} not found ({verb}: 404 {reason})", exit_code=1, status=404) from e
+        if status == 429 or (status and status >= 500):
+            raise CliError(f"{verb} {target} failed: {status} {reason}", status=status) from e
         if status == 409:
             raise CliError(
                 f"{target} already exists (409)",
@@ -76,11 +161,27 @@ def _call(fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name
         if status == 422:
             raise CliError(f"the API server rejected {target} as invalid (422): {reason}", status=422) from e
         raise CliError(f"{verb} {target} failed: {status} {reason}", status=status) from e
+    except ReadTimeoutError as e:
+        raise CliError(
+            f"{host} accepted the connection but did not answer {verb} {target} within {timeout:g}s",
+            hint="the API server may be overloaded; retry, or raise --request-timeout",
+        ) from e
     except HTTPError as e:
         raise CliError(
             f"cannot reach the cluster at {host} ({type(e).__name__})",
             hint="check --context, your VPN, and `kubectl cluster-info`",
         ) from e
+    except (ValueError, TypeError, AttributeError) as e:  # a body that is not the API's JSON
+        raise CliError(
+            f"the server at {host} did not answer {verb} {target} like a Kubernetes API server",
+            hint="check that the kubeconfig's server: is the API server (not a dashboard or a login page)",
+        ) from e
+    if "logs" not in verb and not isinstance(result, (dict, type(None))) and not hasattr(result, "to_dict"):
+        raise CliError(
+            f"the server at {host} did not answer {verb} {target} like a Kubernetes API server (got text)",
+            hint="check that the kubeconfig's server: is the API server (not a dashboard or a login page)",
+        )
+    return result
 
 
 def _reason(e) -> str:
@@ -91,7 +192,7 @@ def _reason(e) -> str:
         message = body.get("message") or e.reason
     except ValueError:
         message = e.reason
-    return str(message).splitlines()[0][:300] if message else "no reason given"
+    return redact(str(message).splitlines()[0][:300]) if message else "no reason given"
 
 
 def job_state(job: dict[str, Any]) -> str:
@@ -150,6 +251,11 @@ def _pod_reason(pod, events: list) -> str | None:
     return None
 
 
+def _ours(meta: dict[str, Any], job: str) -> bool:
+    labels = meta.get("labels") or {}
+    return labels.get(C.LABEL_MANAGED_BY) == C.MANAGED_BY and labels.get(C.LABEL_INSTANCE) == job
+
+
 class Cluster:
     """A thin facade over the API for one namespace."""
 
@@ -161,9 +267,11 @@ class Cluster:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.host = api_client.configuration.host
+        self.timeout = getattr(api_client, "request_timeout", REQUEST_TIMEOUT)
+        self.skipped: list[str] = []  # objects a command left alone, for the CLI to report
 
     def _c(self, fn, verb, kind, name=None, namespace: str | None = "") -> Any:
-        return _call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host)
+        return _call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host, self.timeout)
 
     # ---- preflight -------------------------------------------------------------------------
     def preflight(self, secrets: list[str], claim: str | None) -> None:
@@ -285,17 +393,55 @@ class Cluster:
         return created
 
     def delete_job(self, name: str, keep_storage: bool) -> list[str]:
-        """Remove the job and what this tool created for it; returns what was removed."""
+        """Remove the job and what this tool created for it (and nothing else); returns what was removed.
+
+        Every object is read first and deleted only if it carries this tool's managed-by label and
+        belongs to this job: a same-named object made by someone else is left alone and reported."""
+        self.get_own_job(name)
         if not self._delete_one(C.KIND, name):
             raise CliError(f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
         removed = [f"{C.KIND} {name}"]
-        if self._delete_one("ConfigMap", f"{name}-config"):
-            removed.append(f"ConfigMap {name}-config")
-        if not keep_storage and self._delete_one("PersistentVolumeClaim", f"{name}-workspace"):
-            removed.append(f"PersistentVolumeClaim {name}-workspace")
+        extra = [("ConfigMap", f"{name}-config")]
+        if not keep_storage:
+            extra.append(("PersistentVolumeClaim", f"{name}-workspace"))
+        for kind, obj_name in extra:
+            meta = self._metadata(kind, obj_name)
+            if meta is None:
+                continue
+            if not _ours(meta, name):
+                self.skipped.append(f"{kind} {obj_name} (not created by colbert-k8s for {name}; left alone)")
+                continue
+            if self._delete_one(kind, obj_name):
+                removed.append(f"{kind} {obj_name}")
         return removed
 
+    def _metadata(self, kind: str, name: str) -> dict[str, Any] | None:
+        read = {
+            "ConfigMap": lambda: self.core.read_namespaced_config_map(name, self.ns),
+            "PersistentVolumeClaim": lambda: self.core.read_namespaced_persistent_volume_claim(name, self.ns),
+        }[kind]
+        try:
+            obj = self._c(read, "get", kind, name)
+        except CliError as e:
+            if e.status == 404:
+                return None
+            raise
+        obj = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+        return obj.get("metadata") or {}
+
     # ---- read ------------------------------------------------------------------------------
+    def get_own_job(self, name: str) -> dict[str, Any]:
+        """The job, if this tool created it; another tool's job of that name is one line, exit 1."""
+        job = self.get_job(name)
+        if not _ours(job.get("metadata") or {}, name):
+            raise CliError(
+                f"{C.KIND} {self.ns}/{name} was not created by colbert-k8s "
+                f"(no {C.LABEL_MANAGED_BY}={C.MANAGED_BY} label); not touching it",
+                hint="use kubectl for jobs other tools manage",
+                exit_code=1,
+            )
+        return job
+
     def get_job(self, name: str) -> dict[str, Any]:
         try:
             return self._c(
@@ -370,7 +516,12 @@ class Cluster:
             return
         resp = self._c(
             lambda: self.core.read_namespaced_pod_log(
-                pod, self.ns, container=C.CONTAINER, follow=True, _preload_content=False
+                pod,
+                self.ns,
+                container=C.CONTAINER,
+                follow=True,
+                _preload_content=False,
+                _request_timeout=(10, 24 * 3600),  # a quiet log is not a stalled server; the poller checks that
             ),
             "follow logs of",
             "Pod",

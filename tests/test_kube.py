@@ -137,7 +137,11 @@ def _job_with_status(state: str) -> dict:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": "demo", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "colbert-k8s"}},
+        "metadata": {
+            "name": "demo",
+            "namespace": "default",
+            "labels": {"app.kubernetes.io/managed-by": "colbert-k8s", "app.kubernetes.io/instance": "demo"},
+        },
         "spec": {
             "pytorchReplicaSpecs": {
                 "Master": {
