@@ -166,7 +166,7 @@ def build_spec(o: dict) -> JobSpec:
     """Options -> JobSpec: the only place flags are interpreted."""
     secret_env = dict(parse_secret_env(raw) for raw in o["secret_env"])
     return JobSpec(
-        name=o["name"] or generate_name(),
+        name=generate_name() if o["name"] is None else o["name"],
         config_text=read_config(o["config"]),
         namespace=o["namespace"] or _default_namespace(o),
         nodes=o["nodes"],

@@ -132,7 +132,7 @@ def _call_once(
     fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name: str | None, host: str, timeout: float
 ) -> T:
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError, ReadTimeoutError
+    from urllib3.exceptions import HTTPError, MaxRetryError, ReadTimeoutError
 
     host = redact(host)
     target = f"{kind} {namespace}/{name}" if name else f"{kind} in namespace {namespace}" if namespace else kind
@@ -161,16 +161,17 @@ def _call_once(
         if status == 422:
             raise CliError(f"the API server rejected {target} as invalid (422): {reason}", status=422) from e
         raise CliError(f"{verb} {target} failed: {status} {reason}", status=status) from e
-    except ReadTimeoutError as e:
-        raise CliError(
-            f"{host} accepted the connection but did not answer {verb} {target} within {timeout:g}s",
-            hint="the API server may be overloaded; retry, or raise --request-timeout",
-        ) from e
     except HTTPError as e:
+        inner = e.reason if isinstance(e, MaxRetryError) and isinstance(e.reason, Exception) else e
+        if isinstance(inner, ReadTimeoutError):
+            raise CliError(
+                f"{host} accepted the connection but did not answer {verb} {target} within {timeout:g}s",
+                hint="the API server may be overloaded; retry, or raise --request-timeout",
+            ) from inner
         raise CliError(
-            f"cannot reach the cluster at {host} ({type(e).__name__})",
+            f"cannot reach the cluster at {host} ({type(inner).__name__})",
             hint="check --context, your VPN, and `kubectl cluster-info`",
-        ) from e
+        ) from inner
     except (ValueError, TypeError, AttributeError) as e:  # a body that is not the API's JSON
         raise CliError(
             f"the server at {host} did not answer {verb} {target} like a Kubernetes API server",

@@ -13,7 +13,8 @@
 # 6. image size, build time and the job's metrics, printed and written to $WORK/result.json.
 #
 # Stand-in gaps (see README "The image"): no GPU/NVIDIA runtime, no registry push/pull, chroot
-# isolation instead of a container runtime (no cgroup limits, the host's network namespace).
+# isolation instead of a container runtime (no cgroup limits, the host's network namespace, and the
+# host name mapping a runtime writes into /etc/hosts is added by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${IMAGE_TEST_DIR:-/var/tmp/ck8s-image}
@@ -51,9 +52,11 @@ start=$(date +%s)
   --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$IMAGE" .
 build_seconds=$(( $(date +%s) - start ))
 
-c=$("${B[@]}" from "$IMAGE")
+# docker and the kubelet map a container's host name in its /etc/hosts (torchrun's rendezvous resolves
+# it); chroot isolation does not, so the mapping is added here as they would add it
+c=$("${B[@]}" from --add-host ck8s-image:127.0.0.1 "$IMAGE")
 trap '"${B[@]}" rm "$c" >/dev/null 2>&1 || true' EXIT
-run_as() { "${B[@]}" run --isolation chroot --user "$1" --env HF_HUB_OFFLINE=1 --env TOKENIZERS_PARALLELISM=false "$c" -- "${@:2}"; }
+run_as() { "${B[@]}" run --isolation chroot --hostname ck8s-image --user "$1" --env HF_HUB_OFFLINE=1 --env TOKENIZERS_PARALLELISM=false "$c" -- "${@:2}"; }
 
 step "checks inside the image"
 torch_file=$(run_as 1000:1000 python -c 'import torch; print(torch.__file__)')

@@ -1,0 +1,334 @@
+"""The bad-input table: flags, configs, environment and server behaviour.
+
+Every case asserts: a non-zero exit, exactly one ``error:`` line, no traceback, the offending flag
+or key named, and no secret value echoed. Server cases run against fake API servers on 127.0.0.1
+(one that accepts and never answers, one that answers HTML, one with a chosen status) and also
+assert how many requests reached the server (none, for a name the CLI must refuse).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from operator_cli.cli import cli
+
+SECRET = "hf_SeCrEtVaLuE1234567890"
+GOOD_CONFIG = "data:\n  train: {path: data/train.jsonl}\n"
+
+
+def _invoke(args: list[str], env: dict | None = None):
+    return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+
+
+def _assert_one_line(res, needle: str, code: int | None = None) -> None:
+    out = res.output
+    assert res.exit_code != 0, out
+    if code is not None:
+        assert res.exit_code == code, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out
+    assert needle in errors[0], out
+    assert "Traceback" not in out
+    assert SECRET not in out and "s3cr3t-pass" not in out
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    path = tmp_path / "train.yaml"
+    path.write_text(GOOD_CONFIG)
+    return path
+
+
+# ---- flags -----------------------------------------------------------------------------------------
+
+FLAG_CASES = [
+    ("empty-name", ["--name", ""], "--name"),
+    ("dot-name", ["--name", "."], "--name"),
+    ("upper-name", ["--name", "Job"], "--name"),
+    ("newline-name", ["--name", "job\n"], "--name"),
+    ("dash-name", ["--name", "-job"], "--name"),
+    ("long-name", ["--name", "a" * 64], "--name"),
+    ("upper-namespace", ["-n", "Default"], "--namespace"),
+    ("newline-namespace", ["-n", "ns\n"], "--namespace"),
+    ("dotted-namespace", ["-n", "a.b"], "--namespace"),
+    ("newline-memory", ["--memory", "64Gi\n"], "--memory"),
+    ("word-memory", ["--memory", "lots"], "--memory"),
+    ("zero-memory", ["--memory", "0Gi"], "--memory"),
+    ("negative-cpu", ["--cpu", "-1"], "--cpu"),
+    ("zero-unit-shm", ["--shm-size", "0Gi"], "--shm-size"),
+    ("upper-pvc", ["--pvc", "Data"], "--pvc"),
+    ("env-without-key", ["--env", f"={SECRET}"], "--env"),
+    ("env-without-equals", ["--env", SECRET], "--env"),
+    ("env-token", ["--env", f"HF_TOKEN={SECRET}"], "HF_TOKEN"),
+    ("env-pat", ["--env", f"GITHUB_PAT={SECRET}"], "GITHUB_PAT"),
+    ("env-database-url", ["--env", f"DATABASE_URL=postgres://u:{SECRET}@db/x"], "DATABASE_URL"),
+    ("env-private-key", ["--env", f"SSH_PRIVATE_KEY={SECRET}"], "SSH_PRIVATE_KEY"),
+    ("env-webhook", ["--env", f"SLACK_WEBHOOK_URL={SECRET}"], "SLACK_WEBHOOK_URL"),
+    ("env-passphrase", ["--env", f"GPG_PASSPHRASE={SECRET}"], "GPG_PASSPHRASE"),
+    ("env-reserved", ["--env", "MASTER_ADDR=x"], "MASTER_ADDR"),
+    ("env-reserved-pet", ["--env", "PET_NNODES=3"], "PET_NNODES"),
+    ("env-duplicate", ["--env", "A=1", "--env", "A=2"], "--env"),
+    ("env-control-char", ["--env", "A=x\x7fy"], "control characters"),
+    ("secret-env-pasted-value", ["--secret-env", SECRET], "--secret-env"),
+    ("secret-env-reserved", ["--secret-env", "RANK=s/k"], "RANK"),
+    ("secret-env-bad-secret", ["--secret-env", "X=Bad_Secret/k"], "--secret-env secret name"),
+    ("label-key-injection", ["--label", "a: b\nkind: Secret=x"], "--label key"),
+    ("label-value-newline", ["--label", "k=v\n"], "--label value"),
+    ("annotation-key-1100", ["--annotation", "k" * 1100 + "=v"], "--annotation key"),
+    ("annotation-c1-value", ["--annotation", "example.com/n=a\x85b"], "--annotation"),
+    ("toleration-effect", ["--toleration", "k:Sometimes"], "--toleration"),
+    ("image-newline", ["--image", "reg/img:tag\n"], "--image"),
+    ("node-selector-space", ["--node-selector", "a b=c"], "--node-selector"),
+    ("multi-node-no-storage", ["--nodes", "2"], "--nodes 2 without shared storage"),
+    ("zero-nodes", ["--nodes", "0"], "--nodes"),
+    ("too-many-gpus", ["--gpus-per-node", "17"], "--gpus-per-node"),
+    ("duplicate-nodes", ["--nodes", "2", "--nodes", "3"], "--nodes is given twice"),
+    ("negative-backoff", ["--backoff-limit", "-1"], "--backoff-limit"),
+    ("negative-grace", ["--termination-grace-period", "-5"], "--termination-grace-period"),
+    ("nccl-on-cpu", ["--nccl", "socket", "--gpus-per-node", "0"], "--nccl"),
+]
+
+
+@pytest.mark.parametrize("name,flags,needle", FLAG_CASES, ids=[c[0] for c in FLAG_CASES])
+def test_bad_flag(name, flags, needle, config):
+    _assert_one_line(_invoke(["render", "--config", str(config), *flags]), needle)
+
+
+def test_allowed_lookalikes_are_not_refused(config):
+    """The credential rule must not refuse harmless names that contain TOKEN."""
+    res = _invoke(["render", "--config", str(config), "--env", "TOKENIZERS_PARALLELISM=false", "--env", "A=x\ty"])
+    assert res.exit_code == 0, res.output
+    assert "TOKENIZERS_PARALLELISM" in res.output
+
+
+def test_output_dir_under_a_file(config, tmp_path):
+    (tmp_path / "file").write_text("x")
+    _assert_one_line(_invoke(["render", "--config", str(config), "-o", str(tmp_path / "file" / "out")]), "-o")
+    assert (tmp_path / "file").read_text() == "x"  # nothing already written is touched
+
+
+def test_timeout_without_wait(config):
+    _assert_one_line(_invoke(["submit", "--config", str(config), "--timeout", "5"]), "--timeout")
+
+
+# ---- configs ---------------------------------------------------------------------------------------
+
+BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n" for i in range(8)
+)
+
+CONFIG_CASES = [
+    ("alias-bomb", BOMB.encode(), "aliases"),
+    ("latin-1", "data:\n  train: {path: caf\xe9.jsonl}\n".encode("latin-1"), "not UTF-8"),
+    ("utf-16", GOOD_CONFIG.encode("utf-16"), "not UTF-8"),
+    ("huge-int", b"training: {max_steps: " + b"9" * 5000 + b"}\n", "digits"),
+    ("deep-nesting", b"a: " + b"[" * 1000 + b"]" * 1000 + b"\n", "nested deeper"),
+    ("duplicate-key", (GOOD_CONFIG + "data: {}\n").encode(), "appears twice"),
+    ("unknown-key", (GOOD_CONFIG + "trainng: {}\n").encode(), "trainng"),
+    ("wrong-type", (GOOD_CONFIG + "training: {max_steps: many}\n").encode(), "training.max_steps"),
+    ("out-of-range", (GOOD_CONFIG + "training: {learning_rate: 2}\n").encode(), "training.learning_rate"),
+    ("too-large", b"# " + b"x" * (1 << 20) + b"\n" + GOOD_CONFIG.encode(), "too large"),
+    ("top-level-list", b"- a\n- b\n", "mapping"),
+    ("empty-file", b"", "mapping"),
+    ("bad-syntax", b"data: [unclosed\n", "not valid YAML"),
+    ("secret-in-config", (GOOD_CONFIG + f"hf_token: {SECRET}\n").encode(), "hf_token"),
+]
+
+
+@pytest.mark.parametrize("name,content,needle", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
+def test_bad_config(name, content, needle, tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_bytes(content)
+    started = time.monotonic()
+    res = _invoke(["render", "--config", str(path)])
+    _assert_one_line(res, needle)
+    assert time.monotonic() - started < 30  # bounded work, not a hang (generous: a slow CI box)
+
+
+def test_missing_config_file(tmp_path):
+    _assert_one_line(_invoke(["render", "--config", str(tmp_path / "nope.yaml")]), "config file not found")
+
+
+# ---- environment -----------------------------------------------------------------------------------
+
+
+def test_broken_kubeconfig_env(tmp_path):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: 7\n")
+    res = _invoke(["list"], env={"KUBECONFIG": str(bad)})
+    _assert_one_line(res, "kubeconfig")
+
+
+def test_kubeconfig_env_with_missing_and_real_files(tmp_path, fake_api):
+    """KUBECONFIG=a:b as kubectl merges it: a missing entry is skipped, the real one is used."""
+    server = fake_api("ok")
+    path = _kubeconfig(tmp_path, server.url)
+    res = _invoke(["list"], env={"KUBECONFIG": f"{tmp_path / 'missing'}:{path}"})
+    assert res.exit_code == 0, res.output
+    assert server.requests and "/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs" in server.requests[0]
+
+
+ENV_CASES = [
+    ("rank-not-int", {"RANK": "abc", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "RANK"),
+    ("world-size-zero", {"RANK": "0", "WORLD_SIZE": "0", "MASTER_ADDR": "h"}, "WORLD_SIZE"),
+    ("rank-too-big", {"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "RANK"),
+    ("master-port-word", {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "http"}, "MASTER_PORT"),
+    ("pet-nnodes-word", {"PET_NNODES": "many", "PET_NPROC_PER_NODE": "2"}, "PET_NNODES"),
+]
+
+
+@pytest.mark.parametrize("name,env,needle", ENV_CASES, ids=[c[0] for c in ENV_CASES])
+def test_bad_launch_environment(name, env, needle):
+    from trainer.env import EnvError, resolve
+
+    with pytest.raises(EnvError) as e:
+        resolve(env, 0)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- server behaviour ------------------------------------------------------------------------------
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _answer(self):
+        server = self.server
+        server.requests.append(f"{self.command} {self.path}")
+        mode = server.mode
+        if mode == "stall":
+            time.sleep(60)
+            return
+        if mode == "html":
+            body, ctype, status = b"<html><body>Sign in</body></html>", "text/html", 200
+        elif mode == "ok":
+            body, ctype, status = json.dumps({"kind": "PyTorchJobList", "items": []}).encode(), "application/json", 200
+        else:
+            status = int(mode)
+            body = json.dumps({"kind": "Status", "status": "Failure", "message": f"fake {status}"}).encode()
+            ctype = "application/json"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = do_PATCH = _answer
+
+
+@pytest.fixture
+def fake_api():
+    servers = []
+
+    def start(mode: str):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        srv.daemon_threads = True
+        srv.mode, srv.requests = mode, []
+        srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _kubeconfig(tmp: Path, server: str) -> Path:
+    path = tmp / "kubeconfig.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: abc}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: u, namespace: team-a}}]\n"
+    )
+    return path
+
+
+def _cluster_args(cmd: list[str], config: Path) -> list[str]:
+    if cmd[0] == "submit":
+        return [*cmd, "--config", str(config), "--name", "demo", "--gpus-per-node", "0"]
+    return cmd
+
+
+SERVER_CASES = [
+    ("stall-status", "stall", ["status", "demo"], "did not answer"),
+    ("stall-list", "stall", ["list"], "did not answer"),
+    ("stall-delete", "stall", ["delete", "demo"], "did not answer"),
+    ("stall-logs", "stall", ["logs", "demo"], "did not answer"),
+    ("stall-submit", "stall", ["submit"], "did not answer"),
+    ("html-status", "html", ["status", "demo"], "like a Kubernetes API server"),
+    ("html-list", "html", ["list"], "like a Kubernetes API server"),
+    ("404-status", "404", ["status", "demo"], "not found"),
+    ("403-list", "403", ["list"], "403"),
+    ("409-submit", "409", ["submit"], "409"),
+    ("422-submit", "422", ["submit"], "422"),
+    ("500-list", "500", ["list"], "500"),
+]
+
+
+@pytest.mark.parametrize("name,mode,cmd,needle", SERVER_CASES, ids=[c[0] for c in SERVER_CASES])
+def test_server_behaviour(name, mode, cmd, needle, fake_api, tmp_path, config):
+    server = fake_api(mode)
+    kubeconfig = _kubeconfig(tmp_path, server.url)
+    started = time.monotonic()
+    args = [*_cluster_args(cmd, config), "--kubeconfig", str(kubeconfig), "--request-timeout", "2"]
+    res = _invoke(args)
+    elapsed = time.monotonic() - started
+    _assert_one_line(res, needle)
+    assert server.requests, "the command never reached the server"
+    if mode == "stall":
+        assert len(server.requests) == 1  # a stalled server is not asked again
+        assert elapsed < 30
+    if mode == "500":
+        assert len(server.requests) == 4  # a read is retried (3 times, with backoff)
+    if mode in ("409", "422"):
+        assert all(not r.startswith("POST") or "pytorchjobs" in r or "configmaps" in r for r in server.requests)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "Demo", "demo\n", "x" * 64], ids=repr)
+def test_bad_names_never_reach_the_server(name, fake_api, tmp_path):
+    server = fake_api("ok")
+    kubeconfig = _kubeconfig(tmp_path, server.url)
+    for cmd in ("delete", "status", "logs"):
+        res = _invoke([cmd, name, "--kubeconfig", str(kubeconfig)])
+        _assert_one_line(res, "NAME must be a job name")
+    assert server.requests == []
+
+
+def test_credentials_in_the_server_url_are_not_shown(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = _kubeconfig(tmp_path, f"http://admin:s3cr3t-pass@127.0.0.1:{port}")
+    res = _invoke(["list", "--kubeconfig", str(kubeconfig), "--request-timeout", "2"])
+    _assert_one_line(res, "cannot reach the cluster at http://127.0.0.1")
+
+
+def test_wait_has_a_deadline(fake_api, tmp_path, config, monkeypatch):
+    """`submit --wait --timeout` ends with one line while the job is still running."""
+    from operator_cli import follow
+
+    class Running:
+        def get_job(self, name):
+            return {"status": {"conditions": [{"type": "Running", "status": "True"}]}}
+
+    lines: list[str] = []
+    from operator_cli.errors import CliError
+
+    started = time.monotonic()
+    with pytest.raises(CliError) as e:
+        follow.wait_for_job(Running(), "demo", 0.05, 0.5, lambda m, **k: lines.append(m))
+    assert time.monotonic() - started < 5
+    assert "still Running after --timeout 0.5s" in e.value.message and e.value.exit_code == 1
+    assert lines and lines[0].endswith("demo: Running")
