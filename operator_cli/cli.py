@@ -154,6 +154,20 @@ def job_options(fn):
             help="Seconds a finished job is kept.",
         ),
         click.option("--nccl", type=click.Choice(["socket", "ib"]), help="NCCL network preset (GPU jobs)."),
+        click.option(
+            "--api",
+            type=click.Choice(["pytorchjob", "trainjob", "auto"]),
+            default="pytorchjob",
+            show_default=True,
+            help="PyTorchJob (Training Operator v1) or TrainJob (Kubeflow Trainer v2); "
+            "auto (submit only): what the cluster serves, v2 if both.",
+        ),
+        click.option(
+            "--runtime",
+            default=C.V2_DEFAULT_RUNTIME,
+            show_default=True,
+            help="The ClusterTrainingRuntime a TrainJob uses (--api trainjob).",
+        ),
         click.option("--label", multiple=True, metavar="K=V"),
         click.option("--annotation", multiple=True, metavar="K=V"),
     ]
@@ -164,6 +178,8 @@ def job_options(fn):
 
 def build_spec(o: dict) -> JobSpec:
     """Options -> JobSpec: the only place flags are interpreted."""
+    if o["api"] == "auto":
+        raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
     secret_env = dict(parse_secret_env(raw) for raw in o["secret_env"])
     return JobSpec(
         name=generate_name() if o["name"] is None else o["name"],
@@ -192,6 +208,8 @@ def build_spec(o: dict) -> JobSpec:
         active_deadline=o["active_deadline"] or None,
         ttl_after_finished=o["ttl_after_finished"],
         nccl=o["nccl"],
+        api=o["api"],
+        runtime=o["runtime"],
         labels=parse_pairs(o["label"], "--label"),
         annotations=parse_pairs(o["annotation"], "--annotation"),
     )
@@ -280,14 +298,19 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
     """Validate, check the cluster, create the job, and print what to run next."""
     if timeout is not None and not wait:
         raise CliError("--timeout applies to --wait; add --wait or drop --timeout")
+    cluster = None
+    if o["api"] == "auto":  # the one case where even --dry-run asks the cluster (read-only)
+        cluster = _cluster(o)
+        o["api"] = cluster.detect_api()
+        click.echo(f"api: auto -> {o['api']} (what this cluster serves; Trainer v2 preferred)", err=True)
     spec = build_spec(o)
     objects = render(spec)
     if dry_run:
         click.echo(to_yaml(objects), nl=False)
         return
-    cluster = _cluster(o)
+    cluster = cluster or _cluster(o)
     secrets = sorted({ref.secret for ref in spec.secret_env.values()} | set(spec.image_pull_secrets))
-    cluster.preflight(secrets, spec.pvc)
+    cluster.preflight(spec.api, secrets, spec.pvc, spec.runtime)
     created = cluster.create_all(objects)
     for obj in created:
         click.echo(f"created {obj['kind']} {spec.namespace}/{obj['metadata']['name']}")
@@ -331,12 +354,12 @@ def _job_name(name: str) -> str:
 @cluster_options
 def status_cmd(name: str, **o) -> None:
     """Job conditions, each replica's phase and restarts, and why a pod is stuck or failing."""
-    from operator_cli.kube import job_state
+    from operator_cli.kube import job_state, kind_of
 
     name = _job_name(name)
     cluster = _cluster(o)
     job = cluster.get_own_job(name)
-    click.echo(f"{name}: {job_state(job)}")
+    click.echo(f"{name}: {job_state(job)} ({job.get('kind', C.KIND)})")
     conditions = job.get("status", {}).get("conditions") or []
     if conditions:
         rows = [
@@ -344,7 +367,7 @@ def status_cmd(name: str, **o) -> None:
             for c in conditions
         ]
         click.echo(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
-    pods = cluster.pods(name)
+    pods = cluster.pods(name, kind_of(job))
     if pods:
         click.echo()
         click.echo(
@@ -371,10 +394,12 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
         raise CliError("--rank and --all exclude each other")
     name = _job_name(name)
     cluster = _cluster(o)
-    cluster.get_own_job(name)
+    job = cluster.get_own_job(name)
     want = None if all_pods else (rank or 0)
     if not follow:
-        pods = [p for p in cluster.pods(name) if want is None or p.rank == want]
+        from operator_cli.kube import kind_of
+
+        pods = [p for p in cluster.pods(name, kind_of(job)) if want is None or p.rank == want]
         if not pods:
             raise CliError(
                 f"no pod{'' if want is None else f' of rank {want}'} for job {name} yet",
@@ -408,7 +433,7 @@ def _age(ts: str | None) -> str:
 @cluster_options
 def list_cmd(all_namespaces: bool, **o) -> None:
     """This tool's jobs (by label), as a table."""
-    from operator_cli.kube import job_state
+    from operator_cli.kube import job_state, kind_of
 
     jobs = _cluster(o).list_jobs(all_namespaces)
     if not jobs:
@@ -416,22 +441,12 @@ def list_cmd(all_namespaces: bool, **o) -> None:
         return
     rows = []
     for j in jobs:
-        replicas = j.get("spec", {}).get("pytorchReplicaSpecs", {})
-        nodes = sum(r.get("replicas", 0) for r in replicas.values())
-        gpus = (
-            replicas.get("Master", {})
-            .get("template", {})
-            .get("spec", {})
-            .get("containers", [{}])[0]
-            .get("resources", {})
-            .get("limits", {})
-            .get("nvidia.com/gpu", 0)
-        )
+        kind = kind_of(j)
+        nodes, gpus = kind.nodes_and_gpus(j)
         meta = j["metadata"]
-        rows.append(
-            [meta.get("namespace", ""), meta["name"], job_state(j), nodes, gpus, _age(meta.get("creationTimestamp"))]
-        )
-    click.echo(_table(["NAMESPACE", "NAME", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
+        age = _age(meta.get("creationTimestamp"))
+        rows.append([meta.get("namespace", ""), meta["name"], kind.kind, job_state(j), nodes, gpus, age])
+    click.echo(_table(["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
 
 
 @cli.command("delete")

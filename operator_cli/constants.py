@@ -6,6 +6,24 @@ PLURAL = "pytorchjobs"
 KIND = "PyTorchJob"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
+# Kubeflow Trainer v2 (TrainJob on JobSet, with a ClusterTrainingRuntime)
+V2_GROUP = "trainer.kubeflow.org"
+V2_VERSION = "v1alpha1"
+V2_PLURAL = "trainjobs"
+V2_KIND = "TrainJob"
+V2_CRD_NAME = f"{V2_PLURAL}.{V2_GROUP}"
+V2_RUNTIME_PLURAL = "clustertrainingruntimes"
+V2_RUNTIME_KIND = "ClusterTrainingRuntime"
+V2_DEFAULT_RUNTIME = "torch-distributed"
+V2_CONTAINER = "node"  # the trainer container of a runtime's `node` replicated job
+V2_REPLICATED_JOB = "node"
+V2_MASTER_PORT = 29500
+V2_PATCH_MANAGER = "colbert-k8s.io/cli"
+V2_FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+APIS = ("pytorchjob", "trainjob")
+
 CONTAINER = "pytorch"  # the operator requires this container name
 PORT_NAME = "pytorchjob-port"
 MASTER_PORT = 23456
@@ -33,3 +51,8 @@ RUN_AS_USER = 1000  # the Dockerfile's `colbert` user
 DEFAULT_IMAGE = "colbert-k8s/colbert-train:0.1.0"
 _OPERATOR_KUSTOMIZE = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"
 TRAINING_OPERATOR_INSTALL = f'kubectl apply --server-side -k "{_OPERATOR_KUSTOMIZE}"'
+_TRAINER_V2 = "github.com/kubeflow/trainer.git/manifests/overlays"
+TRAINER_V2_INSTALL = (
+    f'kubectl apply --server-side -k "{_TRAINER_V2}/manager?ref=v2.3.0" && '
+    f'kubectl apply --server-side -k "{_TRAINER_V2}/runtimes?ref=v2.3.0"'
+)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from operator_cli.errors import CliError
-from operator_cli.kube import Cluster, job_state
+from operator_cli.kube import Cluster, job_state, kind_of
 
 __all__ = ["wait_for_job", "follow_logs"]
 
@@ -23,13 +23,14 @@ def wait_for_job(cluster: Cluster, name: str, poll_interval: float, timeout: flo
     deadline = time.monotonic() + timeout if timeout else None
     last = None
     while True:
-        state = job_state(cluster.get_job(name))
+        job = cluster.get_job(name)
+        state = job_state(job)
         if state != last:
             echo(f"{time.strftime('%H:%M:%S')} {name}: {state}")
             last = state
         if state in ("Succeeded", "Failed"):
             if state == "Failed":
-                for pod in cluster.pods(name):
+                for pod in cluster.pods(name, kind_of(job)):
                     if pod.reason:
                         echo(f"  {pod.replica}: {pod.reason}", err=True)
             return 0 if state == "Succeeded" else 1
@@ -44,6 +45,11 @@ def wait_for_job(cluster: Cluster, name: str, poll_interval: float, timeout: flo
 
 
 def follow_logs(cluster: Cluster, name: str, want: int | None, poll_interval: float, echo: Echo) -> None:
+    kind = kind_of(cluster.get_job(name))
+    _follow(cluster, name, kind, want, poll_interval, echo)
+
+
+def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: float, echo: Echo) -> None:
     """Follow each wanted pod in its own thread; re-attach after a restart; stop when the job ends."""
     lock = threading.Lock()
     seen_restarts: dict[str, int] = {}
@@ -58,7 +64,7 @@ def follow_logs(cluster: Cluster, name: str, want: int | None, poll_interval: fl
             pass  # the container is restarting; the poller re-attaches
 
     while True:
-        for pod in cluster.pods(name):
+        for pod in cluster.pods(name, kind):
             if want is not None and pod.rank != want:
                 continue
             alive = threads.get(pod.name)

@@ -196,13 +196,62 @@ def _reason(e) -> str:
     return redact(str(message).splitlines()[0][:300]) if message else "no reason given"
 
 
+@dataclass(frozen=True)
+class JobKind:
+    """One training-job API: where it lives and how its pods are found."""
+
+    api: str
+    group: str
+    version: str
+    plural: str
+    kind: str
+    crd: str
+    install: str
+    pod_selector: str  # label whose value is the job name on its pods
+
+    def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
+        spec = job.get("spec", {})
+        if self.api == "trainjob":
+            trainer = spec.get("trainer", {})
+            gpus = trainer.get("resourcesPerNode", {}).get("limits", {}).get("nvidia.com/gpu", 0)
+            return int(trainer.get("numNodes", 1) or 1), int(gpus or 0)
+        replicas = spec.get("pytorchReplicaSpecs", {})
+        containers = replicas.get("Master", {}).get("template", {}).get("spec", {}).get("containers", [{}])
+        gpus = containers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
+        return sum(r.get("replicas", 0) for r in replicas.values()), int(gpus or 0)
+
+
+KINDS = {
+    "pytorchjob": JobKind(
+        "pytorchjob", C.GROUP, C.VERSION, C.PLURAL, C.KIND, C.CRD_NAME, C.TRAINING_OPERATOR_INSTALL, C.OPERATOR_JOB_NAME
+    ),
+    "trainjob": JobKind(
+        "trainjob",
+        C.V2_GROUP,
+        C.V2_VERSION,
+        C.V2_PLURAL,
+        C.V2_KIND,
+        C.V2_CRD_NAME,
+        C.TRAINER_V2_INSTALL,
+        C.JOBSET_NAME_LABEL,
+    ),
+}
+
+
+def kind_of(job: dict[str, Any]) -> JobKind:
+    return KINDS["trainjob"] if job.get("kind") == C.V2_KIND else KINDS["pytorchjob"]
+
+
 def job_state(job: dict[str, Any]) -> str:
-    """The newest true condition of a PyTorchJob (Created, Running, Restarting, Succeeded, Failed)."""
+    """The newest true condition: Created, Running, Restarting, Suspended, Succeeded or Failed.
+
+    A TrainJob's ``Complete`` is shown as ``Succeeded``, so both APIs read the same."""
     conditions = [c for c in job.get("status", {}).get("conditions", []) or [] if c.get("status") == "True"]
+    types = [("Succeeded" if c.get("type") == "Complete" else c.get("type")) for c in conditions]
     for final in ("Succeeded", "Failed"):
-        if any(c.get("type") == final for c in conditions):
+        if final in types:
             return final
-    return conditions[-1]["type"] if conditions else "Pending"
+    return types[-1] if types else "Pending"
 
 
 @dataclass
@@ -217,6 +266,12 @@ class PodInfo:
 
 def _pod_rank(pod) -> tuple[str, int]:
     labels = pod.metadata.labels or {}
+    if C.JOBSET_NAME_LABEL in labels:  # a TrainJob's pod: node rank = the Job's completion index
+        index = labels.get(C.JOB_COMPLETION_INDEX_LABEL)
+        if index is None or not index.isdigit():
+            parts = pod.metadata.name.split("-")  # <job>-node-0-<i>-<hash>
+            index = parts[-2] if len(parts) >= 2 and parts[-2].isdigit() else "0"
+        return f"node-{int(index)}", int(index)
     rtype = (labels.get(C.OPERATOR_REPLICA_TYPE) or "").lower()
     index = int(labels.get(C.OPERATOR_REPLICA_INDEX, "0") or 0)
     if not rtype:  # fall back to the operator's pod naming: <job>-master-0, <job>-worker-3
@@ -275,22 +330,47 @@ class Cluster:
         return _call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host, self.timeout)
 
     # ---- preflight -------------------------------------------------------------------------
-    def preflight(self, secrets: list[str], claim: str | None) -> None:
-        """The checks that turn a confusing half-created job into one clear line, before creating anything."""
+    def serves(self, kind: JobKind) -> bool:
+        """Whether the API server serves this kind's CRD (a 404 on listing it means no)."""
         try:
             self._c(
-                lambda: self.custom.list_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, limit=1),
+                lambda: self.custom.list_namespaced_custom_object(
+                    kind.group, kind.version, self.ns, kind.plural, limit=1
+                ),
                 "list",
-                C.KIND,
+                kind.kind,
             )
+            return True
         except CliError as e:
             if e.status == 404:
-                raise CliError(
-                    "the Kubeflow Training Operator is not installed: "
-                    f"the API has no {C.CRD_NAME} ({C.GROUP}/{C.VERSION})",
-                    hint=f"install it with: {C.TRAINING_OPERATOR_INSTALL}",
-                ) from e
+                return False
             raise
+
+    def detect_api(self) -> str:
+        """``--api auto``: TrainJob when Trainer v2 is served (preferred, the current API), else PyTorchJob."""
+        v2, v1 = self.serves(KINDS["trainjob"]), self.serves(KINDS["pytorchjob"])
+        if not (v1 or v2):
+            raise CliError(
+                f"this cluster serves neither {C.V2_CRD_NAME} (Kubeflow Trainer v2) nor {C.CRD_NAME} "
+                "(Training Operator v1)",
+                hint=f"install Trainer v2 with: {C.TRAINER_V2_INSTALL}",
+            )
+        return "trainjob" if v2 else "pytorchjob"
+
+    def preflight(self, api: str, secrets: list[str], claim: str | None, runtime: str | None = None) -> None:
+        """The checks that turn a confusing half-created job into one clear line, before creating anything."""
+        kind = KINDS[api]
+        if not self.serves(kind):
+            other = KINDS["pytorchjob" if api == "trainjob" else "trainjob"]
+            served = self.serves(other)
+            product = "Kubeflow Trainer v2" if api == "trainjob" else "the Kubeflow Training Operator"
+            raise CliError(
+                f"{product} is not installed: the API has no {kind.crd} ({kind.group}/{kind.version})"
+                + (f"; it serves {other.kind} (--api {other.api})" if served else ""),
+                hint=f"pass --api {other.api} or --api auto" if served else f"install it with: {kind.install}",
+            )
+        if api == "trainjob":
+            self._check_runtime(runtime or C.V2_DEFAULT_RUNTIME)
         self._must_exist(
             lambda: self.core.read_namespace(self.ns),
             "Namespace",
@@ -318,6 +398,36 @@ class Cluster:
                 "create it first, or use --pvc-size to have one created",
             )
 
+    def _check_runtime(self, name: str) -> None:
+        """The ClusterTrainingRuntime exists and runs torch (its framework label or its mlPolicy)."""
+        try:
+            runtime = self._c(
+                lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
+                "get",
+                C.V2_RUNTIME_KIND,
+                name,
+                namespace=None,
+            )
+        except CliError as e:
+            if e.status == 404:
+                raise CliError(
+                    f"ClusterTrainingRuntime {name!r} does not exist",
+                    hint="list them with `kubectl get clustertrainingruntimes`; the stock one is "
+                    f"{C.V2_DEFAULT_RUNTIME} ({C.TRAINER_V2_INSTALL})",
+                ) from e
+            if e.status == 403:
+                return  # may create TrainJobs without reading runtimes: the controller will tell
+            raise
+        labels = (runtime.get("metadata") or {}).get("labels") or {}
+        policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
+        framework = labels.get(C.V2_FRAMEWORK_LABEL)
+        if framework != "torch" and "torch" not in policy:
+            raise CliError(
+                f"ClusterTrainingRuntime {name!r} is for {framework or 'another framework'}, not torch "
+                "(colbert-train is started by torchrun)",
+                hint=f"pick a torch runtime, e.g. --runtime {C.V2_DEFAULT_RUNTIME}",
+            )
+
     def _must_exist(self, fn, kind: str, name: str, namespace: str | None, missing: str, hint: str) -> None:
         """404 becomes ``missing``; 403 skips the check (many users may create jobs but not read
         namespaces or Secrets, and the pods can still use them); anything else is reported."""
@@ -336,8 +446,9 @@ class Cluster:
             fn = lambda: self.core.create_namespaced_config_map(self.ns, obj)
         elif kind == "PersistentVolumeClaim":
             fn = lambda: self.core.create_namespaced_persistent_volume_claim(self.ns, obj)
-        elif kind == C.KIND:
-            fn = lambda: self.custom.create_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, obj)
+        elif kind in (C.KIND, C.V2_KIND):
+            k = kind_of(obj)
+            fn = lambda: self.custom.create_namespaced_custom_object(k.group, k.version, self.ns, k.plural, obj)
         else:
             raise CliError(f"cannot create objects of kind {kind}")
         result = self._c(fn, "create", kind, name)
@@ -350,8 +461,9 @@ class Cluster:
         elif kind == "PersistentVolumeClaim":
             fn = lambda: self.core.delete_namespaced_persistent_volume_claim(name, self.ns)
         else:
+            k = KINDS["trainjob"] if kind == C.V2_KIND else KINDS["pytorchjob"]
             fn = lambda: self.custom.delete_namespaced_custom_object(
-                C.GROUP, C.VERSION, self.ns, C.PLURAL, name, propagation_policy="Foreground"
+                k.group, k.version, self.ns, k.plural, name, propagation_policy="Foreground"
             )
         try:
             self._c(fn, "delete", kind, name)
@@ -377,9 +489,10 @@ class Cluster:
         job = created[-1]
         uid = job.get("metadata", {}).get("uid")
         if uid:  # let Kubernetes GC the ConfigMap with the job (the workspace PVC is kept: it holds the model)
+            k = kind_of(job)
             owner = {
-                "apiVersion": f"{C.GROUP}/{C.VERSION}",
-                "kind": C.KIND,
+                "apiVersion": f"{k.group}/{k.version}",
+                "kind": k.kind,
                 "name": job["metadata"]["name"],
                 "uid": uid,
                 "blockOwnerDeletion": False,
@@ -398,10 +511,10 @@ class Cluster:
 
         Every object is read first and deleted only if it carries this tool's managed-by label and
         belongs to this job: a same-named object made by someone else is left alone and reported."""
-        self.get_own_job(name)
-        if not self._delete_one(C.KIND, name):
-            raise CliError(f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
-        removed = [f"{C.KIND} {name}"]
+        kind = kind_of(self.get_own_job(name))
+        if not self._delete_one(kind.kind, name):
+            raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
+        removed = [f"{kind.kind} {name}"]
         extra = [("ConfigMap", f"{name}-config")]
         if not keep_storage:
             extra.append(("PersistentVolumeClaim", f"{name}-workspace"))
@@ -436,7 +549,7 @@ class Cluster:
         job = self.get_job(name)
         if not _ours(job.get("metadata") or {}, name):
             raise CliError(
-                f"{C.KIND} {self.ns}/{name} was not created by colbert-k8s "
+                f"{job.get('kind', C.KIND)} {self.ns}/{name} was not created by colbert-k8s "
                 f"(no {C.LABEL_MANAGED_BY}={C.MANAGED_BY} label); not touching it",
                 hint="use kubectl for jobs other tools manage",
                 exit_code=1,
@@ -444,48 +557,60 @@ class Cluster:
         return job
 
     def get_job(self, name: str) -> dict[str, Any]:
-        try:
-            return self._c(
-                lambda: self.custom.get_namespaced_custom_object(C.GROUP, C.VERSION, self.ns, C.PLURAL, name),
-                "get",
-                C.KIND,
-                name,
-            )
-        except CliError as e:
-            if e.status == 404:
-                raise CliError(
-                    f"{C.KIND} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1
-                ) from e
-            raise
+        """The PyTorchJob or TrainJob called ``name`` (a kind the cluster does not serve counts as absent)."""
+        for kind in KINDS.values():
+            try:
+                job = self._c(
+                    lambda k=kind: self.custom.get_namespaced_custom_object(
+                        k.group, k.version, self.ns, k.plural, name
+                    ),
+                    "get",
+                    kind.kind,
+                    name,
+                )
+                job.setdefault("kind", kind.kind)
+                return job
+            except CliError as e:
+                if e.status != 404:
+                    raise
+        raise CliError(
+            f"PyTorchJob or TrainJob {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1, status=404
+        )
 
     def list_jobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
+        """This tool's jobs of both kinds; a kind the cluster does not serve is skipped."""
         selector = f"{C.LABEL_MANAGED_BY}={C.MANAGED_BY}"
-        if all_namespaces:
-            res = self._c(
-                lambda: self.custom.list_cluster_custom_object(C.GROUP, C.VERSION, C.PLURAL, label_selector=selector),
-                "list",
-                C.KIND,
-                namespace=None,
-            )
-        else:
-            res = self._c(
-                lambda: self.custom.list_namespaced_custom_object(
-                    C.GROUP, C.VERSION, self.ns, C.PLURAL, label_selector=selector
-                ),
-                "list",
-                C.KIND,
-            )
-        items = res.get("items", [])
+        items: list[dict[str, Any]] = []
+        for kind in KINDS.values():
+            if all_namespaces:
+                fn = lambda k=kind: self.custom.list_cluster_custom_object(
+                    k.group, k.version, k.plural, label_selector=selector
+                )
+            else:
+                fn = lambda k=kind: self.custom.list_namespaced_custom_object(
+                    k.group, k.version, self.ns, k.plural, label_selector=selector
+                )
+            try:
+                res = self._c(fn, "list", kind.kind, namespace=None if all_namespaces else "")
+            except CliError as e:
+                if e.status == 404:
+                    continue
+                raise
+            for job in res.get("items", []):
+                job.setdefault("kind", kind.kind)
+                items.append(job)
         # the selector is applied again here: an API that ignores it must not make us list other tools' jobs
         return [j for j in items if (j.get("metadata", {}).get("labels") or {}).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY]
 
-    def pods(self, job: str) -> list[PodInfo]:
-        selector = f"{C.OPERATOR_JOB_NAME}={job}"
+    def pods(self, job: str, kind: JobKind | None = None) -> list[PodInfo]:
+        """The job's pods (the operator's for a PyTorchJob, the JobSet's for a TrainJob), by node rank."""
+        label = (kind or KINDS["pytorchjob"]).pod_selector
+        selector = f"{label}={job}"
         res = self._c(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "list", "Pod")
         events = self._events()
         out = []
         for pod in res.items:
-            if (pod.metadata.labels or {}).get(C.OPERATOR_JOB_NAME) != job:
+            if (pod.metadata.labels or {}).get(label) != job:
                 continue
             replica, rank = _pod_rank(pod)
             statuses = (pod.status.container_statuses or []) if pod.status else []

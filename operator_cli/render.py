@@ -54,11 +54,11 @@ def _render_one(template: str, spec: JobSpec) -> dict[str, Any]:
 
 
 def render(spec: JobSpec) -> list[dict[str, Any]]:
-    """The objects of one job, in creation order: ConfigMap, [PVC], PyTorchJob."""
+    """The objects of one job, in creation order: ConfigMap, [PVC], PyTorchJob or TrainJob."""
     objects = [_render_one("configmap.yaml.j2", spec)]
     if spec.pvc_size:
         objects.append(_render_one("pvc.yaml.j2", spec))
-    objects.append(_render_one("pytorchjob.yaml.j2", spec))
+    objects.append(_render_one(f"{spec.api}.yaml.j2", spec))
     return objects
 
 

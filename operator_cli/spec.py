@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from operator_cli import rules
-from operator_cli.constants import DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS
+from operator_cli.constants import APIS, DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS, V2_DEFAULT_RUNTIME
 from operator_cli.errors import CliError
 
 __all__ = ["JobSpec", "SecretRef", "parse_pairs", "parse_toleration", "parse_secret_env", "generate_name"]
@@ -138,6 +138,10 @@ class JobSpec:
     """Seconds before a running job is stopped (default 7 days; 0 = never)."""
     ttl_after_finished: int | None = 24 * 3600
     nccl: str | None = None
+    api: str = "pytorchjob"
+    """pytorchjob: Training Operator v1 PyTorchJob; trainjob: Kubeflow Trainer v2 TrainJob."""
+    runtime: str = V2_DEFAULT_RUNTIME
+    """The ClusterTrainingRuntime a TrainJob references (trainjob only)."""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -147,7 +151,7 @@ class JobSpec:
                 f"--name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter), "
                 f"got {shown(self.name)}"
             )
-        longest = f"{self.name}-worker-{max(0, self.nodes - 2)}" if self.nodes > 1 else f"{self.name}-master-0"
+        longest = self.pod_names[-1]
         if len(longest) > 63:
             raise CliError(f"--name {shown(self.name)} is too long: pod name {longest!r} would exceed 63 characters")
         if not rules.full("dns1123_label", self.namespace):
@@ -226,6 +230,20 @@ class JobSpec:
             raise CliError(f"--nccl must be one of {sorted(NCCL_PRESETS)}, got {shown(self.nccl)}")
         if self.nccl and self.gpus_per_node == 0:
             raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
+        self._check_api()
+
+    def _check_api(self) -> None:
+        if self.api not in APIS:
+            raise CliError(f"--api must be one of {', '.join(APIS)}, got {shown(self.api)}")
+        if not rules.full("dns1123", self.runtime):
+            raise CliError(f"--runtime must be a ClusterTrainingRuntime name (DNS-1123), got {shown(self.runtime)}")
+        if self.api == "trainjob" and self.priority_class:
+            raise CliError(
+                "--priority-class cannot be set on a TrainJob (Trainer v2.3.0 lets a TrainJob patch no "
+                "priorityClassName)",
+                hint="use a ClusterTrainingRuntime whose pod template sets it (--runtime NAME), "
+                "or Kueue's --label kueue.x-k8s.io/priority-class=NAME",
+            )
 
     @staticmethod
     def _check_labels(labels: dict[str, str], flag: str) -> None:
@@ -241,6 +259,13 @@ class JobSpec:
     def train_config(self):
         """The training config, parsed by the trainer's schema (its defaults, not copies of them)."""
         return parse_training_config(self.config_text)
+
+    @property
+    def pod_names(self) -> list[str]:
+        """The pods' host names: the operator's <job>-master-0/-worker-i, or JobSet's <job>-node-0-i."""
+        if self.api == "trainjob":
+            return [f"{self.name}-node-0-{i}" for i in range(self.nodes)]
+        return [f"{self.name}-master-0"] + [f"{self.name}-worker-{i}" for i in range(self.nodes - 1)]
 
     @property
     def nproc_per_node(self) -> int:

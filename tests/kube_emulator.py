@@ -16,10 +16,21 @@ PODS = kmock.resource("", "v1", "pods")
 class Emulator:
     """Runs ``kmock.KubernetesEmulator`` on a background event loop; tests add objects and reactions."""
 
-    def __init__(self, tmp: Path, with_crd: bool = True, namespaces: tuple[str, ...] = ("default", "ml")):
+    def __init__(
+        self,
+        tmp: Path,
+        with_crd: bool = True,
+        namespaces: tuple[str, ...] = ("default", "ml"),
+        with_v2: bool = False,
+        runtimes: tuple[dict, ...] = (),
+    ):
+        """``with_crd``: serve PyTorchJobs (Training Operator v1); ``with_v2``: serve TrainJobs (Trainer v2),
+        with ``runtimes`` as its ClusterTrainingRuntimes (get by name; kmock routes no cluster-scoped reads)."""
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self.with_crd = with_crd
+        self.with_v2 = with_v2
+        self.runtimes = runtimes
         self.namespaces = namespaces
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
         self.thread.start()
@@ -43,6 +54,13 @@ class Emulator:
             self.emu, self.url, self.loop = emu, str(srv.url).rstrip("/"), asyncio.get_running_loop()
             if self.with_crd:
                 emu.resources["kubeflow.org/v1/pytorchjobs"] = kmock.ResourceInfo(kind="PyTorchJob", namespaced=True)
+            if self.with_v2:
+                emu.resources["trainer.kubeflow.org/v1alpha1/trainjobs"] = kmock.ResourceInfo(
+                    kind="TrainJob", namespaced=True
+                )
+                for rt in self.runtimes:
+                    path = f"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/{rt['metadata']['name']}"
+                    emu[f"get {path}"] << rt
             for res, kind, sub in (
                 ("v1/configmaps", "ConfigMap", set()),
                 ("v1/pods", "Pod", {"log"}),

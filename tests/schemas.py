@@ -4,7 +4,9 @@ Three layers, strongest available first:
 
 * **typed models** (always): the Kubeflow Training SDK's generated PyTorchJob models (1.9.4, the
   operator version targeted), walked strictly: an unknown field, a wrong type or a missing
-  required field fails. Nested Kubernetes types are the official client's models.
+  required field fails. Nested Kubernetes types are the official client's models. TrainJobs go
+  through ``kubeflow-trainer-api`` 2.3.0's pydantic models, and must survive a round trip
+  unchanged (the models drop unknown fields, so a dropped field is an unknown one).
 * **core objects** (always): ``kubernetes-validate``'s bundled OpenAPI schemas; a pod template
   inside a custom resource is wrapped in a core ``PodTemplate``.
 * **the official CRD** (additionally, when ``../shared/crds`` sits beside the checkout): the
@@ -154,6 +156,38 @@ def validate_pytorchjob(obj: dict) -> None:
         validate_core(pod_template)
 
 
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in a.keys() | b.keys():
+            if k not in b:
+                return f"{path}.{k}: unknown field" if path else f"{k}: unknown field"
+            if k not in a:
+                continue  # a default the model adds
+            if diff := _first_difference(a[k], b[k], f"{path}.{k}" if path else k):
+                return diff
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: list length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if diff := _first_difference(x, y, f"{path}[{i}]"):
+                return diff
+        return None
+    return None if a == b else f"{path}: {a!r} became {b!r}"
+
+
+def validate_trainjob(obj: dict) -> None:
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+
+    try:
+        model = TrainerV1alpha1TrainJob.from_dict(obj)
+    except Exception as e:  # pydantic's ValidationError names the field
+        raise TypedModelError(f"TrainJob: {str(e).splitlines()[0:3]}") from None
+    if diff := _first_difference(obj, model.to_dict()):
+        raise TypedModelError(f"TrainJob {diff}")
+    check_crd(obj, "trainer.kubeflow.org_trainjobs.yaml")
+
+
 def validate_core(obj: dict) -> None:
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -165,5 +199,7 @@ def validate_all(objects: list[dict]) -> None:
     for obj in objects:
         if obj["kind"] == "PyTorchJob":
             validate_pytorchjob(obj)
+        elif obj["kind"] == "TrainJob":
+            validate_trainjob(obj)
         else:
             validate_core(obj)

@@ -258,7 +258,7 @@ def test_status_image_pull_backoff(api):
 
 def test_status_of_missing_job_is_404(api):
     res = run(api, "status", "ghost")
-    assert res.exit_code == 1 and "error: PyTorchJob default/ghost not found" in res.output
+    assert res.exit_code == 1 and "error: PyTorchJob or TrainJob default/ghost not found" in res.output
 
 
 def test_logs_are_prefixed_by_replica_and_rank(api):
@@ -288,8 +288,8 @@ def test_list_shows_only_this_tools_jobs(api):
     res = run(api, "list")
     assert res.exit_code == 0
     rows = res.output.splitlines()
-    assert rows[0].split() == ["NAMESPACE", "NAME", "STATE", "NODES", "GPUS/NODE", "AGE"]
-    assert rows[1].split() == ["default", "demo", "Running", "2", "8", "-"] and len(rows) == 2
+    assert rows[0].split() == ["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"]
+    assert rows[1].split() == ["default", "demo", "PyTorchJob", "Running", "2", "8", "-"] and len(rows) == 2
 
 
 def test_delete_removes_everything_it_created(api, config):

@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import JobSpec, SecretRef
 from tests.conftest import ROOT
@@ -209,3 +210,73 @@ def test_golden_dry_run(tmp_path):
     assert dry == rendered
     golden = ROOT / "tests" / "golden" / "dry_run.yaml"
     assert rendered == golden.read_text()
+
+
+# ---- Kubeflow Trainer v2: the same options as a TrainJob ----------------------------------------------
+
+TRAINJOB_MATRIX = {name: {k: v for k, v in opts.items() if k != "priority_class"} for name, opts in MATRIX.items()} | {
+    "custom-runtime": dict(nodes=4, gpus_per_node=8, runtime="torch-distributed-ib", pvc="ckpt", nccl="ib"),
+    "custom-runtime-cpu": dict(nodes=2, gpus_per_node=0, runtime="cpu-runtime", pod_local_storage=True),
+}
+
+
+@pytest.mark.parametrize("opts", TRAINJOB_MATRIX.values(), ids=TRAINJOB_MATRIX.keys())
+def test_trainjob_matrix_passes_v2_schemas(opts):
+    spec = _spec(api="trainjob", **opts)
+    objects = render(spec)
+    validate_all(objects)
+    job = objects[-1]
+    assert job["kind"] == "TrainJob" and job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": spec.runtime,
+    }
+    trainer = job["spec"]["trainer"]
+    assert trainer["numNodes"] == spec.nodes and trainer["numProcPerNode"] == spec.nproc_per_node
+    assert trainer["command"] == ["colbert-train"] and trainer["args"] == ["--config", "/etc/colbert-k8s/train.yaml"]
+    (patch,) = job["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "colbert-k8s"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["terminationGracePeriodSeconds"] == spec.termination_grace
+    (container,) = pod["spec"]["containers"]
+    assert container["name"] == "node" and container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == f"{spec.name}-config"
+    if spec.claim_name:
+        assert volumes["workspace"]["persistentVolumeClaim"]["claimName"] == spec.claim_name
+    else:
+        assert volumes["workspace"] == {"name": "workspace", "emptyDir": {}}
+    assert ("dshm" in volumes) == bool(spec.shm_size)
+    env = {e["name"]: e for e in trainer["env"]}
+    for var, ref in spec.secret_env.items():
+        assert env[var]["valueFrom"]["secretKeyRef"] == {"name": ref.secret, "key": ref.key}
+    if spec.queue:
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == spec.queue
+    if spec.image_pull_secrets:
+        assert pod["spec"]["imagePullSecrets"] == [{"name": s} for s in spec.image_pull_secrets]
+    if spec.gpus_per_node:
+        assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == spec.gpus_per_node
+
+
+def test_trainjob_dry_run_is_byte_identical_and_names_pods(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(CONFIG)
+    args = ["--config", str(cfg), "--name", "v2", "--api", "trainjob", "--nodes", "3", "--pvc-size", "9Gi"]
+    run = lambda *a: (
+        subprocess.run(  # noqa: E731
+            [sys.executable, "-m", "operator_cli.cli", *a, *args], capture_output=True, text=True, cwd=ROOT, check=True
+        ).stdout
+    )
+    assert run("render") == run("submit", "--dry-run")
+    assert "kind: TrainJob" in run("render") and "kind: PyTorchJob" not in run("render")
+
+
+def test_trainjob_refuses_what_v2_cannot_set():
+    with pytest.raises(CliError) as e:
+        _spec(api="trainjob", priority_class="high")
+    assert "--priority-class cannot be set on a TrainJob" in e.value.message
+    with pytest.raises(CliError):
+        _spec(api="mpijob")
