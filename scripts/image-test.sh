@@ -85,4 +85,5 @@ result = {"image_size": size, "base_size": base, "build_seconds": int(build), "j
 open(out, "w").write(json.dumps(result, indent=2) + "\n")
 print(json.dumps(result, indent=2))
 PY
+"${B[@]}" rmi --prune >/dev/null 2>&1 || true  # earlier builds' untagged layers (vfs stores each in full)
 step "image-test passed"
