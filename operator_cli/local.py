@@ -1,10 +1,12 @@
-"""``colbert-k8s local``: replay a rendered PyTorchJob on this machine, as the operator and kubelet would.
+"""``colbert-k8s local``: replay a rendered PyTorchJob or TrainJob here, as the launcher and kubelet would.
 
-It is not a scheduler. It reads the manifest ``render`` produced and, for the fields it can honour,
-does what the Kubeflow Training Operator v1.9.4 and the kubelet do:
+It is not a scheduler. It reads the manifest ``render`` produced (through ``podplan.py``) and, for the
+fields it can honour, does what the Kubeflow Training Operator v1.9.4 or Trainer v2.3.0 and the
+kubelet do:
 
-* **env**: each replica gets the operator's variables (``MASTER_ADDR``/``PORT``, ``WORLD_SIZE`` =
-  replicas x nproc, ``RANK`` = pod index, ``PET_*``) plus the container's own ``env``;
+* **env**: each replica gets the launcher's variables (PyTorchJob: ``MASTER_ADDR``/``PORT``,
+  ``WORLD_SIZE``, ``RANK`` = pod index and ``PET_*``; TrainJob: ``PET_*`` only, the master named
+  ``<job>-node-0-0.<job>`` on port 29500 under ``--isolate-network``) plus the container's own ``env``;
 * **command, args, workingDir**: run as written, with mount paths mapped to local directories
   (the ConfigMap becomes a directory holding its files);
 * **the workspace volume**: a PVC is shared by every pod, so it is ``--workdir`` itself. An
@@ -42,6 +44,7 @@ from typing import Any
 import click
 
 from operator_cli import constants as C
+from operator_cli.podplan import PodPlan, plan_pods
 from operator_cli.spec import parse_training_config
 
 __all__ = ["Replica", "plan_replicas", "run_local"]
@@ -68,15 +71,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _container(template: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in template["spec"]["containers"] if c["name"] == C.CONTAINER)
-
-
-def unsupported(job: dict[str, Any], gpus_here: int) -> list[str]:
+def unsupported(plan: PodPlan, gpus_here: int) -> list[str]:
     """Fields of the manifest this machine cannot honour, one phrase each."""
     notes = []
-    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
-    pod, container = master["spec"], _container(master)
+    pod, container = plan.pod_spec, plan.container
     gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
     if gpus > gpus_here:
         notes.append(f"{gpus} GPU(s) per node requested, {gpus_here} here (processes use what is visible)")
@@ -92,13 +90,14 @@ def unsupported(job: dict[str, Any], gpus_here: int) -> list[str]:
     if container.get("resources", {}).get("limits", {}).keys() - {"nvidia.com/gpu"}:
         notes.append("cpu/memory limits not enforced")
     notes.append(f"image {container['image']} not used (runs this checkout's code)")
+    if plan.v2:
+        notes.append(f"the runtime's JobSet failure policy is not read (restarts: up to {plan.backoff_limit})")
     return notes
 
 
-def shares_workspace(job: dict[str, Any]) -> bool:
+def shares_workspace(plan: PodPlan) -> bool:
     """True when /workspace is a PersistentVolumeClaim (one volume for all pods), False for an emptyDir."""
-    volumes = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"].get("volumes", [])
-    workspace = next((v for v in volumes if v["name"] == "workspace"), {})
+    workspace = next((v for v in plan.pod_spec.get("volumes", []) if v["name"] == "workspace"), {})
     return "persistentVolumeClaim" in workspace
 
 
@@ -114,14 +113,9 @@ def plan_replicas(
     master_addr: str,
     master_port: int,
 ) -> list[Replica]:
-    """The processes the operator would start, with their environment, command and working dir."""
-    job = next(o for o in objects if o["kind"] == C.KIND)
-    name = job["metadata"]["name"]
-    specs = job["spec"]["pytorchReplicaSpecs"]
-    nproc_raw = str(job["spec"].get("nprocPerNode", "auto"))
-    nproc = int(nproc_raw) if nproc_raw.isdigit() else 1
-    total = sum(r["replicas"] for r in specs.values())
-    shared = shares_workspace(job)
+    """The processes the launcher would start, with their environment, command and working dir."""
+    plan = plan_pods(objects)
+    shared = shares_workspace(plan)
 
     def local_path(value: str, workspace: Path) -> str:
         for mount, local in {C.CONFIG_MOUNT: config_dir, C.WORKSPACE_MOUNT: workspace}.items():
@@ -132,42 +126,21 @@ def plan_replicas(
     base = {k: v for k, v in os.environ.items() if k not in _DIST_VARS and not k.startswith("PET_")}
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
     base["TQDM_MININTERVAL"] = "5"  # progress lines every 5 s, not a carriage-return storm
+    container = plan.container
     replicas = []
-    index = 0
-    for rtype in ("Master", "Worker"):
-        if rtype not in specs:
-            continue
-        template = specs[rtype]["template"]
-        container = _container(template)
-        for i in range(specs[rtype]["replicas"]):
-            host = f"{name}-{rtype.lower()}-{i}"
-            workspace = workdir if shared else pod_workspace(workdir, host)
-            env = dict(base)
-            env.update(
-                {
-                    "PYTHONUNBUFFERED": "1",
-                    "MASTER_ADDR": master_addr,
-                    "MASTER_PORT": str(master_port),
-                    "WORLD_SIZE": str(total * nproc),
-                    "RANK": str(index),
-                    "PET_MASTER_ADDR": master_addr,
-                    "PET_MASTER_PORT": str(master_port),
-                    "PET_NNODES": str(total),
-                    "PET_NPROC_PER_NODE": nproc_raw,
-                    "PET_NODE_RANK": str(index),
-                }
-            )
-            for var in container.get("env", []):
-                if "value" in var:
-                    env[var["name"]] = local_path(var["value"], workspace)
-                elif var["name"] not in os.environ:  # a secretKeyRef: taken from this shell if set there
-                    click.echo(
-                        f"local: {var['name']} comes from a Secret on the cluster; export it here to use it", err=True
-                    )
-            command = [local_path(a, workspace) for a in container.get("command", []) + container.get("args", [])]
-            cwd = Path(local_path(container.get("workingDir", C.WORKSPACE_MOUNT), workspace))
-            replicas.append(Replica(f"{rtype.lower()}-{i}", host, index, command, env, cwd))
-            index += 1
+    for index, (host, replica) in enumerate(zip(plan.hosts, plan.replica_names)):
+        workspace = workdir if shared else pod_workspace(workdir, host)
+        env = {**base, **plan.launcher_env(index, master_addr, master_port)}
+        for var in container.get("env", []):
+            if "value" in var:
+                env[var["name"]] = local_path(var["value"], workspace)
+            elif var["name"] not in os.environ and index == 0:  # a secretKeyRef: from this shell if set there
+                click.echo(
+                    f"local: {var['name']} comes from a Secret on the cluster; export it here to use it", err=True
+                )
+        command = [local_path(a, workspace) for a in container.get("command", []) + container.get("args", [])]
+        cwd = Path(local_path(container.get("workingDir", C.WORKSPACE_MOUNT), workspace))
+        replicas.append(Replica(replica, host, index, command, env, cwd))
     return replicas
 
 
@@ -254,17 +227,15 @@ def _gpus_here() -> int:
 
 def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False) -> int:
     """Run the job; returns the job's exit status (0 succeeded, 1 failed)."""
-    job = next(o for o in objects if o["kind"] == C.KIND)
-    name = job["metadata"]["name"]
+    plan = plan_pods(objects)
+    name = plan.name
     cm = next(o for o in objects if o["kind"] == "ConfigMap")
-    run_policy = job["spec"].get("runPolicy", {})
-    backoff = int(run_policy.get("backoffLimit", 0))
-    restart_policy = job["spec"]["pytorchReplicaSpecs"]["Master"].get("restartPolicy", "OnFailure")
-    click.echo(f"local: not honoured here: {'; '.join(unsupported(job, _gpus_here()))}", err=True)
+    backoff, restart_policy = plan.backoff_limit, plan.restart_policy
+    click.echo(f"local: not honoured here: {'; '.join(unsupported(plan, _gpus_here()))}", err=True)
 
     workdir = workdir.resolve()
-    grace = float(_pod_spec(job).get("terminationGracePeriodSeconds", 30))
-    master_ws = _announce_storage(job, cm["data"][C.CONFIG_FILE], workdir)
+    grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
+    master_ws = _announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
     for fname, text in cm["data"].items():
         (config_dir / fname).write_text(text)
@@ -272,7 +243,7 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     if isolate_network:
         from operator_cli.netns import Network
 
-        network = Network.create(_replica_hosts(job))
+        network = Network.create(plan.hosts, domain=name if plan.v2 else None)
         click.echo(
             "local: replicas isolated in network namespaces: "
             + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
@@ -284,8 +255,7 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     previous_term = signal.signal(signal.SIGTERM, _terminated)
     try:
         while True:
-            port = _free_port()
-            master = f"{name}-master-0" if network else "127.0.0.1"  # the operator's name, resolved per namespace
+            master, port = plan.master(network is not None, _free_port())  # the launcher's name, per namespace
             replicas = plan_replicas(objects, workdir, config_dir, master, port)
             if network:
                 for r in replicas:  # bind gloo/NCCL to the veth, as to a pod's eth0
@@ -340,31 +310,18 @@ def _terminated(_signum, _frame) -> None:
     raise _Terminated
 
 
-def _pod_spec(job: dict[str, Any]) -> dict[str, Any]:
-    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-
-
-def _announce_storage(job: dict[str, Any], config_text: str, workdir: Path) -> Path:
+def _announce_storage(plan: PodPlan, config_text: str, workdir: Path) -> Path:
     """Lay out /workspace as the cluster would and say how; returns the master pod's workspace."""
-    if shares_workspace(job):
+    if shares_workspace(plan):
         click.echo(f"local: /workspace is a PVC shared by every replica: {workdir}", err=True)
         return workdir
-    copied = prepare_pod_workspaces(job, config_text, workdir)
-    hosts = _replica_hosts(job)
+    copied = prepare_pod_workspaces(plan, config_text, workdir)
     click.echo(
         f"local: each replica has its own /workspace (an emptyDir): {pod_workspace(workdir, '')}"
-        f"{{{','.join(hosts)}}}; copied into each from {workdir}: {', '.join(copied) or 'nothing'}",
+        f"{{{','.join(plan.hosts)}}}; copied into each from {workdir}: {', '.join(copied) or 'nothing'}",
         err=True,
     )
-    return pod_workspace(workdir, hosts[0])
-
-
-def _replica_hosts(job: dict[str, Any]) -> list[str]:
-    name = job["metadata"]["name"]
-    specs = job["spec"]["pytorchReplicaSpecs"]
-    hosts = [f"{name}-master-0"]
-    hosts += [f"{name}-worker-{i}" for i in range(specs.get("Worker", {}).get("replicas", 0))]
-    return hosts
+    return pod_workspace(workdir, plan.hosts[0])
 
 
 def _wait_any_failure(replicas: list[Replica]) -> Replica | None:
@@ -382,12 +339,12 @@ def _wait_any_failure(replicas: list[Replica]) -> Replica | None:
 _POD_MARK = ".colbert-k8s-pod"
 
 
-def prepare_pod_workspaces(job: dict[str, Any], config_text: str, workdir: Path) -> list[str]:
+def prepare_pod_workspaces(plan: PodPlan, config_text: str, workdir: Path) -> list[str]:
     """Fresh per-pod workspaces (emptyDirs) holding the inputs the config names; returns what was copied.
 
     Only directories this command made (they hold a marker file) are ever emptied."""
     inputs = _relative_inputs(config_text, workdir)
-    for host in _replica_hosts(job):
+    for host in plan.hosts:
         ws = pod_workspace(workdir, host)
         if ws.exists():
             if not (ws / _POD_MARK).is_file():

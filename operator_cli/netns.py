@@ -56,7 +56,8 @@ class Network:
     hosts: dict[str, str] = field(default_factory=dict)  # host name -> address
 
     @classmethod
-    def create(cls, hostnames: list[str]) -> Network:
+    def create(cls, hostnames: list[str], domain: str | None = None) -> Network:
+        """``domain``: also resolve ``<host>.<domain>`` (a JobSet's headless service: ``<job>-node-0-0.<job>``)."""
         reason = available()
         if reason:
             raise CliError(f"--isolate-network is not possible here: {reason}", hint="run without --isolate-network")
@@ -77,7 +78,8 @@ class Network:
                 _ip("-n", ns, "addr", "add", f"{net.hosts[host]}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
                 _ip("-n", ns, "link", "set", "lo", "up")
-            table = "127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in net.hosts.items())
+            alias = (lambda h: f" {h}.{domain}") if domain else (lambda h: "")
+            table = "127.0.0.1 localhost\n" + "".join(f"{a} {h}{alias(h)}\n" for h, a in net.hosts.items())
             for ns in net.namespaces.values():
                 (NETNS_ETC / ns).mkdir(parents=True, exist_ok=True)
                 (NETNS_ETC / ns / "hosts").write_text(table)

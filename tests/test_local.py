@@ -203,3 +203,58 @@ def test_isolated_network_namespaces(tmp_path, tiny_model):
     assert "job tiny succeeded: 2 steps" in res.stdout
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "ck8s-" not in left and not list(Path("/etc/netns").glob("ck8s-*"))
+
+
+def test_trainjob_replica_env_is_v2s(tmp_path):
+    spec = JobSpec(
+        name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0, api="trainjob", pvc="ws"
+    )
+    reps = plan_replicas(render(spec), tmp_path / "ws", tmp_path / "cfg", "job-node-0-0.job", 29500)
+    assert [r.replica for r in reps] == ["node-0", "node-1", "node-2"]
+    assert [r.host for r in reps] == ["job-node-0-0", "job-node-0-1", "job-node-0-2"]
+    for i, r in enumerate(reps):
+        launcher = {
+            k: v for k, v in r.env.items() if k.startswith("PET_") or k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")
+        }
+        assert launcher == {
+            "PET_NNODES": "3",
+            "PET_NPROC_PER_NODE": "1",
+            "PET_NODE_RANK": str(i),
+            "PET_MASTER_ADDR": "job-node-0-0.job",
+            "PET_MASTER_PORT": "29500",
+        }
+        assert r.command == ["colbert-train", "--config", str(tmp_path / "cfg" / "train.yaml")]
+        assert r.cwd == tmp_path / "ws"
+
+
+@pytest.mark.slow
+def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny_model):
+    """The same job through v1 and v2 launchers: same seed, same data, identical final weights."""
+    import hashlib
+
+    digests = {}
+    for api in ("pytorchjob", "trainjob"):
+        wd = _workdir(tmp_path / api, tiny_model, 32, {"training.max_steps": 4})
+        res = subprocess.run(_local(wd, "--api", api), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        master = wd / "pods" / ("tiny-master-0" if api == "pytorchjob" else "tiny-node-0-0")
+        assert json.loads((master / "output" / "metrics.json").read_text())["world_size"] == 2
+        digests[api] = hashlib.sha256(
+            (master / "output" / "final-model" / "model.safetensors").read_bytes()
+        ).hexdigest()
+        if api == "trainjob":
+            assert "[node-0] [rank 0]" in res.stdout and "[node-1] [rank 1]" in res.stdout
+            assert "mode=torchrun" in res.stdout  # the trainer started torchrun from PET_* alone
+    assert digests["pytorchjob"] == digests["trainjob"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
+def test_trainjob_in_network_namespaces_uses_v2s_master_name(tmp_path, tiny_model):
+    wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
+    res = subprocess.run(
+        _local(wd, "--api", "trainjob", "--isolate-network"), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "--master_addr=tiny-node-0-0.tiny" in res.stdout and "--master_port=29500" in res.stdout
+    assert "job tiny succeeded: 2 steps" in res.stdout

@@ -1,0 +1,132 @@
+"""What the cluster would run for a rendered job: pod host names, the trainer container, the pod spec,
+and the launcher's environment, for a PyTorchJob (Training Operator v1.9.4) or a TrainJob (Trainer
+v2.3.0 on JobSet). ``colbert-k8s local`` replays this plan; it is read from the manifest, never from
+the options, so the replay runs exactly what was rendered.
+
+The environment each launcher injects (see ``shared/crds/PROVENANCE.md``):
+
+==============  ===============================================================  ====================
+API             variables                                                        master
+==============  ===============================================================  ====================
+PyTorchJob      MASTER_ADDR/PORT, WORLD_SIZE (= pods x nproc), RANK (= pod       ``<job>-master-0``,
+                index), PET_MASTER_ADDR/PORT, PET_NNODES, PET_NPROC_PER_NODE,    the container port
+                PET_NODE_RANK, PYTHONUNBUFFERED                                  (23456)
+TrainJob        PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,  ``<job>-node-0-0.<job>``,
+                PET_MASTER_PORT only                                             29500
+==============  ===============================================================  ====================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from operator_cli import constants as C
+
+__all__ = ["PodPlan", "plan_pods"]
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    kind: str  # PyTorchJob or TrainJob
+    name: str
+    hosts: list[str]  # one per pod, in node-rank order
+    replica_names: list[str]  # master-0, worker-0 ... or node-0, node-1 ...
+    pod_spec: dict[str, Any]
+    container: dict[str, Any]  # command, args, env, workingDir, resources of the trainer container
+    restart_policy: str
+    backoff_limit: int
+    nproc: str  # as the launcher passes it (PET_NPROC_PER_NODE)
+
+    @property
+    def v2(self) -> bool:
+        return self.kind == C.V2_KIND
+
+    def master(self, isolated_network: bool, free_port: int) -> tuple[str, int]:
+        """The rendezvous address: the launcher's host name and port where names resolve (network
+        namespaces with /etc/hosts), else loopback and a free port (several jobs may run here)."""
+        if not isolated_network:
+            return "127.0.0.1", free_port
+        if self.v2:
+            return f"{self.hosts[0]}.{self.name}", C.V2_MASTER_PORT
+        return self.hosts[0], free_port
+
+    def launcher_env(self, index: int, master_addr: str, master_port: int) -> dict[str, str]:
+        pet = {
+            "PET_MASTER_ADDR": master_addr,
+            "PET_MASTER_PORT": str(master_port),
+            "PET_NNODES": str(len(self.hosts)),
+            "PET_NPROC_PER_NODE": self.nproc,
+            "PET_NODE_RANK": str(index),
+        }
+        if self.v2:
+            return pet
+        nproc = int(self.nproc) if self.nproc.isdigit() else 1
+        return {
+            "PYTHONUNBUFFERED": "1",
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+            "WORLD_SIZE": str(len(self.hosts) * nproc),
+            "RANK": str(index),
+            **pet,
+        }
+
+
+def plan_pods(objects: list[dict[str, Any]]) -> PodPlan:
+    job = next(o for o in objects if o["kind"] in (C.KIND, C.V2_KIND))
+    return _trainjob(job) if job["kind"] == C.V2_KIND else _pytorchjob(job)
+
+
+def _pytorchjob(job: dict[str, Any]) -> PodPlan:
+    name = job["metadata"]["name"]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    master = specs["Master"]["template"]
+    container = next(c for c in master["spec"]["containers"] if c["name"] == C.CONTAINER)
+    workers = specs.get("Worker", {}).get("replicas", 0)
+    return PodPlan(
+        kind=C.KIND,
+        name=name,
+        hosts=[f"{name}-master-0"] + [f"{name}-worker-{i}" for i in range(workers)],
+        replica_names=["master-0"] + [f"worker-{i}" for i in range(workers)],
+        pod_spec=master["spec"],
+        container=container,
+        restart_policy=specs["Master"].get("restartPolicy", "OnFailure"),
+        backoff_limit=int(job["spec"].get("runPolicy", {}).get("backoffLimit", 0)),
+        nproc=str(job["spec"].get("nprocPerNode", "auto")),
+    )
+
+
+def _trainjob(job: dict[str, Any]) -> PodPlan:
+    """The runtime's `node` job with this TrainJob's trainer fields and runtime patch applied."""
+    name = job["metadata"]["name"]
+    trainer = job["spec"]["trainer"]
+    patch = next(p for p in job["spec"].get("runtimePatches", []) if p.get("manager") == C.V2_PATCH_MANAGER)
+    node = next(
+        r
+        for r in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        if r["name"] == C.V2_REPLICATED_JOB
+    )
+    pod_spec = node["template"]["spec"]["template"]["spec"]
+    patched = next(c for c in pod_spec["containers"] if c["name"] == C.V2_CONTAINER)
+    container = {
+        "name": C.V2_CONTAINER,
+        "image": trainer["image"],
+        "command": trainer.get("command", []),
+        "args": trainer.get("args", []),
+        "env": trainer.get("env", []),
+        "resources": trainer.get("resourcesPerNode", {}),
+        "workingDir": C.WORKSPACE_MOUNT,  # the image's WORKDIR: the runtime sets none, the image does
+        **{k: v for k, v in patched.items() if k != "name"},
+    }
+    nodes = int(trainer.get("numNodes", 1))
+    return PodPlan(
+        kind=C.V2_KIND,
+        name=name,
+        hosts=[f"{name}-node-0-{i}" for i in range(nodes)],
+        replica_names=[f"node-{i}" for i in range(nodes)],
+        pod_spec=pod_spec,
+        container=container,
+        restart_policy="OnFailure",
+        backoff_limit=3,  # JobSet's failurePolicy lives in the runtime; local assumes 3 restarts
+        nproc=str(trainer.get("numProcPerNode", "auto")),
+    )
