@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from operator_cli import rules
+from operator_cli.constants import APIS
 from operator_cli.spec import NCCL_PRESETS
 from trainer.config import json_schema
 
@@ -75,6 +76,8 @@ def build() -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["nodes", "gpusPerNode", "image", "config"],
         "properties": {
+            "api": {"enum": list(APIS)},
+            "runtime": _str("dns1123"),
             "nodes": {"type": "integer", "minimum": 1, "maximum": 1024},
             "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": 16},
             "image": _obj(

@@ -37,7 +37,7 @@ def helm_render(values: dict, name: str = "job", namespace: str = "default") -> 
     for path, text in sorted(out.items()):
         if path.endswith(".yaml"):
             docs += [d for d in yaml.safe_load_all(text) if d]
-    order = {"ConfigMap": 0, "PersistentVolumeClaim": 1, "ServiceAccount": 2, "PyTorchJob": 3}
+    order = {"ConfigMap": 0, "PersistentVolumeClaim": 1, "ServiceAccount": 2, "PyTorchJob": 3, "TrainJob": 3}
     return sorted(docs, key=lambda d: order[d["kind"]])
 
 
@@ -180,13 +180,60 @@ def _metas(obj: dict):
     yield obj["metadata"]
     for replica in obj.get("spec", {}).get("pytorchReplicaSpecs", {}).values():
         yield replica["template"]["metadata"]
+    for patch in obj.get("spec", {}).get("runtimePatches", []):
+        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            yield job["template"]["spec"]["template"]["metadata"]
 
 
-@pytest.mark.parametrize("cli_opts,values", OPTION_SETS.values(), ids=OPTION_SETS.keys())
-def test_chart_equals_cli(cli_opts, values):
-    spec = JobSpec(name="job", config_text=yaml.safe_dump(CONFIG), **cli_opts)
+BOTH_APIS = [
+    pytest.param(api, cli_opts, values, id=f"{api}-{name}")
+    for api in ("pytorchjob", "trainjob")
+    for name, (cli_opts, values) in OPTION_SETS.items()
+    if not (api == "trainjob" and "priority_class" in cli_opts)
+] + [
+    pytest.param(
+        "trainjob",
+        dict(nodes=2, runtime="my-torch", pvc="ckpt"),
+        dict(nodes=2, runtime="my-torch", persistence={"existingClaim": "ckpt"}),
+        id="trainjob-custom-runtime",
+    ),
+    pytest.param(
+        "trainjob",
+        dict(
+            nodes=3,
+            gpus_per_node=8,
+            node_selector={"nvidia.com/gpu.product": "H200"},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            queue="team-a",
+            service_account="trainer",
+            image_pull_secrets=["regcred"],
+            pvc_size="1Ti",
+            termination_grace=600,
+        ),
+        dict(
+            nodes=3,
+            gpusPerNode=8,
+            scheduling={
+                "nodeSelector": {"nvidia.com/gpu.product": "H200"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "queue": "team-a",
+            },
+            serviceAccount={"name": "trainer"},
+            imagePullSecrets=["regcred"],
+            persistence={"size": "1Ti"},
+            terminationGracePeriodSeconds=600,
+        ),
+        id="trainjob-scheduling",
+    ),
+]
+
+
+@pytest.mark.parametrize("api,cli_opts,values", BOTH_APIS)
+def test_chart_equals_cli(api, cli_opts, values):
+    spec = JobSpec(name="job", config_text=yaml.safe_dump(CONFIG), api=api, **cli_opts)
     from_cli = render(spec)
-    from_helm = helm_render({**values, "config": CONFIG})
+    from_helm = helm_render({**values, "config": CONFIG, "api": api})
+    assert from_helm[-1]["kind"] == ("TrainJob" if api == "trainjob" else "PyTorchJob")
     validate_all(from_helm)
     assert _normalise(from_helm) == _normalise(from_cli)
     labels = from_helm[-1]["metadata"]["labels"]
@@ -245,6 +292,12 @@ def test_key_guard_uses_the_cli_rule():
 
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     assert '"' + rules.PATTERNS["qualified_name"].replace("\\", "\\\\") + '"' in helpers
+
+
+def test_trainjob_refuses_a_priority_class_like_the_cli():
+    with pytest.raises(helm_python.HelmError) as e:
+        helm_render({"api": "trainjob", "scheduling": {"priorityClassName": "high"}})
+    assert "priorityClassName cannot be set on a TrainJob" in str(e.value)
 
 
 def test_multi_node_without_storage_fails_like_the_cli():

@@ -79,63 +79,169 @@ skipped. The pattern is rules.PATTERNS["qualified_name"] (a test checks they are
 {{- end -}}
 {{- end -}}
 
+{{/* Pod-level fields shared by both APIs (a TrainJob cannot patch priorityClassName). */}}
+{{- define "colbert-train.podFields" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- with include "colbert-train.serviceAccount" $root }}
+serviceAccountName: {{ . | quote }}
+{{- end }}
+{{- if .priority }}
+{{- with $v.scheduling.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- with $v.scheduling.nodeSelector }}
+nodeSelector:
+  {{- range $k, $val := . }}
+  {{ include "colbert-train.key" $k }}: {{ $val | quote }}
+  {{- end }}
+{{- end }}
+{{- with $v.scheduling.tolerations }}
+tolerations:
+  {{- range . }}
+  - key: {{ include "colbert-train.key" .key }}
+    operator: {{ .operator | default "Exists" | quote }}
+    {{- if hasKey . "value" }}
+    value: {{ .value | quote }}
+    {{- end }}
+    effect: {{ .effect | quote }}
+  {{- end }}
+{{- end }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . | quote }}
+  {{- end }}
+{{- end }}
+terminationGracePeriodSeconds: {{ int $v.terminationGracePeriodSeconds }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 1000
+  runAsGroup: 1000
+  fsGroup: 1000
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
+
+{{/* The trainer's environment: HF cache, NCCL preset, plain variables, Secret references. */}}
+{{- define "colbert-train.env" -}}
+{{- $v := .Values -}}
+- name: HF_HOME
+  value: /workspace/.cache/huggingface
+{{- range $k, $val := (include "colbert-train.ncclEnv" . | fromYaml) }}
+- name: {{ $k | quote }}
+  value: {{ $val | quote }}
+{{- end }}
+{{- range $k, $val := $v.env }}
+- name: {{ $k | quote }}
+  value: {{ $val | quote }}
+{{- end }}
+{{- range $k, $ref := $v.secretEnv }}
+- name: {{ $k | quote }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secret | quote }}
+      key: {{ $ref.key | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether any resources are set (then "colbert-train.resources" renders them). */}}
+{{- define "colbert-train.hasResources" -}}
+{{- if or (gt (int .Values.gpusPerNode) 0) .Values.resources.cpu .Values.resources.memory }}true{{ end -}}
+{{- end -}}
+
+{{- define "colbert-train.resources" -}}
+{{- $v := .Values -}}
+limits:
+  {{- if gt (int $v.gpusPerNode) 0 }}
+  nvidia.com/gpu: {{ int $v.gpusPerNode }}
+  {{- end }}
+  {{- with $v.resources.cpu }}
+  cpu: {{ . | quote }}
+  {{- end }}
+  {{- with $v.resources.memory }}
+  memory: {{ . | quote }}
+  {{- end }}
+{{- if or $v.resources.cpu $v.resources.memory }}
+requests:
+  {{- with $v.resources.cpu }}
+  cpu: {{ . | quote }}
+  {{- end }}
+  {{- with $v.resources.memory }}
+  memory: {{ . | quote }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "colbert-train.containerSecurity" -}}
+allowPrivilegeEscalation: false
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+{{- end -}}
+
+{{- define "colbert-train.volumeMounts" -}}
+- name: config
+  mountPath: /etc/colbert-k8s
+  readOnly: true
+- name: workspace
+  mountPath: /workspace
+{{- if .Values.shm.enabled }}
+- name: dshm
+  mountPath: /dev/shm
+{{- end }}
+{{- end -}}
+
+{{- define "colbert-train.volumes" -}}
+{{- $claim := include "colbert-train.claim" . -}}
+- name: config
+  configMap:
+    name: {{ printf "%s-config" (include "colbert-train.name" .) | quote }}
+- name: workspace
+  {{- if $claim }}
+  persistentVolumeClaim:
+    claimName: {{ $claim | quote }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+{{- if .Values.shm.enabled }}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.shm.size | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod's labels and annotations, for one component. */}}
+{{- define "colbert-train.podMetadata" -}}
+labels:
+  {{- include "colbert-train.labels" (dict "root" .root "component" .component) | nindent 2 }}
+annotations:
+  sidecar.istio.io/inject: "false"
+  {{- range $k, $val := .root.Values.annotations }}
+  {{ include "colbert-train.key" $k }}: {{ $val | quote }}
+  {{- end }}
+{{- end -}}
+
+{{/* The image reference. */}}
+{{- define "colbert-train.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
 {{/*
-The pod template shared by Master and Worker.
+The PyTorchJob pod template shared by Master and Worker.
 */}}
 {{- define "colbert-train.podTemplate" -}}
 {{- $root := .root -}}
-{{- $v := $root.Values -}}
-{{- $claim := include "colbert-train.claim" $root -}}
-{{- $sa := include "colbert-train.serviceAccount" $root -}}
 metadata:
-  labels:
-    {{- include "colbert-train.labels" (dict "root" $root "component" .component) | nindent 4 }}
-  annotations:
-    sidecar.istio.io/inject: "false"
-    {{- range $k, $val := $v.annotations }}
-    {{ include "colbert-train.key" $k }}: {{ $val | quote }}
-    {{- end }}
+  {{- include "colbert-train.podMetadata" . | nindent 2 }}
 spec:
-  {{- with $sa }}
-  serviceAccountName: {{ . | quote }}
-  {{- end }}
-  {{- with $v.scheduling.priorityClassName }}
-  priorityClassName: {{ . | quote }}
-  {{- end }}
-  {{- with $v.scheduling.nodeSelector }}
-  nodeSelector:
-    {{- range $k, $val := . }}
-    {{ include "colbert-train.key" $k }}: {{ $val | quote }}
-    {{- end }}
-  {{- end }}
-  {{- with $v.scheduling.tolerations }}
-  tolerations:
-    {{- range . }}
-    - key: {{ include "colbert-train.key" .key }}
-      operator: {{ .operator | default "Exists" | quote }}
-      {{- if hasKey . "value" }}
-      value: {{ .value | quote }}
-      {{- end }}
-      effect: {{ .effect | quote }}
-    {{- end }}
-  {{- end }}
-  {{- with $v.imagePullSecrets }}
-  imagePullSecrets:
-    {{- range . }}
-    - name: {{ . | quote }}
-    {{- end }}
-  {{- end }}
-  terminationGracePeriodSeconds: {{ int $v.terminationGracePeriodSeconds }}
-  securityContext:
-    runAsNonRoot: true
-    runAsUser: 1000
-    runAsGroup: 1000
-    fsGroup: 1000
-    seccompProfile:
-      type: RuntimeDefault
+  {{- include "colbert-train.podFields" (dict "root" $root "priority" true) | nindent 2 }}
   containers:
     - name: pytorch
-      image: {{ printf "%s:%s" $v.image.repository (default $root.Chart.AppVersion $v.image.tag) | quote }}
+      image: {{ include "colbert-train.image" $root | quote }}
       imagePullPolicy: IfNotPresent
       command:
         - colbert-train
@@ -148,76 +254,15 @@ spec:
           containerPort: 23456
           protocol: TCP
       env:
-        - name: HF_HOME
-          value: /workspace/.cache/huggingface
-        {{- range $k, $val := (include "colbert-train.ncclEnv" $root | fromYaml) }}
-        - name: {{ $k | quote }}
-          value: {{ $val | quote }}
-        {{- end }}
-        {{- range $k, $val := $v.env }}
-        - name: {{ $k | quote }}
-          value: {{ $val | quote }}
-        {{- end }}
-        {{- range $k, $ref := $v.secretEnv }}
-        - name: {{ $k | quote }}
-          valueFrom:
-            secretKeyRef:
-              name: {{ $ref.secret | quote }}
-              key: {{ $ref.key | quote }}
-        {{- end }}
-      {{- if or (gt (int $v.gpusPerNode) 0) $v.resources.cpu $v.resources.memory }}
+        {{- include "colbert-train.env" $root | nindent 8 }}
+      {{- if include "colbert-train.hasResources" $root }}
       resources:
-        limits:
-          {{- if gt (int $v.gpusPerNode) 0 }}
-          nvidia.com/gpu: {{ int $v.gpusPerNode }}
-          {{- end }}
-          {{- with $v.resources.cpu }}
-          cpu: {{ . | quote }}
-          {{- end }}
-          {{- with $v.resources.memory }}
-          memory: {{ . | quote }}
-          {{- end }}
-        {{- if or $v.resources.cpu $v.resources.memory }}
-        requests:
-          {{- with $v.resources.cpu }}
-          cpu: {{ . | quote }}
-          {{- end }}
-          {{- with $v.resources.memory }}
-          memory: {{ . | quote }}
-          {{- end }}
-        {{- end }}
+        {{- include "colbert-train.resources" $root | nindent 8 }}
       {{- end }}
       securityContext:
-        allowPrivilegeEscalation: false
-        runAsNonRoot: true
-        capabilities:
-          drop:
-            - ALL
+        {{- include "colbert-train.containerSecurity" $root | nindent 8 }}
       volumeMounts:
-        - name: config
-          mountPath: /etc/colbert-k8s
-          readOnly: true
-        - name: workspace
-          mountPath: /workspace
-        {{- if $v.shm.enabled }}
-        - name: dshm
-          mountPath: /dev/shm
-        {{- end }}
+        {{- include "colbert-train.volumeMounts" $root | nindent 8 }}
   volumes:
-    - name: config
-      configMap:
-        name: {{ printf "%s-config" (include "colbert-train.name" $root) | quote }}
-    - name: workspace
-      {{- if $claim }}
-      persistentVolumeClaim:
-        claimName: {{ $claim | quote }}
-      {{- else }}
-      emptyDir: {}
-      {{- end }}
-    {{- if $v.shm.enabled }}
-    - name: dshm
-      emptyDir:
-        medium: Memory
-        sizeLimit: {{ $v.shm.size | quote }}
-    {{- end }}
+    {{- include "colbert-train.volumes" $root | nindent 4 }}
 {{- end -}}
