@@ -132,20 +132,30 @@ def _replica_proc(proc: subprocess.Popen, rank: str) -> psutil.Process:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "rank, sig",
-    [("1", signal.SIGKILL), ("0", signal.SIGKILL), ("1", signal.SIGTERM)],
-    ids=["kill-worker", "kill-master", "term-worker"],
+    "api, rank, sig",
+    [
+        ("pytorchjob", "1", signal.SIGKILL),
+        ("pytorchjob", "0", signal.SIGKILL),
+        ("pytorchjob", "1", signal.SIGTERM),
+        ("trainjob", "1", signal.SIGKILL),
+    ],
+    ids=["kill-worker", "kill-master", "term-worker", "trainjob-kill-worker"],
 )
-def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, rank, sig):
+def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api, rank, sig):
     """Per-pod workspaces: only the master's holds checkpoints, whichever replica dies."""
     from trainer.checkpoint import list_checkpoints, load_checkpoint
 
     every = 4
     wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
     proc = subprocess.Popen(
-        _local(wd, "--backoff-limit", "2"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        _local(wd, "--backoff-limit", "2", "--api", api),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-    ckpts = _pod(wd, "master-0") / "output" / "checkpoints"
+    master_pod, worker_pod = ("master-0", "worker-0") if api == "pytorchjob" else ("node-0-0", "node-0-1")
+    ckpts = _pod(wd, master_pod) / "output" / "checkpoints"
     deadline = time.time() + 240
     while not any(s >= 2 * every for s, _ in list_checkpoints(ckpts)):
         assert proc.poll() is None and time.time() < deadline, "finished before it could be interrupted"
@@ -153,7 +163,7 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, rank
     _replica_proc(proc, rank).send_signal(sig)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
-    victim = "worker-0" if rank == "1" else "master-0"
+    victim = worker_pod if rank == "1" else master_pod
     code = "signal 9" if sig == signal.SIGKILL else "exit code 143"
     assert re.search(rf"replica \S+ ended with ({code}|exit code \d+); restarting", out), out[-3000:]
     before = out.split("restarting")[0]
@@ -165,9 +175,9 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, rank
     else:
         assert max(steps_before) - resumed <= every  # at most one checkpoint interval is lost
     assert out.count(f"weights identical on all ranks at step {resumed} after start-up") == 2
-    metrics = json.loads((_pod(wd, "master-0") / "output" / "metrics.json").read_text())
+    metrics = json.loads((_pod(wd, master_pod) / "output" / "metrics.json").read_text())
     assert metrics["steps"] == 40
-    assert not (_pod(wd, "worker-0") / "output").exists(), victim
+    assert not (_pod(wd, worker_pod) / "output").exists(), victim
     for step, path in list_checkpoints(ckpts):
         assert load_checkpoint(path)["step"] == step
 
