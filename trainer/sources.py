@@ -1,0 +1,239 @@
+"""Remote data and models, staged into the pod before training: the trainer's first phase.
+
+``data.train.path``, ``data.eval_beir`` and ``model.name_or_path`` may name
+
+* a local path (used as it is),
+* an object store URL: ``s3://bucket/key`` (and ``gs://``, ``az://``), a single object, or every object
+  under a prefix when it ends in ``/``,
+* an ``http://`` or ``https://`` URL of one file,
+* a Hugging Face Hub name (``hf://datasets/ORG/NAME`` for data, ``hf://ORG/NAME`` or ``ORG/NAME`` for a
+  model), loaded by the hub's own client into its cache (offline, that is one line).
+
+A URL is fetched once into ``data.cache_dir/sources/<hash of the URL>/``: each object is written to a
+``.part`` file (continued with a range request after a dropped connection), its size checked against
+the server's (and its MD5 against an S3 single-part ETag), then renamed; a ``.complete`` manifest is
+written last. A restarted pod finds the manifest and does not download again; a half-written file is
+never used. One process per node downloads (a file lock); the others wait and reuse it.
+
+Credentials come only from the environment (``--secret-env``): ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL`` and the like,
+read by the object-store client; a URL with ``user:password@`` is refused, and no URL is logged with
+credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from trainer.config import ConfigError
+
+__all__ = ["SourceError", "is_remote", "stage", "stage_config"]
+
+log = logging.getLogger(__name__)
+OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+_CHUNK = 8 << 20
+_RETRIES = 5
+
+
+class SourceError(ConfigError):
+    """A source that cannot be staged; one line naming the URL (without credentials) and the fix."""
+
+
+def is_remote(value: str) -> bool:
+    return urlsplit(value).scheme in OBJECT_SCHEMES
+
+
+def _shown(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
+@dataclass(frozen=True)
+class _Object:
+    path: str  # the object's key in its store
+    size: int
+    etag: str | None
+
+
+def _store(url: str):
+    """An obstore store for the URL's bucket or host, configured from the environment."""
+    from obstore.store import HTTPStore, from_url
+
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        raise SourceError(
+            f"{_shown(url)}: credentials in a URL are refused; pass them as environment variables "
+            "(--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY ...)"
+        )
+    if parts.scheme in ("http", "https"):
+        base = f"{parts.scheme}://{parts.netloc}"
+        return HTTPStore.from_url(base, client_options={"allow_http": True, "timeout": "120s"}), parts.path.lstrip("/")
+    bucket_url = f"{parts.scheme}://{parts.netloc}"
+    options = {"timeout": "120s"}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and endpoint.startswith("http://"):
+        options["allow_http"] = True
+    kwargs = {}
+    if parts.scheme == "s3":
+        kwargs = {"virtual_hosted_style_request": False} if endpoint else {}
+        if endpoint:
+            kwargs["endpoint"] = endpoint
+        kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return from_url(bucket_url, client_options=options, **kwargs), parts.path.lstrip("/")
+
+
+def _list(store, key: str, url: str) -> list[_Object]:
+    """The object ``key``, or every object under the prefix ``key`` (when it ends in ``/``)."""
+    import obstore
+
+    try:
+        if key.endswith("/") or key == "":
+            found = [
+                _Object(o["path"], o["size"], o.get("e_tag"))
+                for batch in obstore.list(store, prefix=key.rstrip("/") or None)
+                for o in batch
+            ]
+            if not found:
+                raise SourceError(f"{_shown(url)}: no objects under this prefix; check the path")
+            return found
+        meta = obstore.head(store, key)
+        return [_Object(meta["path"], meta["size"], meta.get("e_tag"))]
+    except SourceError:
+        raise
+    except FileNotFoundError:
+        raise SourceError(f"{_shown(url)}: no such object; check the path (and that the bucket is right)") from None
+    except Exception as e:
+        raise SourceError(
+            f"{_shown(url)}: cannot be reached ({_reason(e)}); check the URL, network and credentials"
+        ) from None
+
+
+def _reason(e: Exception) -> str:
+    text = re.sub(r"https?://[^\s@/]*@", "https://", str(e))  # never a credential from a URL
+    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+def _download(store, obj: _Object, dest: Path, url: str, bar) -> None:
+    """Fetch ``obj`` into ``dest`` through ``dest.part``, continuing after dropped connections."""
+    import obstore
+
+    part = dest.with_name(dest.name + ".part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    attempts = 0
+    while True:
+        done = part.stat().st_size if part.exists() else 0
+        if done > obj.size:
+            part.unlink()
+            done = 0
+        try:
+            with open(part, "ab") as f:
+                while done < obj.size:
+                    data = obstore.get_range(store, obj.path, start=done, end=min(obj.size, done + _CHUNK))
+                    f.write(bytes(data))
+                    done += len(data)
+                    bar.update(len(data))
+                f.flush()
+                os.fsync(f.fileno())
+            break
+        except Exception as e:
+            attempts += 1
+            if attempts > _RETRIES:
+                raise SourceError(
+                    f"{_shown(url)}: download of {obj.path} failed {attempts} times ({_reason(e)}); "
+                    f"{done} of {obj.size} bytes are kept in the cache and the next start continues"
+                ) from None
+            log.warning("download of %s interrupted at %d/%d bytes (%s); continuing", obj.path, done, obj.size, e)
+            time.sleep(min(30, 2**attempts))
+    _verify(part, obj, url)
+    os.replace(part, dest)
+
+
+def _verify(path: Path, obj: _Object, url: str) -> None:
+    size = path.stat().st_size
+    if size != obj.size:
+        path.unlink()
+        raise SourceError(f"{_shown(url)}: {obj.path} arrived with {size} bytes, the server said {obj.size}; retry")
+    etag = (obj.etag or "").strip('"')
+    if re.fullmatch(r"[0-9a-f]{32}", etag):  # S3 single-part upload: the ETag is the MD5
+        md5 = hashlib.md5(usedforsecurity=False)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(_CHUNK), b""):
+                md5.update(block)
+        if md5.hexdigest() != etag:
+            path.unlink()
+            raise SourceError(f"{_shown(url)}: {obj.path} does not match its checksum (MD5 {etag}); retry")
+
+
+def stage(url: str, cache_dir: str | Path) -> Path:
+    """The local copy of ``url`` (a file, or a directory for a prefix), downloading it the first time."""
+    from tqdm import tqdm
+
+    from trainer.data import locked
+
+    key = hashlib.sha256(_shown(url).encode()).hexdigest()[:20]
+    root = Path(cache_dir) / "sources" / key
+    manifest = root / ".complete"
+    with locked(root.with_suffix(".lock")):
+        store, prefix = _store(url)
+        is_dir = prefix.endswith("/") or prefix == ""
+        target = root / "files" if is_dir else root / Path(prefix).name
+        if manifest.is_file() and _cached_ok(root, manifest):
+            log.info("using the cached copy of %s in %s", _shown(url), root)
+            return target
+        objects = _list(store, prefix, url)
+        total = sum(o.size for o in objects)
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"fetch {_shown(url)}", mininterval=2) as bar:
+            for obj in objects:
+                rel = obj.path[len(prefix.rstrip("/")) :].lstrip("/") if is_dir else Path(obj.path).name
+                dest = (root / "files" / rel) if is_dir else target
+                if dest.is_file() and dest.stat().st_size == obj.size:
+                    bar.update(obj.size)  # fetched by an earlier, interrupted start
+                    continue
+                _download(store, obj, dest, url, bar)
+        files = {o.path: o.size for o in objects}
+        tmp = manifest.with_name(".complete.tmp")
+        tmp.write_text(json.dumps({"url": _shown(url), "files": files, "target": str(target)}))
+        os.replace(tmp, manifest)
+        log.info("staged %s (%d object(s), %.1f MiB) in %s", _shown(url), len(objects), total / 2**20, root)
+    return target
+
+
+def _cached_ok(root: Path, manifest: Path) -> bool:
+    try:
+        info = json.loads(manifest.read_text())
+        target = Path(info["target"])
+        return target.exists()
+    except (ValueError, KeyError, OSError):
+        return False
+
+
+def stage_config(cfg):
+    """The config with every remote source replaced by its staged local copy (one pass per pod)."""
+    cache = cfg.data.cache_dir
+    updates: dict = {}
+    if is_remote(cfg.data.train.path):
+        staged = stage(cfg.data.train.path, cache)
+        updates["train"] = cfg.data.train.model_copy(update={"path": str(staged)})
+    if cfg.data.eval_beir and is_remote(cfg.data.eval_beir):
+        beir = cfg.data.eval_beir if cfg.data.eval_beir.endswith("/") else cfg.data.eval_beir + "/"
+        updates["eval_beir"] = str(stage(beir, cache))
+    data = cfg.data.model_copy(update=updates) if updates else cfg.data
+    model = cfg.model
+    if is_remote(cfg.model.name_or_path):
+        url = cfg.model.name_or_path if cfg.model.name_or_path.endswith("/") else cfg.model.name_or_path + "/"
+        model = cfg.model.model_copy(update={"name_or_path": str(stage(url, cache))})
+    elif cfg.model.name_or_path.startswith("hf://"):
+        model = cfg.model.model_copy(update={"name_or_path": cfg.model.name_or_path.removeprefix("hf://")})
+    return cfg.model_copy(update={"data": data, "model": model})
