@@ -146,6 +146,18 @@ def _jsonl_chunks(path: Path) -> Iterator[list[dict]]:
     yield chunk
 
 
+def _readable(chunks: Iterator[list[dict]], path: Path) -> Iterator[list[dict]]:
+    """A corrupt Parquet/Arrow/CSV file is one line naming it, not a traceback from its reader."""
+    try:
+        yield from chunks
+    except DataError:
+        raise
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+    except Exception as e:
+        raise DataError(f"{path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+
+
 def _text(row: dict, col: str, where: str) -> str:
     value = row.get(col) if isinstance(row, dict) else None
     if not isinstance(value, str) or not value.strip():
@@ -187,7 +199,7 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
     check, schema, n = _RowChecker(src, distillation, label), _schema(distillation), 0
     with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         bar = tqdm(desc=f"convert {path.name}", unit=" rows", mininterval=5, disable=None)
-        for chunk in _raw_chunks(path):
+        for chunk in _readable(_raw_chunks(path), path):
             if src.limit is not None:
                 chunk = chunk[: max(0, src.limit - n)]
             if not chunk:
