@@ -23,6 +23,7 @@ from typing import Any
 __all__ = ["main"]
 
 log = logging.getLogger("trainer")
+PROCESS_STARTED = time.time()  # this module is imported first thing: time to first step counts from here
 PACKAGED_MINILM = {"sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"}
 
 
@@ -148,6 +149,7 @@ class Training:
     total_steps: int
     step: int = 0
     metrics: dict = field(default_factory=dict)
+    step_times: list = field(default_factory=list)  # perf_counter at the end of each step of this run
 
 
 def run(cfg, layout) -> dict:
@@ -304,6 +306,10 @@ def _loop(t: Training, cfg, layout, device, ckpt_dir: Path, stop) -> tuple[float
         # the global-batch mean (comparable across world sizes), and whether any pod got SIGTERM
         loss, stopping = D.mean_and_any(local_loss, stop.requested, device)
         losses.append(loss)
+        t.step_times.append(time.perf_counter())
+        if len(t.step_times) == 1:
+            t.metrics["first_step_seconds"] = round(time.time() - PROCESS_STARTED, 2)
+            log.info("first optimizer step %.1fs after the process started", t.metrics["first_step_seconds"])
         bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         bar.update(1)
         if t.step % tcfg.log_every == 0 or t.step == t.total_steps:
@@ -331,13 +337,16 @@ def _checkpoint(t: Training, cfg, layout, ckpt_dir: Path) -> None:
 def _record_speed(t: Training, device, elapsed: float, losses: list[float]) -> None:
     from trainer import distributed as D
 
-    done = len(losses)
+    done, times = len(losses), t.step_times
+    steady = (len(times) - 3) * t.data.global_batch / (times[-1] - times[2]) if len(times) > 3 else None
     t.metrics.update(
         peak_rss_mb=D.gather_floats(_peak_rss_mb(), device),
+        worker_peak_rss_mb=D.gather_floats(_peak_rss_mb(children=True), device),
         steps=t.step,
         final_loss=losses[-1] if losses else None,
         train_seconds=round(elapsed, 2),
         samples_per_second=round(done * t.data.global_batch / elapsed, 2) if done else None,
+        steady_samples_per_second=round(steady, 2) if steady else None,  # after the first 3 steps
     )
 
 
@@ -362,10 +371,12 @@ def _finish(t: Training, cfg, layout, split, elapsed: float) -> None:
     D.barrier()
 
 
-def _peak_rss_mb() -> float:
+def _peak_rss_mb(children: bool = False) -> float:
+    """Peak resident memory of this process, or of its largest finished child (a DataLoader worker)."""
     import resource
 
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    return round(resource.getrusage(who).ru_maxrss / 1024, 1)  # Linux reports KiB
 
 
 def _linear_warmup_decay(warmup: int, total: int):

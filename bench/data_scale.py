@@ -1,0 +1,107 @@
+"""Start-up time, memory and speed against the size of the training set (2 CPU processes, MiniLM).
+
+    python -m bench.data_scale --out bench/results/data_scale.json    # then: python -m bench.report
+
+For 10k, 100k and 1M synthetic triplets (query 12 words, documents 120 words; query length 32,
+document length 180, as in the issue's measurement of the old path), and 100k distillation rows with
+32 documents each:
+
+1. the one-time conversion of the .jsonl into the Arrow cache (timed on its own, in this process);
+2. a 2-process `colbert-train` run on the warm cache: seconds from process start to the first
+   optimizer step (rank 0), peak RSS per rank (trainer process; DataLoader workers apart), and
+   steady-state samples/s (after the first 3 steps);
+3. side by side at 10k: the same run with ``data.pretokenize: true`` (the old in-memory path:
+   every row tokenised before step 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import git_commit, minilm, run_colbert_train
+
+WORDS = [f"w{i}" for i in range(5000)]
+
+
+def synth(path: Path, n: int, docs: int | None = None) -> Path:
+    """``n`` deterministic rows: triplets, or distillation rows with ``docs`` documents and scores."""
+    rng = random.Random(n)
+    text = lambda k: " ".join(rng.choices(WORDS, k=k))  # noqa: E731
+    with path.open("w") as f:
+        for _ in range(n):
+            if docs:
+                row = {"query": text(12), "documents": [text(120) for _ in range(docs)], "scores": list(range(docs))}
+            else:
+                row = {"query": text(12), "positive": text(120), "negative": text(120)}
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def convert(path: Path, cache: Path, distillation: bool) -> float:
+    from trainer.config import DataSource
+    from trainer.data import load_rows
+
+    start = time.perf_counter()
+    load_rows(DataSource(path=str(path)), distillation, cache)
+    return round(time.perf_counter() - start, 1)
+
+
+def train(work: Path, data: Path, cache: Path, distillation: bool, pretokenize: bool, steps: int) -> dict:
+    cfg = {
+        "model": {"name_or_path": minilm(), "query_length": 32, "document_length": 180},
+        "data": {"train": {"path": str(data)}, "cache_dir": str(cache), "pretokenize": pretokenize},
+        "loss": {"name": "distillation"} if distillation else {"name": "contrastive"},
+        "training": {"per_device_batch_size": 4 if distillation else 16, "max_steps": steps, "log_every": 5},
+        "checkpoint": {"every_steps": 10_000},
+        "evaluation": {"after_training": False},
+    }
+    m = run_colbert_train(work, 2, cfg)
+    return {
+        "first_step_seconds": m["first_step_seconds"],
+        "peak_rss_mb": m["peak_rss_mb"],
+        "worker_peak_rss_mb": m.get("worker_peak_rss_mb"),
+        "steady_samples_per_second": m["steady_samples_per_second"],
+        "wall_seconds": round(m["wall_seconds"], 1),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--out", type=Path, default=Path("bench/results/data_scale.json"))
+    args = p.parse_args()
+    results: dict = {"commit": git_commit(), "runs": []}
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        tmp = Path(d)
+        plan = [(int(n), None, False) for n in args.sizes.split(",")]
+        plan.insert(1, (int(args.sizes.split(",")[0]), None, True))  # the in-memory path at the smallest size
+        plan.append((100_000, 32, False))
+        for n, docs, pretokenize in plan:
+            data = tmp / f"rows-{n}-{docs or 2}.jsonl"
+            if not data.exists():
+                t0 = time.perf_counter()
+                synth(data, n, docs)
+                print(
+                    f"generated {data.name} ({data.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.0f}s"
+                )
+            cache = tmp / f"cache-{n}-{docs or 2}"
+            conv = convert(data, cache, docs is not None) if not (cache / "arrow").exists() else None
+            steps = max(6, args.steps // 2) if docs else args.steps
+            run = train(tmp / f"run-{n}-{docs}-{pretokenize}", data, cache, docs is not None, pretokenize, steps)
+            row = {"rows": n, "documents_per_query": docs or 2, "pretokenize": pretokenize, "convert_seconds": conv,
+                   "file_mib": round(data.stat().st_size / 2**20), **run}  # fmt: skip
+            results["runs"].append(row)
+            print(json.dumps(row), flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
