@@ -132,7 +132,7 @@ def test_two_process_training_end_to_end(tmp_path, tiny_model, unused_tcp_port):
     assert res.returncode == 0, res.stderr[-3000:]
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["steps"] == 6 and metrics["world_size"] == 2 and metrics["global_batch"] == 8
-    assert set(metrics["after"]) == {"ndcg@10", "mrr@10", "recall@100"}
+    assert set(metrics["after"]) == {"ndcg@10", "mrr@10", "recall@100", "map@100"}
     assert "[rank 0]" in res.stderr and "[rank 1]" in res.stderr
     assert "global_batch=8 in-batch negatives/query=15" in res.stderr
     eval_lines = [line for line in res.stderr.splitlines() if "eval after training" in line]

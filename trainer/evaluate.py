@@ -55,21 +55,34 @@ def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
     return BeirSplit([d["_id"] for d in corpus], texts, qids, [queries[q] for q in qids], qrels)
 
 
-def retrieval_metrics(
-    ranked: list[list[str]], query_ids: list[str], qrels: dict[str, dict[str, int]]
-) -> dict[str, float]:
-    """nDCG@10, MRR@10 and Recall@100, averaged over queries."""
-    ndcg = mrr = recall = 0.0
-    for qid, docs in zip(query_ids, ranked):
-        rel = qrels[qid]
-        dcg = sum((2 ** rel.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(docs[:10]))
-        ideal = sorted(rel.values(), reverse=True)[:10]
-        idcg = sum((2**r - 1) / math.log2(i + 2) for i, r in enumerate(ideal))
-        ndcg += dcg / idcg if idcg else 0.0
-        mrr += next((1.0 / (i + 1) for i, d in enumerate(docs[:10]) if d in rel), 0.0)
-        recall += len(set(docs[:100]) & set(rel)) / len(rel)
-    n = len(query_ids)
-    return {"ndcg@10": ndcg / n, "mrr@10": mrr / n, "recall@100": recall / n}
+def trec_order(scored: dict[str, float]) -> list[str]:
+    """trec_eval's ranking of a run: decreasing score, ties by decreasing document id."""
+    return [d for d, _ in sorted(scored.items(), key=lambda item: (item[1], item[0]), reverse=True)]
+
+
+def retrieval_metrics(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """nDCG@10, MRR@10, Recall@100 and MAP@100 with trec_eval's definitions, averaged over the queries
+    of ``qrels``: the gain is the relevance level itself (``ndcg_cut``, linear, as in BEIR's tables),
+    a document is relevant at level >= 1, ties in score are broken by document id as trec_eval does,
+    and a query missing from ``run`` scores 0."""
+    totals = {"ndcg@10": 0.0, "mrr@10": 0.0, "recall@100": 0.0, "map@100": 0.0}
+    for qid, judged in qrels.items():
+        ranked = trec_order(run.get(qid, {}))[:100]
+        relevant = {d for d, r in judged.items() if r >= 1}
+        dcg = sum(max(judged.get(d, 0), 0) / math.log2(i + 2) for i, d in enumerate(ranked[:10]))
+        ideal = sorted((r for r in judged.values() if r > 0), reverse=True)[:10]
+        idcg = sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
+        totals["ndcg@10"] += dcg / idcg if idcg else 0.0
+        totals["mrr@10"] += next((1.0 / (i + 1) for i, d in enumerate(ranked[:10]) if d in relevant), 0.0)
+        totals["recall@100"] += len(set(ranked) & relevant) / len(relevant) if relevant else 0.0
+        hits, precision_sum = 0, 0.0
+        for i, d in enumerate(ranked):
+            if d in relevant:
+                hits += 1
+                precision_sum += hits / (i + 1)
+        totals["map@100"] += precision_sum / len(relevant) if relevant else 0.0
+    n = max(1, len(qrels))
+    return {k: v / n for k, v in totals.items()}
 
 
 @torch.no_grad()
@@ -93,11 +106,12 @@ def evaluate(model, split: BeirSplit, batch_size: int = 32) -> dict[str, float]:
     try:
         d_emb, d_mask = _embed(model, split.corpus, False, batch_size, model.document_length, device)
         q_emb, _ = _embed(model, split.queries, True, batch_size, model.query_length, device)
-        ranked = []
+        run: dict[str, dict[str, float]] = {}
         for i in range(0, len(q_emb), 64):
             scores = colbert_scores(q_emb[i : i + 64], d_emb, documents_mask=d_mask.float())  # (q, n_docs)
-            top = scores.topk(min(100, scores.shape[1]), dim=1).indices
-            ranked += [[split.corpus_ids[j] for j in row] for row in top.tolist()]
+            top = scores.topk(min(100, scores.shape[1]), dim=1)
+            for row, (vals, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+                run[split.query_ids[i + row]] = {split.corpus_ids[j]: v for j, v in zip(idx, vals)}
     finally:
         model.train(was_training)
-    return retrieval_metrics(ranked, split.query_ids, split.qrels)
+    return retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids})
