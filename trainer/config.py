@@ -125,10 +125,20 @@ LossConfig = Annotated[ContrastiveLoss | CachedContrastiveLoss | DistillationLos
 class TrainingConfig(_Strict):
     per_device_batch_size: int = Field(16, ge=1, description="Queries per process per optimizer step.")
     learning_rate: float = Field(3e-5, gt=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="Not applied to biases and LayerNorm weights.")
     epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
     max_steps: int | None = Field(None, ge=1)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    lr_scheduler: Literal["linear", "cosine", "constant_with_warmup"] = Field(
+        "linear", description="transformers.get_scheduler's schedule after the warm-up."
+    )
+    gradient_accumulation_steps: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Micro-batches per optimizer step; the gradient equals the A-times-larger batch's "
+        "(for distillation; contrastive losses draw in-batch negatives per micro-batch: use cached-contrastive).",
+    )
     max_grad_norm: float | None = Field(1.0, gt=0, description="Clipped on the global-batch gradient.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     seed: int = 42
@@ -147,7 +157,20 @@ class CheckpointConfig(_Strict):
 class EvalConfig(_Strict):
     before_training: bool = False
     after_training: bool = True
+    every_steps: int | None = Field(
+        None, ge=1, description="Also evaluate every N steps; the best model by `metric` is kept as best-model."
+    )
+    metric: Literal["ndcg@10", "mrr@10", "recall@100", "map@100"] = "ndcg@10"
     batch_size: int = Field(32, ge=1)
+
+
+class TrackingConfig(_Strict):
+    report_to: list[Literal["jsonl", "tensorboard", "mlflow", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl", "tensorboard"],
+        description="metrics.jsonl and TensorBoard events in output_dir; MLflow / W&B read their settings "
+        "and credentials from the environment (--secret-env).",
+    )
+    run_name: str | None = Field(None, description="The run's name in MLflow / W&B (default: output_dir's name).")
 
 
 class DistributedConfig(_Strict):
@@ -172,6 +195,7 @@ class TrainConfig(_Strict):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     evaluation: EvalConfig = Field(default_factory=EvalConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     output_dir: str = Field("output", min_length=1, description="Checkpoints, final model, metrics.json.")
 
     @model_validator(mode="after")
@@ -180,6 +204,8 @@ class TrainConfig(_Strict):
             raise ValueError("set training.max_steps or training.epochs")
         if self.evaluation.before_training and not self.data.eval_beir:
             raise ValueError("evaluation.before_training needs data.eval_beir")
+        if self.evaluation.every_steps and not self.data.eval_beir:
+            raise ValueError("evaluation.every_steps needs data.eval_beir")
         return self
 
 

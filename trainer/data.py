@@ -402,16 +402,21 @@ class TokenizedData(_Schedule):
 
 
 class _Steps(torch.utils.data.Dataset):
-    """Step ``i`` of the remaining run -> this rank's host batch (what DataLoader workers build)."""
+    """Item ``i`` of the remaining run -> this rank's host batch (what DataLoader workers build).
 
-    def __init__(self, data: _Schedule, start: int, total: int, rank: int):
+    With gradient accumulation a step has ``accumulation`` micro-batches; micro-batch ``m`` of rank
+    ``r`` is virtual rank ``m * world + r`` of the step's global batch."""
+
+    def __init__(self, data: _Schedule, start: int, total: int, rank: int, world: int, accumulation: int):
         self.data, self.start, self.total, self.rank = data, start, total, rank
+        self.world, self.accumulation = world, accumulation
 
     def __len__(self) -> int:
-        return self.total - self.start
+        return (self.total - self.start) * self.accumulation
 
     def __getitem__(self, i: int) -> Batch:
-        return self.data.host_batch(self.start + i, self.rank)
+        step, micro = divmod(i, self.accumulation)
+        return self.data.host_batch(self.start + step, micro * self.world + self.rank)
 
 
 def _worker_init(_worker_id: int) -> None:
@@ -423,11 +428,20 @@ def _worker_init(_worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def batches(data: _Schedule, start: int, total: int, rank: int, device: torch.device, workers: int) -> Iterator[Batch]:
+def batches(
+    data: _Schedule,
+    start: int,
+    total: int,
+    rank: int,
+    device: torch.device,
+    workers: int,
+    world: int = 1,
+    accumulation: int = 1,
+) -> Iterator[Batch]:
     """Batches for steps ``start..total-1`` on ``device``, built ``workers`` steps ahead in worker
     processes (0: in this process), in pinned memory when the device is a GPU."""
     loader = torch.utils.data.DataLoader(
-        _Steps(data, start, total, rank),
+        _Steps(data, start, total, rank, world, accumulation),
         batch_size=None,
         shuffle=False,
         num_workers=workers,

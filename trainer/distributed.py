@@ -78,6 +78,11 @@ def _active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def world_size() -> int:
+    """The number of ranks, 1 without a process group."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def rank() -> int:
     """This process's rank, 0 without a process group."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

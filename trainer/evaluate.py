@@ -1,6 +1,10 @@
 """Retrieval quality on a BEIR directory with exact MaxSim scoring (no index, no approximation).
 
-Run on rank 0 only: the other ranks wait at a barrier, so metrics are computed once, not W times.
+Every rank takes part: each encodes its contiguous shard of the corpus (on its device), scores every
+query against it in chunks of documents while keeping a running top 100 per query, and the small
+top lists are gathered and merged. Memory is bounded by the chunk, not the corpus; no rank idles in
+a collective while another evaluates, so evaluation cannot trip the process-group timeout; and the
+metrics, identical on every rank, do not depend on the world size (the merge keeps the exact top 100).
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ from pathlib import Path
 import torch
 from pylate.scores import colbert_scores
 
+from trainer import distributed as D
 from trainer.config import ConfigError
 from trainer.encode import encode
+
+DOC_CHUNK = 512  # documents encoded and scored at once
+TOP_K = 100
 
 __all__ = ["BeirSplit", "load_beir", "evaluate", "retrieval_metrics"]
 
@@ -93,25 +101,47 @@ def _embed(
     for i in range(0, len(texts), batch_size):
         feats = {k: v.to(device) for k, v in model.tokenize(texts[i : i + batch_size], is_query=is_query).items()}
         enc = encode(model, feats, is_query, length)
-        embs.append(enc.embeddings.float().cpu())
-        masks.append(enc.mask.cpu())
+        embs.append(enc.embeddings.float())
+        masks.append(enc.mask)
     return torch.cat(embs), torch.cat(masks)
 
 
+@torch.no_grad()
+def _local_top(model, split: BeirSplit, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's shard of the corpus against every query: (values, corpus indices) of the top 100."""
+    rank, world = D.rank(), D.world_size()
+    n = len(split.corpus)
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    q_emb, _ = _embed(model, split.queries, True, batch_size, model.query_length, device)
+    best_v = torch.full((len(q_emb), 0), float("-inf"), device=device)
+    best_i = torch.zeros((len(q_emb), 0), dtype=torch.long, device=device)
+    for start in range(lo, hi, DOC_CHUNK):
+        stop = min(hi, start + DOC_CHUNK)
+        d_emb, d_mask = _embed(model, split.corpus[start:stop], False, batch_size, model.document_length, device)
+        scores = torch.cat(
+            [colbert_scores(q_emb[i : i + 64], d_emb, documents_mask=d_mask.float()) for i in range(0, len(q_emb), 64)]
+        )
+        idx = torch.arange(start, stop, device=device).expand(len(q_emb), -1)
+        vals, pos = torch.cat([best_v, scores], 1), torch.cat([best_i, idx], 1)
+        top = vals.topk(min(TOP_K, vals.shape[1]), dim=1)
+        best_v, best_i = top.values, pos.gather(1, top.indices)
+    return best_v.cpu(), best_i.cpu()
+
+
 def evaluate(model, split: BeirSplit, batch_size: int = 32) -> dict[str, float]:
-    """Score every query against every document exactly and compute the metrics."""
+    """Exact MaxSim retrieval over the whole corpus, sharded over ranks; the same metrics on every rank."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
-        d_emb, d_mask = _embed(model, split.corpus, False, batch_size, model.document_length, device)
-        q_emb, _ = _embed(model, split.queries, True, batch_size, model.query_length, device)
-        run: dict[str, dict[str, float]] = {}
-        for i in range(0, len(q_emb), 64):
-            scores = colbert_scores(q_emb[i : i + 64], d_emb, documents_mask=d_mask.float())  # (q, n_docs)
-            top = scores.topk(min(100, scores.shape[1]), dim=1)
-            for row, (vals, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-                run[split.query_ids[i + row]] = {split.corpus_ids[j]: v for j, v in zip(idx, vals)}
+        shards = D.gather_objects(_local_top(model, split, batch_size, device))
     finally:
         model.train(was_training)
+    values = torch.cat([v for v, _ in shards], 1)
+    indices = torch.cat([i for _, i in shards], 1)
+    run: dict[str, dict[str, float]] = {}
+    for row, qid in enumerate(split.query_ids):
+        k = min(TOP_K, values.shape[1])
+        top = values[row].topk(k)
+        run[qid] = {split.corpus_ids[int(indices[row, j])]: float(v) for v, j in zip(top.values, top.indices)}
     return retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids})

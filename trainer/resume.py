@@ -34,6 +34,8 @@ _MUST_MATCH = (
     ("training", "per_device_batch_size"),
     ("training", "seed"),
     ("training", "gather_across_devices"),
+    ("training", "gradient_accumulation_steps"),
+    ("training", "lr_scheduler"),
     ("data", "train", "columns"),
     ("data", "train", "limit"),
 )

@@ -64,7 +64,9 @@ def _stage(cfg):
     in the pod's first process: torchrun's children then find everything in the cache."""
     from trainer.data import load_rows
     from trainer.sources import stage_config
+    from trainer.tracking import check_sinks
 
+    check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)
     load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
     return cfg
@@ -161,14 +163,32 @@ def run(cfg, layout) -> dict:
 
     device = D.device_for(layout)
     ckpt_dir = Path(cfg.output_dir) / "checkpoints"
-    with D.process_group(layout, cfg.distributed.timeout_seconds), _peer_watchdog(cfg, layout), StopRequest() as stop:
+    with (
+        D.process_group(layout, cfg.distributed.timeout_seconds),
+        _peer_watchdog(cfg, layout),
+        StopRequest() as stop,
+        _tracker(cfg, layout) as tracker,
+    ):
         t = _build(cfg, layout, device)
         _resume(t, cfg, layout, ckpt_dir)
-        split = _evaluate_before(t, cfg, layout)
-        elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop)
+        split = _evaluate_before(t, cfg, layout, tracker)
+        elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop, split, tracker)
         _record_speed(t, device, elapsed, losses)
-        _finish(t, cfg, layout, split, elapsed)
+        _finish(t, cfg, layout, split, elapsed, tracker)
     return t.metrics
+
+
+@contextlib.contextmanager
+def _tracker(cfg, layout):
+    """metrics.jsonl, TensorBoard, MLflow, W&B on rank 0 (see tracking.py); closed on every exit path."""
+    from trainer.tracking import Tracker
+
+    name = cfg.tracking.run_name or Path(cfg.output_dir).name
+    tracker = Tracker(cfg.tracking.report_to, cfg.output_dir, name, cfg.model_dump(mode="json"), layout.is_main)
+    try:
+        yield tracker
+    finally:
+        tracker.close()
 
 
 @contextlib.contextmanager
@@ -192,6 +212,7 @@ def _peer_watchdog(cfg, layout):
 def _build(cfg, layout, device) -> Training:
     """Model (rank 0's initial weights everywhere), data, loss, optimizer, schedule, precision."""
     import torch
+    from transformers import get_scheduler
 
     from trainer import distributed as D
     from trainer.data import StreamingData, TokenizedData, load_rows
@@ -207,25 +228,37 @@ def _build(cfg, layout, device) -> Training:
     distill = cfg.loss.name == "distillation"
     rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
-    data = kind(rows, model, tcfg.per_device_batch_size, layout.world_size, tcfg.seed)
+    # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
+    virtual_ranks = layout.world_size * tcfg.gradient_accumulation_steps
+    data = kind(rows, model, tcfg.per_device_batch_size, virtual_ranks, tcfg.seed)
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     gather = tcfg.gather_across_devices if tcfg.gather_across_devices is not None else layout.world_size > 1
     loss_fn = build_loss(cfg.loss, gather=gather)
     _log_scale(cfg, layout, data, total_steps, gather, distill)
 
-    params = [p for p in model.parameters() if p.requires_grad]
+    decay, no_decay = _decay_groups(model)
+    params = decay + no_decay
     optimizer = torch.optim.AdamW(
-        params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay, fused=device.type == "cuda"
+        [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=tcfg.learning_rate,
+        fused=device.type == "cuda",
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _linear_warmup_decay(int(tcfg.warmup_ratio * total_steps), total_steps)
-    )
+    scheduler = get_scheduler(tcfg.lr_scheduler, optimizer, int(tcfg.warmup_ratio * total_steps), total_steps)
     precision, autocast = _autocast(tcfg.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     if scaler.is_enabled():
         loss_fn.backward = lambda t: scaler.scale(t).backward()
     metrics = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
     return Training(model, params, optimizer, scheduler, scaler, autocast, data, loss_fn, total_steps, 0, metrics)
+
+
+def _decay_groups(model) -> tuple[list, list]:
+    """Trainable parameters with weight decay (matrices) and without (biases, LayerNorm weights)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    return decay, no_decay
 
 
 def _log_scale(cfg, layout, data, total_steps: int, gather: bool, distill: bool) -> None:
@@ -262,68 +295,123 @@ def _resume(t: Training, cfg, layout, ckpt_dir: Path) -> None:
     resume.check_same_weights(t.model, f"at step {t.step} after start-up")
 
 
-def _evaluate_before(t: Training, cfg, layout):
-    from trainer import distributed as D
-    from trainer.evaluate import evaluate, load_beir
+def _evaluate_before(t: Training, cfg, layout, tracker):
+    from trainer.evaluate import load_beir
 
     split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
     if split and cfg.evaluation.before_training and t.step == 0:
-        if layout.is_main:
-            t.metrics["before"] = evaluate(t.model, split, cfg.evaluation.batch_size)
-            log.info("eval before training: %s", _fmt(t.metrics["before"]))
-        D.barrier()
+        t.metrics["before"] = _evaluate(t, cfg, layout, split, tracker, "before training")
     return split
 
 
-def _loop(t: Training, cfg, layout, device, ckpt_dir: Path, stop) -> tuple[float, list[float]]:
-    """Optimizer steps until ``total_steps``; checkpoints every N steps and on SIGTERM."""
-    import torch
+def _evaluate(t: Training, cfg, layout, split, tracker, when: str) -> dict:
+    """Every rank evaluates its shard of the corpus; rank 0 logs and reports the (shared) result."""
+    from trainer.evaluate import evaluate
+
+    result = evaluate(t.model, split, cfg.evaluation.batch_size)
+    if layout.is_main:
+        log.info("eval %s: %s", when, _fmt(result))
+    tracker.log(t.step, result, prefix="eval/")
+    return result
+
+
+def _loop(t: Training, cfg, layout, device, ckpt_dir: Path, stop, split, tracker) -> tuple[float, list[float]]:
+    """Optimizer steps until ``total_steps``; logs, evaluates and checkpoints every N steps and on SIGTERM."""
     from tqdm import tqdm
 
     from trainer import distributed as D
     from trainer.data import batches
     from trainer.preemption import Preempted
 
-    tcfg = cfg.training
+    tcfg, accumulation = cfg.training, cfg.training.gradient_accumulation_steps
     t.model.train()
     started, first_step, losses = time.perf_counter(), t.step, []
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
-    feed = batches(t.data, t.step, t.total_steps, layout.rank, device, cfg.data.num_workers)
+    feed = batches(
+        t.data, t.step, t.total_steps, layout.rank, device, cfg.data.num_workers, layout.world_size, accumulation
+    )
     while t.step < t.total_steps:
-        batch = next(feed)
-        with t.autocast():
-            local_loss = t.loss_fn(t.model, batch)
-        D.average_gradients(t.params)
-        if t.scaler.is_enabled():
-            t.scaler.unscale_(t.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(t.params, tcfg.max_grad_norm or float("inf"))
-        t.scaler.step(t.optimizer)
-        t.scaler.update()
-        t.scheduler.step()
-        t.optimizer.zero_grad(set_to_none=True)
-        t.step += 1
-
+        local_loss, grad_norm = _optimizer_step(t, cfg, feed, accumulation)
         # the global-batch mean (comparable across world sizes), and whether any pod got SIGTERM
         loss, stopping = D.mean_and_any(local_loss, stop.requested, device)
         losses.append(loss)
-        t.step_times.append(time.perf_counter())
-        if len(t.step_times) == 1:
-            t.metrics["first_step_seconds"] = round(time.time() - PROCESS_STARTED, 2)
-            log.info("first optimizer step %.1fs after the process started", t.metrics["first_step_seconds"])
+        _note_time(t)
         bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         bar.update(1)
         if t.step % tcfg.log_every == 0 or t.step == t.total_steps:
-            lr = t.scheduler.get_last_lr()[0]
-            log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e", t.step, t.total_steps, loss, grad_norm, lr)
+            _report(t, tracker, loss, grad_norm)
         if stopping:
             if t.step > first_step:
                 _checkpoint(t, cfg, layout, ckpt_dir)
             bar.close()
             raise Preempted(t.step)
+        every = cfg.evaluation.every_steps
+        if split and every and t.step % every == 0 and t.step < t.total_steps:
+            _keep_if_best(t, cfg, layout, _evaluate(t, cfg, layout, split, tracker, f"at step {t.step}"))
         if t.step % cfg.checkpoint.every_steps == 0 and t.step < t.total_steps:
             _checkpoint(t, cfg, layout, ckpt_dir)
     bar.close()
     return time.perf_counter() - started, losses
+
+
+def _optimizer_step(t: Training, cfg, feed, accumulation: int) -> tuple[float, float]:
+    """Forward/backward over ``accumulation`` micro-batches, all-reduce, clip, update; returns the
+    local loss (mean over micro-batches) and the global gradient norm."""
+    import torch
+
+    from trainer import distributed as D
+
+    local_loss = 0.0
+    for _ in range(accumulation):
+        with t.autocast():
+            local_loss += t.loss_fn(t.model, next(feed)) / accumulation
+    if accumulation > 1:  # each micro-batch's loss is its own mean: the sum of A gradients is A times too big
+        for p in t.params:
+            if p.grad is not None:
+                p.grad /= accumulation
+    D.average_gradients(t.params)
+    if t.scaler.is_enabled():
+        t.scaler.unscale_(t.optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.params, cfg.training.max_grad_norm or float("inf"))
+    t.scaler.step(t.optimizer)
+    t.scaler.update()
+    t.scheduler.step()
+    t.optimizer.zero_grad(set_to_none=True)
+    t.step += 1
+    return local_loss, float(grad_norm)
+
+
+def _note_time(t: Training) -> None:
+    t.step_times.append(time.perf_counter())
+    if len(t.step_times) == 1:
+        t.metrics["first_step_seconds"] = round(time.time() - PROCESS_STARTED, 2)
+        log.info("first optimizer step %.1fs after the process started", t.metrics["first_step_seconds"])
+
+
+def _report(t: Training, tracker, loss: float, grad_norm: float) -> None:
+    lr = t.scheduler.get_last_lr()[0]
+    log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e", t.step, t.total_steps, loss, grad_norm, lr)
+    recent = t.step_times[-11:]
+    speed = (len(recent) - 1) * t.data.global_batch / (recent[-1] - recent[0]) if len(recent) > 1 else 0.0
+    tracker.log(t.step, {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed}, "train/")
+
+
+def _keep_if_best(t: Training, cfg, layout, result: dict) -> None:
+    """Save ``best-model`` when the chosen metric improved; the best so far travels in checkpoints."""
+    from trainer.checkpoint import replace_dir
+
+    metric = cfg.evaluation.metric
+    best = t.metrics.get("best")
+    if best is not None and result[metric] <= best[metric]:
+        return
+    t.metrics["best"] = {"step": t.step, **result}
+    if layout.is_main:
+        out = Path(cfg.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".tmp-best-model-{os.getpid()}"
+        t.model.save(str(tmp))
+        replace_dir(tmp, out / "best-model")
+        log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, out / "best-model")
 
 
 def _checkpoint(t: Training, cfg, layout, ckpt_dir: Path) -> None:
@@ -350,17 +438,17 @@ def _record_speed(t: Training, device, elapsed: float, losses: list[float]) -> N
     )
 
 
-def _finish(t: Training, cfg, layout, split, elapsed: float) -> None:
-    """Rank 0 evaluates, saves the final model atomically and writes metrics.json; the others wait."""
+def _finish(t: Training, cfg, layout, split, elapsed: float, tracker) -> None:
+    """All ranks evaluate; rank 0 saves the final model atomically and writes metrics.json."""
     from trainer import distributed as D
     from trainer.checkpoint import replace_dir
-    from trainer.evaluate import evaluate
 
+    if split and cfg.evaluation.after_training:
+        t.metrics["after"] = _evaluate(t, cfg, layout, split, tracker, "after training")
+        if cfg.evaluation.every_steps:
+            _keep_if_best(t, cfg, layout, t.metrics["after"])
     if layout.is_main:
         out_dir = Path(cfg.output_dir)
-        if split and cfg.evaluation.after_training:
-            t.metrics["after"] = evaluate(t.model, split, cfg.evaluation.batch_size)
-            log.info("eval after training: %s", _fmt(t.metrics["after"]))
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = out_dir / f".tmp-final-model-{os.getpid()}"
         t.model.save(str(tmp))
@@ -377,17 +465,6 @@ def _peak_rss_mb(children: bool = False) -> float:
 
     who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
     return round(resource.getrusage(who).ru_maxrss / 1024, 1)  # Linux reports KiB
-
-
-def _linear_warmup_decay(warmup: int, total: int):
-    """LR multiplier: linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return factor
 
 
 def _fmt(m: dict) -> str:
