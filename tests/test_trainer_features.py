@@ -1,0 +1,150 @@
+"""What users of HF's Trainer expect: evaluation every N steps with a best model, tracking files,
+schedules, gradient accumulation equal to the large batch, and no weight decay on biases/LayerNorm."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import ROOT, write_triplets
+
+
+def _distill_rows(path: Path, n: int) -> Path:
+    rows = [
+        {
+            "query": f"question number {i} about topic {i % 5}",
+            "documents": [f"answer {i} text", f"other {i} words", f"noise {i % 3} here"],
+            "scores": [3.0, 1.0 + (i % 2), 0.0],
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _one_step_weights(tiny_model, data: Path, per_device: int, accumulation: int, tmp: Path) -> torch.Tensor:
+    """The weights after one SGD step (lr 1) through the trainer's own step: weights - gradient."""
+    from trainer.config import DataSource, DistillationLoss, ModelConfig
+    from trainer.data import StreamingData, batches, load_rows
+    from trainer.losses import build_loss
+    from trainer.train import Training, _optimizer_step, build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name_or_path=str(tiny_model), query_length=16, document_length=48), "cpu")
+    rows = load_rows(DataSource(path=str(data)), True, tmp / "cache")
+    stream = StreamingData(rows, model, per_device, accumulation, seed=5)  # 1 rank x A virtual ranks
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    loss_fn = build_loss(DistillationLoss(name="distillation"), gather=False)
+    t = Training(model, params, opt, sched, scaler, lambda: torch.autocast("cpu", enabled=False), stream, loss_fn, 1)
+
+    class Cfg:  # the two fields _optimizer_step reads
+        class training:
+            max_grad_norm = None
+
+    feed = batches(stream, 0, 1, 0, torch.device("cpu"), 0, 1, accumulation)
+    _optimizer_step(t, Cfg, feed, accumulation)
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def test_accumulation_equals_the_large_batch(tmp_path, tiny_model):
+    data = _distill_rows(tmp_path / "d.jsonl", 16)
+    big = _one_step_weights(tiny_model, data, 8, 1, tmp_path)
+    accumulated = _one_step_weights(tiny_model, data, 4, 2, tmp_path)
+    assert torch.allclose(big, accumulated, rtol=1e-5, atol=1e-7)
+    small = _one_step_weights(tiny_model, data, 4, 1, tmp_path)
+    assert not torch.allclose(big, small, rtol=1e-5, atol=1e-7)  # the test can tell batches apart
+
+
+def test_no_weight_decay_on_biases_and_layernorm(tiny_model):
+    from trainer.config import ModelConfig
+    from trainer.train import _decay_groups, build_model
+
+    model = build_model(ModelConfig(name_or_path=str(tiny_model)), "cpu")
+    decay, no_decay = _decay_groups(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(p.ndim >= 2 and "norm" not in names[id(p)].lower() for p in decay)
+    assert any("LayerNorm.weight" in names[id(p)] for p in no_decay)
+    assert any(names[id(p)].endswith(".bias") for p in no_decay)
+    assert len(decay) + len(no_decay) == sum(1 for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup"])
+def test_schedules_come_from_transformers(name):
+    from transformers import get_scheduler
+
+    from trainer.config import parse_config
+
+    cfg = parse_config({"data": {"train": {"path": "x"}}, "training": {"lr_scheduler": name}})
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = get_scheduler(cfg.training.lr_scheduler, opt, 2, 10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs[0] < lrs[2] == pytest.approx(1.0)  # warm-up
+    assert (lrs[-1] == pytest.approx(1.0)) == (name == "constant_with_warmup")
+
+
+@pytest.mark.slow
+def test_two_process_run_evaluates_every_n_steps_keeps_the_best_and_tracks(tmp_path, tiny_model, unused_tcp_port):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from trainer.quickstart_data import build
+
+    build(tmp_path / "qs", max_test_queries=20)
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    cfg = {
+        "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": str(data)}, "eval_beir": str(tmp_path / "qs" / "beir")},
+        "training": {"per_device_batch_size": 4, "max_steps": 6, "learning_rate": 1e-3, "log_every": 1},
+        "evaluation": {"every_steps": 2, "metric": "ndcg@10"},
+        "checkpoint": {"every_steps": 100},
+        "output_dir": str(tmp_path / "out"),
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={unused_tcp_port}"]
+    res = subprocess.run(
+        [*cmd, "-m", "trainer", "--config", str(tmp_path / "train.yaml")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "out"
+    metrics = json.loads((out / "metrics.json").read_text())
+    evals = [line for line in res.stderr.splitlines() if "INFO eval at step" in line]
+    assert len(evals) == 2 and all(line.startswith("[rank 0]") for line in evals)  # steps 2 and 4, logged once
+    best = metrics["best"]
+    assert best["ndcg@10"] == max(best["ndcg@10"], metrics["after"]["ndcg@10"])
+    assert (out / "best-model" / "model.safetensors").is_file() and (out / "final-model").is_dir()
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if "train/loss" in x] == [1, 2, 3, 4, 5, 6]
+    assert [x["step"] for x in lines if "eval/ndcg@10" in x] == [2, 4, 6]
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/samples_per_second", "eval/ndcg@10"} <= set(
+        acc.Tags()["scalars"]
+    )
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    # evaluation sharded over 2 ranks gives the metrics one process gives
+    from pylate import models
+
+    from trainer.evaluate import evaluate, load_beir
+
+    final = models.ColBERT(str(out / "final-model"), device="cpu", query_length=16, document_length=48)
+    single = evaluate(final, load_beir(tmp_path / "qs" / "beir"), 32)
+    for k, v in metrics["after"].items():
+        assert v == pytest.approx(single[k], abs=1e-6), k
