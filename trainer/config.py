@@ -164,6 +164,11 @@ class EvalConfig(_Strict):
     batch_size: int = Field(32, ge=1)
 
 
+class IndexConfig(_Strict):
+    corpus: str | None = Field(None, description="A BEIR directory to index (default data.eval_beir).")
+    nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits.")
+
+
 class TrackingConfig(_Strict):
     report_to: list[Literal["jsonl", "tensorboard", "mlflow", "wandb"]] = Field(
         default_factory=lambda: ["jsonl", "tensorboard"],
@@ -196,6 +201,9 @@ class TrainConfig(_Strict):
     evaluation: EvalConfig = Field(default_factory=EvalConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    index: IndexConfig | None = Field(
+        None, description="Build a PLAID index with the trained model at the end and evaluate through it."
+    )
     output_dir: str = Field("output", min_length=1, description="Checkpoints, final model, metrics.json.")
 
     @model_validator(mode="after")
@@ -206,6 +214,8 @@ class TrainConfig(_Strict):
             raise ValueError("evaluation.before_training needs data.eval_beir")
         if self.evaluation.every_steps and not self.data.eval_beir:
             raise ValueError("evaluation.every_steps needs data.eval_beir")
+        if self.index is not None and not (self.index.corpus or self.data.eval_beir):
+            raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
         return self
 
 

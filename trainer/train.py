@@ -175,6 +175,11 @@ def run(cfg, layout) -> dict:
         elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop, split, tracker)
         _record_speed(t, device, elapsed, losses)
         _finish(t, cfg, layout, split, elapsed, tracker)
+    if cfg.index is not None and layout.is_main:  # after the group is gone: no rank waits on the build
+        from trainer.index import build_and_evaluate
+
+        t.metrics["index"] = build_and_evaluate(t.metrics["model_dir"], cfg)
+        _write_json(Path(cfg.output_dir) / "metrics.json", t.metrics)
     return t.metrics
 
 

@@ -1,0 +1,64 @@
+"""The job's last phase (``index:`` in the config): a PLAID index of a corpus, built with the trained
+model, and retrieval through it evaluated next to exact MaxSim.
+
+It runs on rank 0 after the process group is gone, so a long index build never holds other ranks in a
+collective (they have finished). The index is PyLate's ``PLAID`` with the ``fast-plaid`` backend,
+written to ``output_dir/index`` (built under a temporary name, then renamed); ``metrics.json`` gains
+``index``: the metrics through the index, its build seconds and size on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+__all__ = ["build_and_evaluate"]
+
+log = logging.getLogger(__name__)
+
+
+def _size_mb(path: Path) -> float:
+    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 2)
+
+
+def build_and_evaluate(model_dir: str, cfg) -> dict:
+    """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
+    from pylate import indexes, models
+
+    from trainer.checkpoint import replace_dir
+    from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
+
+    corpus = cfg.index.corpus or cfg.data.eval_beir
+    split = load_beir(corpus, cfg.data.eval_split)
+    model = models.ColBERT(model_dir, query_length=cfg.model.query_length, document_length=cfg.model.document_length)
+    out = Path(cfg.output_dir)
+    tmp = out / f".tmp-index-{os.getpid()}"
+    started = time.perf_counter()
+    docs = model.encode(split.corpus, is_query=False, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
+    index = indexes.PLAID(
+        index_folder=str(tmp), index_name="colbert", override=True, nbits=cfg.index.nbits, show_progress=False
+    )
+    index.add_documents(documents_ids=split.corpus_ids, documents_embeddings=docs)
+    build_seconds = time.perf_counter() - started
+    queries = model.encode(split.queries, is_query=True, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
+    hits = index(queries, k=min(TOP_K, len(split.corpus_ids)))
+    run = {qid: {h["id"]: float(h["score"]) for h in found} for qid, found in zip(split.query_ids, hits)}
+    del index
+    replace_dir(tmp, out / "index")
+    result = {
+        **retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids}),
+        "build_seconds": round(build_seconds, 2),
+        "size_mb": _size_mb(out / "index"),
+        "documents": len(split.corpus_ids),
+        "path": str((out / "index").resolve()),
+    }
+    log.info(
+        "PLAID index of %d documents built in %.1fs (%.1f MiB): %s",
+        result["documents"],
+        build_seconds,
+        result["size_mb"],
+        " ".join(f"{k}={result[k]:.4f}" for k in ("ndcg@10", "mrr@10", "recall@100", "map@100")),
+    )
+    return result
