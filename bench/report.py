@@ -133,7 +133,58 @@ def speed_plot(r: dict, out: Path) -> None:
     fig.savefig(out)
 
 
+def data_scale_table(r: dict) -> str:
+    lines = [
+        "| rows | docs/query | path | file MiB | one-time conversion s | first step s (whole process) "
+        "| peak RSS MiB per rank | worker peak RSS MiB | steady samples/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in r["runs"]:
+        path = "pretokenize (in memory)" if run["pretokenize"] else "streaming (Arrow)"
+        conv = "-" if run["convert_seconds"] is None else f"{run['convert_seconds']:.1f}"
+        rss = " / ".join(f"{x:.0f}" for x in run["peak_rss_mb"])
+        workers = " / ".join(f"{x:.0f}" for x in run["worker_peak_rss_mb"] or [])
+        lines.append(
+            f"| {run['rows']:,} | {run['documents_per_query']} | {path} | {run['file_mib']} | {conv} "
+            f"| {run['first_step_seconds']:.1f} | {rss} | {workers} | {run['steady_samples_per_second']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def data_scale_plot(r: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [x for x in r["runs"] if not x["pretokenize"] and x["documents_per_query"] == 2]
+    rows = [x["rows"] for x in runs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=120)
+    a.plot(rows, [x["first_step_seconds"] for x in runs], "o-", label="streaming (Arrow)")
+    b.plot(rows, [max(x["peak_rss_mb"]) for x in runs], "o-", label="streaming (Arrow)")
+    old = [x for x in r["runs"] if x["pretokenize"]]
+    if old:
+        a.plot([x["rows"] for x in old], [x["first_step_seconds"] for x in old], "s", label="pretokenize (measured)")
+        b.plot([x["rows"] for x in old], [max(x["peak_rss_mb"]) for x in old], "s", label="pretokenize (measured)")
+    for ax, title in ((a, "seconds to the first optimizer step"), (b, "peak RSS per rank, MiB")):
+        ax.set_xscale("log")
+        ax.set_xlabel("training rows")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    a.axhline(60, color="grey", ls="--", lw=0.8)
+    a.legend(fontsize=7)
+    fig.suptitle("2 CPU processes, all-MiniLM-L6-v2, query 32 / document 180 tokens", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+
+
 def main() -> None:
+    scale = RESULTS / "data_scale.json"
+    if scale.is_file():
+        r = json.loads(scale.read_text())
+        data_scale_plot(r, ROOT / "docs" / "data_scale.png")
+        print(f"## data scale (commit {r['commit']})\n\n{data_scale_table(r)}\n")
     speed = RESULTS / "speed.json"
     memory = RESULTS / "memory.json"
     if speed.is_file():

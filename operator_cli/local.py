@@ -213,7 +213,14 @@ def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds:
         before = f"{m['before']['ndcg@10']:.4f} -> " if "before" in m else ""
         click.echo(
             f"nDCG@10 {before}{m['after']['ndcg@10']:.4f}   MRR@10 {m['after']['mrr@10']:.4f}   "
-            f"Recall@100 {m['after']['recall@100']:.4f}"
+            f"Recall@100 {m['after']['recall@100']:.4f}   MAP@100 {m['after'].get('map@100', 0):.4f}  (exact MaxSim)"
+        )
+    if "index" in m:
+        ix = m["index"]
+        click.echo(
+            f"nDCG@10 {ix['ndcg@10']:.4f}   MRR@10 {ix['mrr@10']:.4f}   Recall@100 {ix['recall@100']:.4f}   "
+            f"MAP@100 {ix['map@100']:.4f}  (PLAID index: {ix['documents']} documents, built in "
+            f"{ix['build_seconds']:.1f}s, {ix['size_mb']:.1f} MiB)"
         )
     click.echo(f"model: {m.get('model_dir')}")
 

@@ -110,6 +110,7 @@ def test_two_process_run_evaluates_every_n_steps_keeps_the_best_and_tracks(tmp_p
         "training": {"per_device_batch_size": 4, "max_steps": 6, "learning_rate": 1e-3, "log_every": 1},
         "evaluation": {"every_steps": 2, "metric": "ndcg@10"},
         "checkpoint": {"every_steps": 100},
+        "index": {},
         "output_dir": str(tmp_path / "out"),
     }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
@@ -148,3 +149,8 @@ def test_two_process_run_evaluates_every_n_steps_keeps_the_best_and_tracks(tmp_p
     single = evaluate(final, load_beir(tmp_path / "qs" / "beir"), 32)
     for k, v in metrics["after"].items():
         assert v == pytest.approx(single[k], abs=1e-6), k
+    # the PLAID index built at the end, queried like the exact search: recall@100 within 0.05 of exact
+    index = metrics["index"]
+    assert (out / "index").is_dir() and index["size_mb"] > 0 and index["build_seconds"] > 0
+    assert abs(index["recall@100"] - metrics["after"]["recall@100"]) <= 0.05
+    assert "PLAID index of" in res.stderr

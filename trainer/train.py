@@ -250,9 +250,7 @@ def _build(cfg, layout, device) -> Training:
     )
     scheduler = get_scheduler(tcfg.lr_scheduler, optimizer, int(tcfg.warmup_ratio * total_steps), total_steps)
     precision, autocast = _autocast(tcfg.precision, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    if scaler.is_enabled():
-        loss_fn.backward = lambda t: scaler.scale(t).backward()
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")  # scale() is a no-op when off
     metrics = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
     return Training(model, params, optimizer, scheduler, scaler, autocast, data, loss_fn, total_steps, 0, metrics)
 
@@ -369,11 +367,12 @@ def _optimizer_step(t: Training, cfg, feed, accumulation: int) -> tuple[float, f
     local_loss = 0.0
     for _ in range(accumulation):
         with t.autocast():
-            local_loss += t.loss_fn(t.model, next(feed)) / accumulation
-    if accumulation > 1:  # each micro-batch's loss is its own mean: the sum of A gradients is A times too big
-        for p in t.params:
-            if p.grad is not None:
-                p.grad /= accumulation
+            out = t.loss_fn(t.model, next(feed))
+            # one path for fp32, bf16 and fp16; each micro-batch's loss is its own mean, hence the 1/A
+            t.scaler.scale(out.loss / accumulation).backward()
+            if out.replay is not None:  # GradCache: the cached gradients go through the encoder now
+                out.replay()
+        local_loss += float(out.loss.detach()) / accumulation
     D.average_gradients(t.params)
     if t.scaler.is_enabled():
         t.scaler.unscale_(t.optimizer)

@@ -1,14 +1,19 @@
 """Losses whose gradient does not depend on how the global batch is split across ranks.
 
-Each takes a ``Batch`` and the model, runs forward *and* backward (the cached loss must own its
-backward), and returns the detached local loss. One loss per file, each testable on its own.
+Each takes the model and a ``Batch`` and returns a :class:`LossOutput`: the local loss (the mean over
+this rank's queries) for the training loop to backpropagate, plainly or through fp16's GradScaler,
+one code path for every precision, and, for GradCache, a ``replay`` hook the loop calls right after
+that backward to push the cached embedding gradients through the encoder. One loss per file, each
+testable on its own.
 """
 
+from trainer.losses.base import LossOutput
 from trainer.losses.cached_contrastive import CachedContrastive
 from trainer.losses.contrastive import Contrastive, contrastive_from_embeddings
 from trainer.losses.distillation import Distillation, distillation_from_scores
 
 __all__ = [
+    "LossOutput",
     "Contrastive",
     "CachedContrastive",
     "Distillation",

@@ -14,23 +14,10 @@ from __future__ import annotations
 import torch
 
 from trainer.encode import encode, group_documents
+from trainer.losses.base import LossOutput
 from trainer.losses.contrastive import contrastive_from_embeddings
 
 __all__ = ["CachedContrastive"]
-
-
-class _RngState:
-    """CPU and CUDA RNG state, so that a re-encode sees the same dropout masks."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.cpu = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-    def restore(self) -> None:
-        torch.set_rng_state(self.cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state(self.cuda, self.device)
 
 
 def _chunks(features: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
@@ -38,10 +25,12 @@ def _chunks(features: dict[str, torch.Tensor], size: int) -> list[dict[str, torc
     return [{k: v[i : i + size] for k, v in features.items()} for i in range(0, n, size)]
 
 
-class CachedContrastive:
-    # how the loss is backpropagated; the trainer swaps in GradScaler's scaled backward under fp16
-    backward = staticmethod(torch.Tensor.backward)
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The CPU (and this CUDA device's) RNG state before a mini-batch: its dropout masks."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
+
+class CachedContrastive:
     def __init__(self, temperature: float = 1.0, gather: bool = True, mini_batch_size: int = 8):
         self.temperature = temperature
         self.gather = gather
@@ -53,35 +42,40 @@ class CachedContrastive:
         device = next(model.parameters()).device
         with torch.no_grad():
             for chunk in _chunks(features, self.mini_batch_size):
-                states.append(_RngState(device))
+                states.append(_rng_state(device))
                 enc = encode(model, chunk, is_query, length)
                 embs.append(enc.embeddings)
                 masks.append(enc.mask)
         return states, torch.cat(embs), torch.cat(masks)
 
     def _replay(self, model, features, is_query: bool, length: int, states, grad: torch.Tensor) -> None:
-        """Step 3: re-encode each mini-batch with a graph and push the cached gradient through it."""
+        """Step 3: re-encode each mini-batch with a graph under its original RNG state (in a forked RNG,
+        so the stream continues as if each text had been encoded once) and push the cached gradient."""
+        device = next(model.parameters()).device
+        devices = [device] if device.type == "cuda" else []
         start = 0
-        for chunk, state in zip(_chunks(features, self.mini_batch_size), states):
-            state.restore()
-            enc = encode(model, chunk, is_query, length)
+        for chunk, (cpu_state, cuda_state) in zip(_chunks(features, self.mini_batch_size), states):
+            with torch.random.fork_rng(devices=devices):
+                torch.set_rng_state(cpu_state)
+                if cuda_state is not None:
+                    torch.cuda.set_rng_state(cuda_state, device)
+                enc = encode(model, chunk, is_query, length)
             n = enc.embeddings.shape[0]
             (enc.embeddings * grad[start : start + n]).sum().backward()
             start += n
 
-    def __call__(self, model, batch) -> float:
+    def __call__(self, model, batch) -> LossOutput:
         q_states, q_emb, _ = self._embed_all(model, batch.queries, True, batch.query_length)
         d_states, d_emb, d_mask = self._embed_all(model, batch.documents, False, batch.document_length)
-        rng_after = _RngState(q_emb.device)
 
-        # Step 2: the loss on detached embeddings; its gradient w.r.t. them is all we keep.
+        # Step 2: the loss on detached embeddings; the loop's backward fills their gradients.
         q_leaf = q_emb.detach().requires_grad_()
         d_leaf = d_emb.detach().requires_grad_()
         docs, mask = group_documents(d_leaf, d_mask, batch.docs_per_query)  # (b, n_docs, d_tokens, dim)
         loss = contrastive_from_embeddings(q_leaf, docs, mask, self.temperature, self.gather)
-        self.backward(loss)
 
-        self._replay(model, batch.queries, True, batch.query_length, q_states, q_leaf.grad)
-        self._replay(model, batch.documents, False, batch.document_length, d_states, d_leaf.grad)
-        rng_after.restore()  # continue the RNG stream as if each text had been encoded once
-        return float(loss.detach())
+        def replay() -> None:
+            self._replay(model, batch.queries, True, batch.query_length, q_states, q_leaf.grad)
+            self._replay(model, batch.documents, False, batch.document_length, d_states, d_leaf.grad)
+
+        return LossOutput(loss, replay)

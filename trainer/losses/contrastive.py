@@ -8,6 +8,7 @@ from pylate.scores import colbert_scores
 
 from trainer.distributed import all_gather_no_grad, all_gather_with_grad, rank
 from trainer.encode import encode_batch
+from trainer.losses.base import LossOutput
 
 __all__ = ["Contrastive", "contrastive_from_embeddings"]
 
@@ -47,17 +48,12 @@ def contrastive_from_embeddings(
 
 
 class Contrastive:
-    """Encode queries and documents with gradients, score, and backpropagate the mean loss."""
-
-    # how the loss is backpropagated; the trainer swaps in GradScaler's scaled backward under fp16
-    backward = staticmethod(torch.Tensor.backward)
+    """Encode queries and documents with gradients and score them: the mean loss, for the loop's backward."""
 
     def __init__(self, temperature: float = 1.0, gather: bool = True):
         self.temperature = temperature
         self.gather = gather
 
-    def __call__(self, model, batch) -> float:
+    def __call__(self, model, batch) -> LossOutput:
         queries, docs, mask = encode_batch(model, batch)
-        loss = contrastive_from_embeddings(queries, docs, mask, self.temperature, self.gather)
-        self.backward(loss)
-        return float(loss.detach())
+        return LossOutput(contrastive_from_embeddings(queries, docs, mask, self.temperature, self.gather))

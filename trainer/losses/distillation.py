@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from pylate.scores import colbert_kd_scores
 
 from trainer.encode import encode_batch
+from trainer.losses.base import LossOutput
 
 __all__ = ["Distillation", "distillation_from_scores"]
 
@@ -22,15 +23,10 @@ def distillation_from_scores(student: torch.Tensor, teacher: torch.Tensor, norma
 
 
 class Distillation:
-    # how the loss is backpropagated; the trainer swaps in GradScaler's scaled backward under fp16
-    backward = staticmethod(torch.Tensor.backward)
-
     def __init__(self, normalize_scores: bool = True):
         self.normalize_scores = normalize_scores
 
-    def __call__(self, model, batch) -> float:
+    def __call__(self, model, batch) -> LossOutput:
         queries, docs, mask = encode_batch(model, batch)  # docs: (b, n_docs, tokens, dim)
         student = colbert_kd_scores(queries, docs, documents_mask=mask.to(docs.dtype))  # (b, n_docs)
-        loss = distillation_from_scores(student, batch.scores, self.normalize_scores)
-        self.backward(loss)
-        return float(loss.detach())
+        return LossOutput(distillation_from_scores(student, batch.scores, self.normalize_scores))

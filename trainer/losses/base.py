@@ -1,0 +1,16 @@
+"""What every loss returns to the training loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["LossOutput"]
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor  # the local mean loss, with its graph: the loop calls backward on it
+    replay: Callable[[], None] | None = None  # GradCache: run after that backward, under the same autocast
