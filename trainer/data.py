@@ -43,8 +43,9 @@ from trainer.config import ConfigError, DataSource
 __all__ = ["DataError", "Rows", "load_rows", "StreamingData", "TokenizedData", "Batch", "batches"]
 
 log = logging.getLogger(__name__)
-_FORMAT = 2  # bump when the cached Arrow layout changes
-_CHUNK = 8192
+_FORMAT = 3  # bump when the cached Arrow layout changes
+_CHUNK = 8192  # rows read from the source at a time (a multiple of ROWS_PER_BATCH)
+ROWS_PER_BATCH = 256  # rows per Arrow record batch: the unit of a random read
 
 
 class DataError(ConfigError):
@@ -55,34 +56,51 @@ class DataError(ConfigError):
 
 
 class Rows:
-    """Validated rows in a memory-mapped Arrow table: query, documents (positive first), scores."""
+    """Validated rows in an Arrow IPC file of fixed-size record batches: query, documents, scores.
 
-    def __init__(self, table: pa.Table, source: str):
-        self.table = table
-        self.source = source
-        self.docs_per_query = len(table.column("documents")[0].as_py()) if len(table) else 0
-        self.has_scores = "scores" in table.column_names
+    A row is read with a positional read of its record batch (``ROWS_PER_BATCH`` rows, a few hundred
+    KiB) into memory that is freed after the batch is built: the operating system's page cache does
+    the caching, and a process's resident memory does not grow with the data set (a memory map's
+    touched pages would count towards it, and a long run touches the whole file)."""
+
+    def __init__(self, path: Path, source: str):
+        self.path, self.source = path, source
+        info = json.loads(path.with_suffix(".json").read_text())
+        self.count, self.docs_per_query, self.has_scores = info["rows"], info["docs_per_query"], info["scores"]
+        self._reader: tuple[int, pa.ipc.RecordBatchFileReader] | None = None
 
     def __len__(self) -> int:
-        return len(self.table)
+        return self.count
+
+    def _file(self) -> pa.ipc.RecordBatchFileReader:
+        if self._reader is None or self._reader[0] != os.getpid():  # one handle per process (workers fork)
+            self._reader = (os.getpid(), pa.ipc.open_file(pa.OSFile(str(self.path), "rb")))
+        return self._reader[1]
 
     def take(self, idx: list[int]) -> tuple[list[str], list[list[str]], list[list[float]] | None]:
-        part = self.table.take(pa.array(idx, type=pa.int64()))
-        scores = part.column("scores").to_pylist() if self.has_scores else None
-        return part.column("query").to_pylist(), part.column("documents").to_pylist(), scores
+        """The rows at ``idx``, each read from its record batch (``Table.take`` would read every chunk)."""
+        reader, rows = self._file(), []
+        for i in idx:
+            batch, offset = divmod(int(i), ROWS_PER_BATCH)
+            rows.append(reader.get_batch(batch).slice(offset, 1).to_pylist()[0])
+        scores = [r["scores"] for r in rows] if self.has_scores else None
+        return [r["query"] for r in rows], [r["documents"] for r in rows], scores
 
-    # the whole lists, for small sets and tests
+    def _column(self, name: str) -> list:
+        return self._file().read_all().column(name).to_pylist()
+
+    # the whole lists, for small sets (data.pretokenize) and tests
     @property
     def queries(self) -> list[str]:
-        return self.table.column("query").to_pylist()
+        return self._column("query")
 
     @property
     def documents(self) -> list[list[str]]:
-        return self.table.column("documents").to_pylist()
+        return self._column("documents")
 
     @property
     def scores(self) -> list[list[float]] | None:
-        return self.table.column("scores").to_pylist() if self.has_scores else None
+        return self._column("scores") if self.has_scores else None
 
 
 def _schema(distillation: bool) -> pa.Schema:
@@ -213,9 +231,11 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
                 cols["scores"].append(s)
             if not distillation:
                 del cols["scores"]
-            writer.write_batch(pa.record_batch(cols, schema=schema))
+            writer.write_table(pa.Table.from_pydict(cols, schema=schema), max_chunksize=ROWS_PER_BATCH)
             bar.update(len(chunk))
         bar.close()
+    docs = check.width if distillation else 1 + len(src.columns.negatives)
+    out.with_suffix(".json").write_text(json.dumps({"rows": n, "docs_per_query": docs, "scores": distillation}))
     return n
 
 
@@ -238,10 +258,6 @@ def locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _open(path: Path) -> pa.Table:
-    return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-
-
 def load_rows(src: DataSource, distillation: bool, cache_dir: str | Path = ".cache/colbert-k8s") -> Rows:
     """The checked rows of ``src`` from the node's Arrow cache, converting the source the first time."""
     if src.path.startswith("hf://") or src.split:
@@ -254,20 +270,23 @@ def load_rows(src: DataSource, distillation: bool, cache_dir: str | Path = ".cac
     with locked(final.parent.with_suffix(".lock")):
         if not final.is_file():
             final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.with_name(f".rows-{os.getpid()}.arrow.tmp")
+            tmp = final.with_name(f".rows-{os.getpid()}.tmp")
             try:
                 count = _convert(src, path, distillation, tmp, str(path))
                 if count == 0:
                     raise DataError(f"{path}: the dataset is empty; it needs at least one row")
-                os.replace(tmp, final)
+                os.replace(tmp.with_suffix(".json"), final.with_suffix(".json"))
+                os.replace(tmp, final)  # last: an existing rows.arrow means a complete pair
                 log.info("converted %s to %s (%d rows, %.0f MiB)", path, final, count, final.stat().st_size / 2**20)
             finally:
                 tmp.unlink(missing_ok=True)
+                tmp.with_suffix(".json").unlink(missing_ok=True)
     try:
-        table = _open(final)
-    except (pa.ArrowInvalid, OSError) as e:
+        rows = Rows(final, str(path))
+        rows.take([0])
+    except (pa.ArrowInvalid, OSError, ValueError, KeyError) as e:
         raise DataError(f"{final}: the cached rows are unreadable ({e}); delete that directory to rebuild it") from None
-    return Rows(table, str(path))
+    return rows
 
 
 def _hub_rows(src: DataSource, distillation: bool, cache_dir: Path) -> Rows:
