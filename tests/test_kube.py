@@ -451,3 +451,17 @@ def test_logs_follow_reattaches_after_a_restart(api):
     assert "[master-0 rank 0] --- container restarted (1) ---" in lines
     assert lines[-1] == "[master-0 rank 0] [rank 0] resumed from step-1"
     assert result["res"].exit_code == 0
+
+
+def test_foreign_job_of_the_same_name_is_never_deleted(api):
+    """A PyTorchJob another tool made (no managed-by label): read, refused with one line, left in place."""
+    foreign = _job_with_status("Running")
+    foreign["metadata"] = {"name": "demo", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "helm"}}
+    api.add("kubeflow.org/v1/pytorchjobs", "default", foreign)
+    api.add("v1/configmaps", "default", {"metadata": {"name": "demo-config", "namespace": "default"}})
+    for cmd in (["delete", "demo"], ["status", "demo"], ["logs", "demo"]):
+        res = run(api, *cmd)
+        assert res.exit_code == 1, res.output
+        assert "was not created by colbert-k8s" in res.output and res.output.count("error:") == 1
+    assert [o["metadata"]["name"] for o in api.objects("pytorchjobs")] == ["demo"]
+    assert [o["metadata"]["name"] for o in api.objects("configmaps")] == ["demo-config"]

@@ -1,13 +1,14 @@
-"""Training data: converted once to a memory-mapped Arrow file, cut into deterministic global batches,
-tokenised lazily per batch, only this rank's share.
+"""Training data: converted once to an Arrow file, cut into deterministic global batches, tokenised
+lazily per batch, only this rank's share.
 
 **Rows.** The source (.jsonl/.json, .parquet, .csv, a ``save_to_disk`` directory, or a hub dataset) is
 read once per node, every row checked, and written as an Arrow IPC file of three columns: ``query``,
 ``documents`` (positive first, or the distillation candidates) and, for distillation, ``scores``.
 The file lives in ``data.cache_dir`` keyed by the source's path, size and mtime and the column
 mapping; it is written under a lock into a temporary name and renamed, so a restarted or concurrent
-process reuses it and never reads a half-written one. Reading it is a memory map: a million rows cost
-page cache, not Python objects.
+process reuses it and never reads a half-written one. Rows are read by positional reads of their
+256-row record batch: a million rows cost page cache (the kernel's, reclaimable), not Python objects
+or resident memory.
 
 **Schedule.** A batch is a pure function of (seed, step): step ``s`` of epoch ``e`` takes the ``s``-th
 slice of ``global_batch`` indices from the epoch's seeded permutation, and rank ``r`` takes the
