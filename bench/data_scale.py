@@ -72,16 +72,19 @@ def train(work: Path, data: Path, cache: Path, distillation: bool, pretokenize: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--sizes", default="10000,100000,1000000", help="triplet set sizes ('' for none)")
+    p.add_argument("--distill-sizes", default="100000", help="32-document distillation set sizes")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", type=Path, default=Path("bench/results/data_scale.json"))
     args = p.parse_args()
     results: dict = {"commit": git_commit(), "runs": []}
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
         tmp = Path(d)
-        plan = [(int(n), None, False) for n in args.sizes.split(",")]
-        plan.insert(1, (int(args.sizes.split(",")[0]), None, True))  # the in-memory path at the smallest size
-        plan.append((100_000, 32, False))
+        sizes = [int(n) for n in args.sizes.split(",") if n]
+        plan = [(n, None, False) for n in sizes]
+        if sizes:
+            plan.insert(1, (sizes[0], None, True))  # the in-memory path at the smallest size, side by side
+        plan += [(int(n), 32, False) for n in args.distill_sizes.split(",") if n]
         for n, docs, pretokenize in plan:
             data = tmp / f"rows-{n}-{docs or 2}.jsonl"
             if not data.exists():

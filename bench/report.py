@@ -173,6 +173,8 @@ def data_scale_plot(r: dict, out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
     a.axhline(60, color="grey", ls="--", lw=0.8)
+    a.set_ylim(0, 65)
+    a.text(rows[0], 61, "target: 60 s", fontsize=7, color="grey")
     a.legend(fontsize=7)
     fig.suptitle("2 CPU processes, all-MiniLM-L6-v2, query 32 / document 180 tokens", fontsize=9)
     fig.tight_layout()
