@@ -402,20 +402,25 @@ def _report(t: Training, tracker, loss: float, grad_norm: float) -> None:
 
 def _keep_if_best(t: Training, cfg, layout, result: dict) -> None:
     """Save ``best-model`` when the chosen metric improved; the best so far travels in checkpoints."""
-    from trainer.checkpoint import replace_dir
-
     metric = cfg.evaluation.metric
     best = t.metrics.get("best")
     if best is not None and result[metric] <= best[metric]:
         return
     t.metrics["best"] = {"step": t.step, **result}
     if layout.is_main:
-        out = Path(cfg.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".tmp-best-model-{os.getpid()}"
-        t.model.save(str(tmp))
-        replace_dir(tmp, out / "best-model")
-        log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, out / "best-model")
+        path = _save_model(t.model, Path(cfg.output_dir), "best-model")
+        log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
+
+
+def _save_model(model, out_dir: Path, name: str) -> Path:
+    """A PyLate model directory written under a temporary name, then renamed into place."""
+    from trainer.checkpoint import replace_dir
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".tmp-{name}-{os.getpid()}"
+    model.save(str(tmp))
+    replace_dir(tmp, out_dir / name)
+    return out_dir / name
 
 
 def _checkpoint(t: Training, cfg, layout, ckpt_dir: Path) -> None:
@@ -445,7 +450,6 @@ def _record_speed(t: Training, device, elapsed: float, losses: list[float]) -> N
 def _finish(t: Training, cfg, layout, split, elapsed: float, tracker) -> None:
     """All ranks evaluate; rank 0 saves the final model atomically and writes metrics.json."""
     from trainer import distributed as D
-    from trainer.checkpoint import replace_dir
 
     if split and cfg.evaluation.after_training:
         t.metrics["after"] = _evaluate(t, cfg, layout, split, tracker, "after training")
@@ -453,11 +457,7 @@ def _finish(t: Training, cfg, layout, split, elapsed: float, tracker) -> None:
             _keep_if_best(t, cfg, layout, t.metrics["after"])
     if layout.is_main:
         out_dir = Path(cfg.output_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = out_dir / f".tmp-final-model-{os.getpid()}"
-        t.model.save(str(tmp))
-        replace_dir(tmp, out_dir / "final-model")
-        t.metrics["model_dir"] = str((out_dir / "final-model").resolve())
+        t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
         _write_json(out_dir / "metrics.json", t.metrics)
         log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
     D.barrier()
