@@ -31,11 +31,11 @@ with D.process_group(layout, 60):
     loss_fn = build_loss(cfg, gather=True)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
-    out = loss_fn(model, data.batch(0, layout.rank, torch.device("cpu")))
-    out.loss.backward()
-    if out.replay is not None:
-        out.replay()
-    local = float(out.loss.detach())
+    result = loss_fn(model, data.batch(0, layout.rank, torch.device("cpu")))
+    result.loss.backward()
+    if result.replay is not None:
+        result.replay()
+    local = float(result.loss.detach())
     D.average_gradients(params)
     loss = D.mean_across(local, torch.device("cpu"))
     if layout.is_main:
