@@ -154,3 +154,33 @@ def test_two_process_run_evaluates_every_n_steps_keeps_the_best_and_tracks(tmp_p
     assert (out / "index").is_dir() and index["size_mb"] > 0 and index["build_seconds"] > 0
     assert abs(index["recall@100"] - metrics["after"]["recall@100"]) <= 0.05
     assert "PLAID index of" in res.stderr
+
+
+def test_gradient_buckets_launch_during_backward(tmp_path):
+    """Armed for the last backward, every bucket's all-reduce starts from a gradient hook, before backward
+    returns (the overlap); unarmed (GradCache), finish() reduces them all afterwards. Same gradients."""
+    import torch.distributed as dist
+
+    from trainer.grad_sync import OverlappedReducer
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
+        params = list(model.parameters())
+        reducer = OverlappedReducer(params, bucket_bytes=512)
+        assert len(reducer.buckets) >= 4
+        x = torch.randn(8, 16)
+        for armed in (True, False):
+            model.zero_grad()
+            if armed:
+                reducer.arm()
+            model(x).pow(2).sum().backward()
+            launched_in_backward = len(reducer._works)
+            expected = [p.grad.clone() for p in params]
+            reducer.finish()
+            assert launched_in_backward == (len(reducer.buckets) if armed else 0)
+            assert all(torch.equal(p.grad, e) for p, e in zip(params, expected))
+        reducer.close()
+    finally:
+        dist.destroy_process_group()

@@ -1,9 +1,11 @@
 """Process-group set-up, teardown and the few collectives the trainer uses.
 
-Gradients are averaged with one coalesced ``all_reduce`` after backward rather than through DDP:
-DDP's ``find_unused_parameters=False`` silently mis-averaged ColBERT's gradients (the pooler never
-gets one), and ``True`` costs a graph traversal per step. An explicit all-reduce issues the same
-collectives on every rank by construction, and the gradient-equivalence test proves the result.
+Gradients are averaged by explicit bucketed all-reduces (``grad_sync.py``, overlapped with the last
+backward) rather than through DDP: DDP's ``find_unused_parameters=False`` silently mis-averaged
+ColBERT's gradients (the pooler never gets one), and ``True`` costs a graph traversal per step. The
+explicit reducer issues the same collectives on every rank by construction, and the
+gradient-equivalence test proves the result. :func:`average_gradients` (one flat all-reduce) remains
+for callers without a reducer.
 """
 
 from __future__ import annotations
@@ -104,7 +106,11 @@ class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.contiguous()
-        dist.all_reduce(grad)  # SUM: every rank's loss term that used this rank's rows
+        if dist.get_backend() == "nccl":  # each rank needs only its slice of the sum: a reduce-scatter
+            out = torch.empty((ctx.n, *grad.shape[1:]), dtype=grad.dtype, device=grad.device)
+            dist.reduce_scatter_tensor(out, grad)
+            return out
+        dist.all_reduce(grad)  # SUM (gloo has no reduce-scatter of tensors): every rank's loss terms
         return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n]
 
 

@@ -152,6 +152,7 @@ class Training:
     step: int = 0
     metrics: dict = field(default_factory=dict)
     step_times: list = field(default_factory=list)  # perf_counter at the end of each step of this run
+    reducer: Any = None  # OverlappedReducer when distributed (grad_sync.py)
 
 
 def run(cfg, layout) -> dict:
@@ -252,7 +253,12 @@ def _build(cfg, layout, device) -> Training:
     precision, autocast = _autocast(tcfg.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")  # scale() is a no-op when off
     metrics = {"world_size": layout.world_size, "global_batch": data.global_batch, "loss": cfg.loss.name}
-    return Training(model, params, optimizer, scheduler, scaler, autocast, data, loss_fn, total_steps, 0, metrics)
+    t = Training(model, params, optimizer, scheduler, scaler, autocast, data, loss_fn, total_steps, 0, metrics)
+    if layout.distributed:
+        from trainer.grad_sync import OverlappedReducer
+
+        t.reducer = OverlappedReducer(params)
+    return t
 
 
 def _decay_groups(model) -> tuple[list, list]:
@@ -362,18 +368,20 @@ def _optimizer_step(t: Training, cfg, feed, accumulation: int) -> tuple[float, f
     local loss (mean over micro-batches) and the global gradient norm."""
     import torch
 
-    from trainer import distributed as D
 
     local_loss = 0.0
-    for _ in range(accumulation):
+    for micro in range(accumulation):
         with t.autocast():
             out = t.loss_fn(t.model, next(feed))
+            if t.reducer is not None and micro == accumulation - 1 and out.replay is None:
+                t.reducer.arm()  # the step's last backward: all-reduce buckets while it runs
             # one path for fp32, bf16 and fp16; each micro-batch's loss is its own mean, hence the 1/A
             t.scaler.scale(out.loss / accumulation).backward()
             if out.replay is not None:  # GradCache: the cached gradients go through the encoder now
                 out.replay()
         local_loss += float(out.loss.detach()) / accumulation
-    D.average_gradients(t.params)
+    if t.reducer is not None:
+        t.reducer.finish()
     if t.scaler.is_enabled():
         t.scaler.unscale_(t.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(t.params, cfg.training.max_grad_norm or float("inf"))

@@ -12,6 +12,7 @@ from trainer import distributed as D
 from trainer.config import CachedContrastiveLoss, ContrastiveLoss, DataSource, ModelConfig
 from trainer.data import TokenizedData, load_rows
 from trainer.env import resolve
+from trainer.grad_sync import OverlappedReducer
 from trainer.losses import build_loss
 from trainer.train import build_model
 
@@ -31,12 +32,16 @@ with D.process_group(layout, 60):
     loss_fn = build_loss(cfg, gather=True)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
+    reducer = OverlappedReducer(params, bucket_bytes=1 << 16) if layout.distributed else None  # many buckets
     result = loss_fn(model, data.batch(0, layout.rank, torch.device("cpu")))
+    if reducer is not None and result.replay is None:
+        reducer.arm()  # as the training loop does for a step's last backward
     result.loss.backward()
     if result.replay is not None:
         result.replay()
     local = float(result.loss.detach())
-    D.average_gradients(params)
+    if reducer is not None:
+        reducer.finish()
     loss = D.mean_across(local, torch.device("cpu"))
     if layout.is_main:
         flat = torch.cat([p.grad.reshape(-1) for p in params]).double()
