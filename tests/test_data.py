@@ -59,3 +59,20 @@ def test_distillation_rows_need_one_score_per_document(tmp_path):
     path.write_text(json.dumps({"query": "q", "documents": ["a", "b"], "scores": [1.0]}) + "\n")
     with pytest.raises(DataError, match="row 1: column 'scores' must list one score per document"):
         load_rows(DataSource(path=str(path)), distillation=True)
+
+
+def test_rows_are_found_whatever_chunks_the_reader_hands_out(tmp_path):
+    """A save_to_disk set in 7 shards of 100 rows (read back as 100-row chunks): the Arrow copy still
+    holds 256-row batches, so every row is where ``take`` looks for it."""
+    import datasets
+
+    rows = [{"query": f"q{i}", "positive": f"p{i}", "negative": f"n{i}"} for i in range(700)]
+    parts = [datasets.Dataset.from_list(rows[i : i + 100]) for i in range(0, 700, 100)]
+    path = tmp_path / "ds"
+    datasets.concatenate_datasets(parts).save_to_disk(str(path), num_shards=7)  # shards load as chunks
+    loaded = load_rows(DataSource(path=str(path)), distillation=False, cache_dir=tmp_path / "cache")
+    idx = [0, 99, 100, 255, 256, 300, 511, 512, 699]
+    queries, documents, _ = loaded.take(idx)
+    assert queries == [f"q{i}" for i in idx]
+    assert documents == [[f"p{i}", f"n{i}"] for i in idx]
+    assert loaded.queries == [r["query"] for r in rows]

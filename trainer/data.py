@@ -44,7 +44,7 @@ from trainer.config import ConfigError, DataSource
 __all__ = ["DataError", "Rows", "load_rows", "StreamingData", "TokenizedData", "Batch", "batches"]
 
 log = logging.getLogger(__name__)
-_FORMAT = 3  # bump when the cached Arrow layout changes
+_FORMAT = 4  # bump when the cached Arrow layout changes (4: batches always whole)
 _CHUNK = 8192  # rows read from the source at a time (a multiple of ROWS_PER_BATCH)
 ROWS_PER_BATCH = 256  # rows per Arrow record batch: the unit of a random read
 
@@ -216,24 +216,31 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
     from tqdm import tqdm
 
     check, schema, n = _RowChecker(src, distillation, label), _schema(distillation), 0
+    pending: list[tuple[str, list[str], list[float] | None]] = []
+
+    def write(rows: list) -> None:
+        cols: dict[str, list[Any]] = {"query": [r[0] for r in rows], "documents": [r[1] for r in rows]}
+        if distillation:
+            cols["scores"] = [r[2] for r in rows]
+        writer.write_table(pa.Table.from_pydict(cols, schema=schema), max_chunksize=ROWS_PER_BATCH)
+
     with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         bar = tqdm(desc=f"convert {path.name}", unit=" rows", mininterval=5, disable=None)
         for chunk in _readable(_raw_chunks(path), path):
             if src.limit is not None:
                 chunk = chunk[: max(0, src.limit - n)]
-            if not chunk:
-                continue
-            cols: dict[str, list[Any]] = {"query": [], "documents": [], "scores": []}
             for row in chunk:
                 n += 1
-                q, d, s = check(row, n)
-                cols["query"].append(q)
-                cols["documents"].append(d)
-                cols["scores"].append(s)
-            if not distillation:
-                del cols["scores"]
-            writer.write_table(pa.Table.from_pydict(cols, schema=schema), max_chunksize=ROWS_PER_BATCH)
+                pending.append(check(row, n))
+            # only whole record batches until the end: Rows.take finds row i in batch i // ROWS_PER_BATCH,
+            # and readers (Parquet row groups, Arrow chunks) hand out chunks of any length
+            full = len(pending) - len(pending) % ROWS_PER_BATCH
+            if full:
+                write(pending[:full])
+                del pending[:full]
             bar.update(len(chunk))
+        if pending:
+            write(pending)
         bar.close()
     docs = check.width if distillation else 1 + len(src.columns.negatives)
     out.with_suffix(".json").write_text(json.dumps({"rows": n, "docs_per_query": docs, "scores": distillation}))

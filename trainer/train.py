@@ -368,7 +368,6 @@ def _optimizer_step(t: Training, cfg, feed, accumulation: int) -> tuple[float, f
     local loss (mean over micro-batches) and the global gradient norm."""
     import torch
 
-
     local_loss = 0.0
     for micro in range(accumulation):
         with t.autocast():
