@@ -48,9 +48,10 @@ def parse_pairs(values: tuple[str, ...] | list[str], flag: str) -> dict[str, str
     out: dict[str, str] = {}
     for raw in values:
         key, sep, value = raw.partition("=")
-        if not sep or not key:
-            what = f"key {key!r}" if sep and rules.full("env_name", key) else "a value without KEY= (not shown)"
-            raise CliError(f"{flag} must be KEY=VALUE, got {what if key or not sep else 'an empty KEY'}")
+        if not sep:
+            raise CliError(f"{flag} must be KEY=VALUE, got a value without KEY= (not shown)")
+        if not key:
+            raise CliError(f"{flag} must be KEY=VALUE, got an empty KEY")
         if key in out:
             raise CliError(f"{flag} {shown(key)} is given twice; keep one")
         if rules.has_control_chars(value):

@@ -97,6 +97,12 @@ class Emulator:
     def react(self, *criteria) -> Any:
         return self.emu[criteria]
 
+    def __enter__(self) -> Emulator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)

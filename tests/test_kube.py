@@ -14,9 +14,8 @@ JOBS = kmock.resource("kubeflow.org", "v1", "pytorchjobs")
 
 @pytest.fixture
 def api(tmp_path):
-    emu = Emulator(tmp_path)
-    yield emu
-    emu.close()
+    with Emulator(tmp_path) as emu:
+        yield emu
 
 
 @pytest.fixture
@@ -31,9 +30,10 @@ def run(api: Emulator, *args: str):
     return res
 
 
-def submit(api, config, *extra):
-    return run(
-        api,
+def _submit_args(config, *extra) -> list[str]:
+    """A 2 x 8-GPU job named demo (per-pod storage unless the extra flags bring a claim)."""
+    storage = () if {"--pvc", "--pvc-size"} & set(extra) else ("--pod-local-storage",)
+    return [
         "submit",
         "--config",
         str(config),
@@ -43,30 +43,19 @@ def submit(api, config, *extra):
         "2",
         "--gpus-per-node",
         "8",
-        *(() if {"--pvc", "--pvc-size"} & set(extra) else ("--pod-local-storage",)),
+        *storage,
         *extra,
-    )
+    ]
+
+
+def submit(api, config, *extra):
+    return run(api, *_submit_args(config, *extra))
 
 
 def test_submit_creates_exactly_the_dry_run_objects(api, config):
     import yaml
 
-    dry = CliRunner().invoke(
-        cli,
-        [
-            "submit",
-            "--config",
-            str(config),
-            "--name",
-            "demo",
-            "--nodes",
-            "2",
-            "--gpus-per-node",
-            "8",
-            "--pod-local-storage",
-            "--dry-run",
-        ],
-    )
+    dry = CliRunner().invoke(cli, _submit_args(config, "--dry-run"))
     res = submit(api, config)
     assert res.exit_code == 0, res.output
     assert "created PyTorchJob default/demo" in res.output and "colbert-k8s logs demo -f --all" in res.output
@@ -107,11 +96,8 @@ def test_422_invalid_is_one_line(api, config):
 
 
 def test_missing_crd_says_how_to_install(tmp_path, config):
-    emu = Emulator(tmp_path, with_crd=False)
-    try:
+    with Emulator(tmp_path, with_crd=False) as emu:
         res = submit(emu, config)
-    finally:
-        emu.close()
     assert res.exit_code == 2
     assert "Kubeflow Training Operator is not installed" in res.output and "kubectl apply" in res.output
 

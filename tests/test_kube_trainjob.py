@@ -52,33 +52,26 @@ def submit(emu, config, *extra):
     ids=["only-v1", "only-v2", "both"],
 )
 def test_auto_detects_the_served_api(tmp_path, config, v1, v2, chosen):
-    emu = Emulator(tmp_path, with_crd=v1, with_v2=v2, runtimes=(_stock_runtime(),))
-    try:
+    with Emulator(tmp_path, with_crd=v1, with_v2=v2, runtimes=(_stock_runtime(),)) as emu:
         res = submit(emu, config, "--api", "auto")
         assert res.exit_code == 0, res.output
         assert f"api: auto -> {chosen}" in res.output
         kind = "TrainJob" if chosen == "trainjob" else "PyTorchJob"
         assert f"created {kind} default/demo" in res.output
         assert [o["kind"] for o in emu.objects("trainjobs" if v2 and chosen == "trainjob" else "pytorchjobs")] == [kind]
-    finally:
-        emu.close()
 
 
 def test_auto_with_neither_api_is_one_line(tmp_path, config):
-    emu = Emulator(tmp_path, with_crd=False, with_v2=False)
-    try:
+    with Emulator(tmp_path, with_crd=False, with_v2=False) as emu:
         res = submit(emu, config, "--api", "auto")
-    finally:
-        emu.close()
     assert res.exit_code == 2 and res.output.count("error:") == 1
     assert "serves neither trainjobs.trainer.kubeflow.org" in res.output and "Traceback" not in res.output
 
 
 @pytest.fixture
 def v2(tmp_path):
-    emu = Emulator(tmp_path, with_crd=True, with_v2=True, runtimes=(_stock_runtime(), MPI_RUNTIME))
-    yield emu
-    emu.close()
+    with Emulator(tmp_path, with_crd=True, with_v2=True, runtimes=(_stock_runtime(), MPI_RUNTIME)) as emu:
+        yield emu
 
 
 def test_submit_trainjob_creates_config_and_job(v2, config):
@@ -103,11 +96,8 @@ def test_runtime_preflight(v2, config, runtime, message):
 
 
 def test_missing_v2_says_how_to_install(tmp_path, config):
-    emu = Emulator(tmp_path, with_crd=True, with_v2=False)
-    try:
+    with Emulator(tmp_path, with_crd=True, with_v2=False) as emu:
         res = submit(emu, config, "--api", "trainjob")
-    finally:
-        emu.close()
     assert res.exit_code == 2 and "Kubeflow Trainer v2 is not installed" in res.output
     assert "it serves PyTorchJob (--api pytorchjob)" in res.output
 

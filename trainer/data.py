@@ -87,21 +87,19 @@ class Rows:
         scores = [r["scores"] for r in rows] if self.has_scores else None
         return [r["query"] for r in rows], [r["documents"] for r in rows], scores
 
-    def _column(self, name: str) -> list:
-        return self._file().read_all().column(name).to_pylist()
+    def all(self) -> tuple[list[str], list[list[str]], list[list[float]] | None]:
+        """Every row, in one read (small sets: ``data.pretokenize``, tests)."""
+        table = self._file().read_all()
+        scores = table.column("scores").to_pylist() if self.has_scores else None
+        return table.column("query").to_pylist(), table.column("documents").to_pylist(), scores
 
-    # the whole lists, for small sets (data.pretokenize) and tests
     @property
     def queries(self) -> list[str]:
-        return self._column("query")
+        return self.all()[0]
 
     @property
     def documents(self) -> list[list[str]]:
-        return self._column("documents")
-
-    @property
-    def scores(self) -> list[list[float]] | None:
-        return self._column("scores") if self.has_scores else None
+        return self.all()[1]
 
 
 def _schema(distillation: bool) -> pa.Schema:
@@ -332,17 +330,17 @@ class Batch:
     document_length: int
     scores: torch.Tensor | None = None  # (b, docs_per_query), distillation only
 
-    def to(self, device: torch.device) -> Batch:
-        move = lambda f: {k: v.to(device, non_blocking=True) for k, v in f.items()}  # noqa: E731
-        scores = self.scores.to(device, non_blocking=True) if self.scores is not None else None
-        return Batch(move(self.queries), move(self.documents), self.docs_per_query, self.query_length,
+    def _map(self, fn) -> Batch:
+        tensors = lambda f: {k: fn(v) for k, v in f.items()}  # noqa: E731
+        scores = fn(self.scores) if self.scores is not None else None
+        return Batch(tensors(self.queries), tensors(self.documents), self.docs_per_query, self.query_length,
                      self.document_length, scores)  # fmt: skip
 
-    def pin_memory(self) -> Batch:
-        pin = lambda f: {k: v.pin_memory() for k, v in f.items()}  # noqa: E731
-        scores = self.scores.pin_memory() if self.scores is not None else None
-        return Batch(pin(self.queries), pin(self.documents), self.docs_per_query, self.query_length,
-                     self.document_length, scores)  # fmt: skip
+    def to(self, device: torch.device) -> Batch:
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> Batch:  # DataLoader's pin_memory calls this on custom batch types
+        return self._map(lambda t: t.pin_memory())
 
 
 def _tokenize(model, texts: list[str], is_query: bool, chunk: int = 1024) -> dict[str, torch.Tensor]:
@@ -358,10 +356,10 @@ def _trimmed(queries: dict, documents: dict, dpq: int, model, scores) -> Batch:
 
 
 class _Schedule:
-    """The (seed, step) -> indices arithmetic both data classes share."""
+    """The (seed, step) -> indices arithmetic both data classes share; subclasses build ``host_batch``."""
 
-    def __init__(self, rows: Rows, per_device: int, world_size: int, seed: int):
-        self.rows, self.per_device, self.world_size, self.seed = rows, per_device, world_size, seed
+    def __init__(self, rows: Rows, model, per_device: int, world_size: int, seed: int):
+        self.rows, self.model, self.per_device, self.world_size, self.seed = rows, model, per_device, world_size, seed
         self.global_batch = per_device * world_size
         self.docs_per_query = rows.docs_per_query
         if len(rows) < self.global_batch:
@@ -386,13 +384,15 @@ class _Schedule:
         global_idx = self._perm[1][pos * self.global_batch : (pos + 1) * self.global_batch]
         return global_idx[rank * self.per_device : (rank + 1) * self.per_device]
 
+    def host_batch(self, step: int, rank: int) -> Batch:
+        raise NotImplementedError
+
+    def batch(self, step: int, rank: int, device: torch.device) -> Batch:
+        return self.host_batch(step, rank).to(device)
+
 
 class StreamingData(_Schedule):
     """Tokenises only this rank's rows of a step, when the step's batch is built."""
-
-    def __init__(self, rows: Rows, model, per_device: int, world_size: int, seed: int):
-        super().__init__(rows, per_device, world_size, seed)
-        self.model = model
 
     def host_batch(self, step: int, rank: int) -> Batch:
         queries, documents, scores = self.rows.take(self.indices(step, rank).tolist())
@@ -401,31 +401,25 @@ class StreamingData(_Schedule):
         s = torch.tensor(scores) if scores is not None else None
         return _trimmed(q, d, self.docs_per_query, self.model, s)
 
-    def batch(self, step: int, rank: int, device: torch.device) -> Batch:
-        return self.host_batch(step, rank).to(device)
-
 
 class TokenizedData(_Schedule):
     """Every row tokenised up front (``data.pretokenize: true``): fast steps, memory linear in rows."""
 
     def __init__(self, rows: Rows, model, per_device: int, world_size: int, seed: int):
-        super().__init__(rows, per_device, world_size, seed)
-        self.model = model
-        self.queries = _tokenize(model, rows.queries, is_query=True)
-        flat_docs = [d for docs in rows.documents for d in docs]
+        super().__init__(rows, model, per_device, world_size, seed)
+        queries, documents, scores = rows.all()
+        self.queries = _tokenize(model, queries, is_query=True)
+        flat_docs = [d for docs in documents for d in docs]
         self.documents = {
             k: v.view(len(rows), self.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()
         }
-        self.scores = torch.tensor(rows.scores) if rows.has_scores else None
+        self.scores = torch.tensor(scores) if scores is not None else None
 
     def host_batch(self, step: int, rank: int) -> Batch:
         idx = self.indices(step, rank)
         q = {k: v[idx] for k, v in self.queries.items()}
         d = {k: v[idx].flatten(0, 1) for k, v in self.documents.items()}
         return _trimmed(q, d, self.docs_per_query, self.model, self.scores[idx] if self.scores is not None else None)
-
-    def batch(self, step: int, rank: int, device: torch.device) -> Batch:
-        return self.host_batch(step, rank).to(device)
 
 
 class _Steps(torch.utils.data.Dataset):

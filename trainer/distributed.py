@@ -4,8 +4,7 @@ Gradients are averaged by explicit bucketed all-reduces (``grad_sync.py``, overl
 backward) rather than through DDP: DDP's ``find_unused_parameters=False`` silently mis-averaged
 ColBERT's gradients (the pooler never gets one), and ``True`` costs a graph traversal per step. The
 explicit reducer issues the same collectives on every rank by construction, and the
-gradient-equivalence test proves the result. :func:`average_gradients` (one flat all-reduce) remains
-for callers without a reducer.
+gradient-equivalence test proves the result.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ __all__ = [
     "process_group",
     "device_for",
     "all_gather_with_grad",
-    "average_gradients",
     "mean_across",
     "broadcast_parameters",
     "broadcast_object",
@@ -119,7 +117,7 @@ def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
 
     The backward sums each slice's gradient over ranks, so the gradient reaching this rank's ``t``
     already holds every rank's loss term. Losses therefore take a plain local mean (no
-    ``* world_size``, PyLate's error), and :func:`average_gradients` divides by W once.
+    ``* world_size``, PyLate's error), and the gradient average (``grad_sync.py``) divides by W once.
     """
     if not _active():
         return t
@@ -134,28 +132,9 @@ def all_gather_no_grad(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
-def average_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Average gradients over ranks with one flat all-reduce; a missing grad counts as zero."""
-    if not _active():
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    flat /= dist.get_world_size()
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone()
-        offset += n
-
-
 def mean_across(value: float, device: torch.device) -> float:
     """The mean of a per-rank scalar over all ranks (for logging the global-batch loss)."""
-    if not _active():
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item() / dist.get_world_size())
+    return mean_and_any(value, False, device)[0]
 
 
 def mean_and_any(value: float, flag: bool, device: torch.device) -> tuple[float, bool]:

@@ -189,7 +189,7 @@ def stage(url: str, cache_dir: str | Path) -> Path:
         store, prefix = _store(url)
         is_dir = prefix.endswith("/") or prefix == ""
         target = root / "files" if is_dir else root / Path(prefix).name
-        if manifest.is_file() and _cached_ok(root, manifest):
+        if manifest.is_file() and target.exists():
             log.info("using the cached copy of %s in %s", _shown(url), root)
             return target
         objects = _list(store, prefix, url)
@@ -204,19 +204,15 @@ def stage(url: str, cache_dir: str | Path) -> Path:
                 _download(store, obj, dest, url, bar)
         files = {o.path: o.size for o in objects}
         tmp = manifest.with_name(".complete.tmp")
-        tmp.write_text(json.dumps({"url": _shown(url), "files": files, "target": str(target)}))
+        tmp.write_text(json.dumps({"url": _shown(url), "files": files}))
         os.replace(tmp, manifest)
         log.info("staged %s (%d object(s), %.1f MiB) in %s", _shown(url), len(objects), total / 2**20, root)
     return target
 
 
-def _cached_ok(root: Path, manifest: Path) -> bool:
-    try:
-        info = json.loads(manifest.read_text())
-        target = Path(info["target"])
-        return target.exists()
-    except (ValueError, KeyError, OSError):
-        return False
+def _as_prefix(url: str) -> str:
+    """A directory's URL (BEIR split, model): everything under it."""
+    return url if url.endswith("/") else url + "/"
 
 
 def stage_config(cfg):
@@ -227,13 +223,12 @@ def stage_config(cfg):
         staged = stage(cfg.data.train.path, cache)
         updates["train"] = cfg.data.train.model_copy(update={"path": str(staged)})
     if cfg.data.eval_beir and is_remote(cfg.data.eval_beir):
-        beir = cfg.data.eval_beir if cfg.data.eval_beir.endswith("/") else cfg.data.eval_beir + "/"
-        updates["eval_beir"] = str(stage(beir, cache))
+        updates["eval_beir"] = str(stage(_as_prefix(cfg.data.eval_beir), cache))
     data = cfg.data.model_copy(update=updates) if updates else cfg.data
     model = cfg.model
     if is_remote(cfg.model.name_or_path):
-        url = cfg.model.name_or_path if cfg.model.name_or_path.endswith("/") else cfg.model.name_or_path + "/"
-        model = cfg.model.model_copy(update={"name_or_path": str(stage(url, cache))})
+        staged = stage(_as_prefix(cfg.model.name_or_path), cache)
+        model = cfg.model.model_copy(update={"name_or_path": str(staged)})
     elif cfg.model.name_or_path.startswith("hf://"):
         model = cfg.model.model_copy(update={"name_or_path": cfg.model.name_or_path.removeprefix("hf://")})
     return cfg.model_copy(update={"data": data, "model": model})
