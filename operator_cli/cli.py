@@ -216,12 +216,12 @@ def build_spec(o: dict) -> JobSpec:
 
 
 def _scale_line(spec: JobSpec) -> str:
-    per_device = spec.train_config.training.per_device_batch_size
+    """The nodes, then the trainer's own scale line (``trainer.config.Scale``), word for word."""
+    from trainer.config import job_scale
+
     unit = "GPU" if spec.gpus_per_node else "CPU process"
-    return (
-        f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s) = world size {spec.world_size}; "
-        f"per-device batch {per_device} -> global batch {per_device * spec.world_size}"
-    )
+    layout = f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s)"
+    return f"{layout}; {job_scale(spec.train_config, spec.world_size).line()}"
 
 
 def _default_namespace(o: dict) -> str:

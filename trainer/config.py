@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,6 +31,8 @@ __all__ = [
     "json_schema",
     "read_config_text",
     "load_yaml",
+    "Scale",
+    "job_scale",
 ]
 
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a page of YAML; a megabyte is already suspicious
@@ -188,6 +191,11 @@ class DistributedConfig(_Strict):
         le=3600,
         description="A peer whose heartbeat stops this long is taken for dead; the survivors exit to be restarted.",
     )
+    find_unused_parameters: bool = Field(
+        False,
+        description="DDP's find_unused_parameters: on when some trainable weights get no gradient in a step "
+        "(a custom model); costs a graph traversal per step.",
+    )
 
 
 class TrainConfig(_Strict):
@@ -217,6 +225,55 @@ class TrainConfig(_Strict):
         if self.index is not None and not (self.index.corpus or self.data.eval_beir):
             raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
         return self
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big a step is: computed once, printed identically by ``render``/``submit`` and the trainer."""
+
+    world_size: int
+    per_device: int
+    accumulation: int
+    docs_per_query: int  # positive + negatives of a row (contrastive losses)
+    gather: bool
+    loss: str
+
+    @property
+    def global_batch(self) -> int:
+        """Queries per optimizer step."""
+        return self.world_size * self.per_device * self.accumulation
+
+    @property
+    def negatives_per_query(self) -> int:
+        """Documents each query is scored against besides its positive (0 for distillation).
+
+        Contrastive losses draw them from one micro-batch (across ranks when gathering), never
+        across accumulation micro-batches: accumulation grows the global batch, not the negatives."""
+        if self.loss == "distillation":
+            return 0
+        return self.per_device * (self.world_size if self.gather else 1) * self.docs_per_query - 1
+
+    def line(self) -> str:
+        return (
+            f"world size {self.world_size} x per-device batch {self.per_device} x accumulation "
+            f"{self.accumulation} = global batch {self.global_batch}; in-batch negatives per query "
+            f"{self.negatives_per_query} ({'gathered across ranks' if self.gather else 'this rank only'}, "
+            f"per micro-batch; loss {self.loss})"
+        )
+
+
+def job_scale(cfg: TrainConfig, world_size: int) -> Scale:
+    """The :class:`Scale` of ``cfg`` run by ``world_size`` processes."""
+    t = cfg.training
+    gather = t.gather_across_devices if t.gather_across_devices is not None else world_size > 1
+    return Scale(
+        world_size=world_size,
+        per_device=t.per_device_batch_size,
+        accumulation=t.gradient_accumulation_steps,
+        docs_per_query=1 + len(cfg.data.train.columns.negatives),
+        gather=gather,
+        loss=cfg.loss.name,
+    )
 
 
 def _one_line(err: ValidationError, source: str) -> str:

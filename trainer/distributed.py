@@ -1,10 +1,8 @@
 """Process-group set-up, teardown and the few collectives the trainer uses.
 
-Gradients are averaged by explicit bucketed all-reduces (``grad_sync.py``, overlapped with the last
-backward) rather than through DDP: DDP's ``find_unused_parameters=False`` silently mis-averaged
-ColBERT's gradients (the pooler never gets one), and ``True`` costs a graph traversal per step. The
-explicit reducer issues the same collectives on every rank by construction, and the
-gradient-equivalence test proves the result.
+Gradients are averaged by torch's DDP (``grad_sync.py``); this module holds the gather that gives
+contrastive losses their cross-rank negatives, and the small collectives for logging, the resume
+decision and the weight check.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
+from trainer.config import ConfigError
 from trainer.env import Layout
 
 __all__ = [
@@ -26,8 +25,10 @@ __all__ = [
     "process_group",
     "device_for",
     "all_gather_with_grad",
-    "mean_across",
-    "broadcast_parameters",
+    "world_size",
+    "barrier",
+    "check_same_shape",
+    "ShapeMismatch",
     "broadcast_object",
     "gather_objects",
     "mean_and_any",
@@ -89,27 +90,48 @@ def rank() -> int:
 
 
 class _GatherWithGrad(torch.autograd.Function):
-    """all_gather whose backward sums every rank's gradient for this rank's slice.
+    """all_gather whose backward gives this rank the sum over ranks of its slice's gradient.
 
-    ``torch.distributed.nn.all_gather`` does the same through all_to_all, but under gloo it
-    returned wrong gradients here when the incoming gradient was non-contiguous (einsum's backward
-    produces permuted strides). A contiguous all_reduce and a slice is simple and always right.
+    One code path for NCCL and gloo (torch >= 2.6's gloo has ``reduce_scatter_tensor``), so the CPU
+    tests run exactly what GPUs run. Out of place: the incoming gradient may be shared with another
+    consumer in the graph (an addition passes one tensor to both inputs), which must not see a sum.
+    ``torch.distributed.nn.all_gather`` goes through all_to_all, which gloo lacks, and returned
+    wrong gradients for non-contiguous inputs under gloo.
     """
 
     @staticmethod
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
-        ctx.rank, ctx.n = dist.get_rank(), t.shape[0]
-        return all_gather_no_grad(t)
+        check_same_shape(t, "all_gather_with_grad")
+        ctx.n = t.shape[0]
+        out = torch.empty((dist.get_world_size() * ctx.n, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        dist.all_gather_into_tensor(out, t.contiguous())
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.contiguous()
-        if dist.get_backend() == "nccl":  # each rank needs only its slice of the sum: a reduce-scatter
-            out = torch.empty((ctx.n, *grad.shape[1:]), dtype=grad.dtype, device=grad.device)
-            dist.reduce_scatter_tensor(out, grad)
-            return out
-        dist.all_reduce(grad)  # SUM (gloo has no reduce-scatter of tensors): every rank's loss terms
-        return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n]
+        out = torch.empty((ctx.n, *grad.shape[1:]), dtype=grad.dtype, device=grad.device)
+        dist.reduce_scatter_tensor(out, grad.contiguous())  # SUM: every rank's loss terms
+        return out
+
+
+class ShapeMismatch(ConfigError):
+    """Ranks hand a collective tensors of different shapes (a different config on some pod)."""
+
+
+def check_same_shape(t: torch.Tensor, what: str) -> None:
+    """Every rank raises the same one line when the ranks' shapes differ (instead of a hang or a crash
+    deep in the backend). One small all-gather of the shapes."""
+    dims = torch.full((8,), -1, dtype=torch.int64, device=t.device)
+    dims[: t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
+    every = torch.empty(dist.get_world_size() * 8, dtype=torch.int64, device=t.device)
+    dist.all_gather_into_tensor(every, dims)
+    shapes = [tuple(int(d) for d in row if d >= 0) for row in every.view(-1, 8).tolist()]
+    if len(set(shapes)) > 1:
+        listed = ", ".join(f"rank {r} {s}" for r, s in enumerate(shapes))
+        raise ShapeMismatch(
+            f"{what}: ranks hold tensors of different shapes ({listed}); every pod must run the same "
+            "config (model lengths, batch size)"
+        )
 
 
 def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
@@ -117,7 +139,7 @@ def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
 
     The backward sums each slice's gradient over ranks, so the gradient reaching this rank's ``t``
     already holds every rank's loss term. Losses therefore take a plain local mean (no
-    ``* world_size``, PyLate's error), and the gradient average (``grad_sync.py``) divides by W once.
+    ``* world_size``, PyLate's error), and the gradient average (DDP) divides by W once.
     """
     if not _active():
         return t
@@ -130,11 +152,6 @@ def all_gather_no_grad(t: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, t.contiguous())
     return torch.cat(parts, dim=0)
-
-
-def mean_across(value: float, device: torch.device) -> float:
-    """The mean of a per-rank scalar over all ranks (for logging the global-batch loss)."""
-    return mean_and_any(value, False, device)[0]
 
 
 def mean_and_any(value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
@@ -175,14 +192,6 @@ def gather_floats(value: float, device: torch.device) -> list[float]:
     t[dist.get_rank()] = value
     dist.all_reduce(t)
     return t.tolist()
-
-
-def broadcast_parameters(module: torch.nn.Module) -> None:
-    """Make every rank start from rank 0's weights (new projection layers are randomly initialised)."""
-    if not _active():
-        return
-    for t in list(module.parameters()) + list(module.buffers()):
-        dist.broadcast(t.data, src=0)
 
 
 def barrier() -> None:

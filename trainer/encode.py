@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainer.grad_sync import unwrap
+
 __all__ = ["Encoded", "encode", "encode_batch", "group_documents", "pad_tokens"]
 
 
@@ -35,12 +37,13 @@ def encode(model, features: dict[str, torch.Tensor], is_query: bool, length: int
     Documents drop padding and skiplist (punctuation) tokens from the mask; queries keep every
     token, expansion ([MASK]) tokens included, as PyLate does with query expansion.
     """
-    out = model(dict(features))
+    out = model(dict(features))  # through DDP's wrapper when training on several ranks
     emb = F.normalize(out["token_embeddings"], p=2, dim=-1)  # (n, tokens, dim)
     if is_query:
         mask = torch.ones(emb.shape[:2], dtype=torch.bool, device=emb.device)
     else:
-        skip = torch.isin(features["input_ids"], torch.tensor(model.skiplist, device=emb.device))
+        skiplist = torch.tensor(unwrap(model).skiplist, device=emb.device)
+        skip = torch.isin(features["input_ids"], skiplist)
         mask = features["attention_mask"].bool() & ~skip  # (n, tokens)
     return Encoded(pad_tokens(emb, length), pad_tokens(mask, length, value=False))
 

@@ -1,78 +1,53 @@
-"""Gradient averaging overlapped with backward: buckets of gradients are all-reduced asynchronously as
-soon as every gradient in the bucket is final, while backward goes on computing the rest.
+"""Gradient averaging across ranks: torch's ``DistributedDataParallel``, set up for ColBERT training.
 
-"Final" is known only during a step's last backward pass: the loop arms the reducer for it (the last
-micro-batch of a plain or distillation loss). GradCache backpropagates in several replays, so it is
-not armed there, and :meth:`finish` then reduces every bucket after backward, exactly as the flat
-all-reduce did. Buckets are fixed at start from the parameter order, hooks fire in autograd's order
-(the same graph on every rank), and buckets no hook completed are launched in index order, so every
-rank issues the same collectives in the same order. The result equals one flat all-reduce divided by
-the world size (the gradient-equivalence tests run through it).
+DDP gives what a hand-written reducer has to re-prove: buckets all-reduced in index order on every
+rank (a parameter used on some ranks and not others is still summed with the right partner),
+buckets rebuilt in the order gradients become ready (overlap with backward from the first layers
+backward reaches), globally unused parameters left at ``None`` (so AdamW does not decay what one
+process would leave alone) when ``distributed.find_unused_parameters`` is on, and ``no_sync()`` for
+micro-batches whose gradients only accumulate. Version 0.2's own reducer had none of these (issue 17).
+
+How the loop uses it:
+
+- every forward whose gradient must reach the weights goes through the wrapper (:func:`wrap`);
+- every backward but the step's last runs under :func:`deferred` (accumulation micro-batches,
+  GradCache's replays), so gradients accumulate locally and are all-reduced once;
+- ``broadcast_buffers`` is off: BERT's buffers (position and token-type ids) never change, and a
+  broadcast before every forward would be one collective per forward for nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
-import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["OverlappedReducer"]
+from trainer import distributed as D
 
-BUCKET_BYTES = 25 << 20  # DDP's default
+__all__ = ["wrap", "unwrap", "deferred"]
 
 
-class OverlappedReducer:
-    def __init__(self, params: list[torch.nn.Parameter], bucket_bytes: int = BUCKET_BYTES):
-        self.params = params
-        self.buckets: list[list[torch.nn.Parameter]] = []
-        current, size = [], 0
-        for p in reversed(params):  # backward produces the last layers' gradients first
-            current.append(p)
-            size += p.numel() * p.element_size()
-            if size >= bucket_bytes:
-                self.buckets.append(current)
-                current, size = [], 0
-        if current:
-            self.buckets.append(current)
-        self._bucket_of = {id(p): i for i, bucket in enumerate(self.buckets) for p in bucket}
-        self._armed = False
-        self._pending: list[int] = []
-        self._works: dict[int, tuple[torch.Tensor, object]] = {}
-        self._handles = [p.register_post_accumulate_grad_hook(self._ready) for p in params]
+def wrap(model: torch.nn.Module, device: torch.device, find_unused_parameters: bool = False) -> torch.nn.Module:
+    """``model`` under DDP when there is more than one rank (DDP also broadcasts rank 0's weights), else as is."""
+    if D.world_size() == 1:
+        return model
+    return DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        broadcast_buffers=False,
+        gradient_as_bucket_view=True,  # gradients live in the buckets: no copy in, no copy out
+        find_unused_parameters=find_unused_parameters,
+    )
 
-    def arm(self) -> None:
-        """The next backward is the step's last: launch each bucket as soon as it is complete."""
-        self._armed, self._works = True, {}
-        self._pending = [len(bucket) for bucket in self.buckets]
 
-    def _ready(self, p: torch.nn.Parameter) -> None:
-        if not self._armed:
-            return
-        i = self._bucket_of[id(p)]
-        self._pending[i] -= 1
-        if self._pending[i] == 0:
-            self._launch(i)
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The model itself (attributes such as ``skiplist`` live there, not on the DDP wrapper)."""
+    return module.module if isinstance(module, DistributedDataParallel) else module
 
-    def _launch(self, i: int) -> None:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.buckets[i]]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self._works[i] = (flat, dist.all_reduce(flat, async_op=True))
 
-    def finish(self) -> None:
-        """Reduce what is left, wait for every bucket, and write the averaged gradients back."""
-        for i in range(len(self.buckets)):
-            if i not in self._works:
-                self._launch(i)
-        world = dist.get_world_size()
-        for i, (flat, work) in sorted(self._works.items()):
-            work.wait()
-            flat /= world
-            offset = 0
-            for p in self.buckets[i]:
-                n = p.numel()
-                p.grad = flat[offset : offset + n].view_as(p).clone()
-                offset += n
-        self._armed, self._works = False, {}
-
-    def close(self) -> None:
-        for h in self._handles:
-            h.remove()
+def deferred(module: torch.nn.Module, defer: bool = True) -> contextlib.AbstractContextManager:
+    """Backward passes inside accumulate gradients without all-reducing them (``no_sync``)."""
+    if defer and isinstance(module, DistributedDataParallel):
+        return module.no_sync()
+    return contextlib.nullcontext()

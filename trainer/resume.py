@@ -7,6 +7,14 @@ in mismatched collectives. Here rank 0 alone reads the checkpoint directory, che
 against this job, and broadcasts the state; every rank restores the same step, weights, optimizer,
 scheduler, scaler and data position (batches are a pure function of (seed, step)), plus its own RNG
 streams. :func:`check_same_weights` then proves the ranks agree, after resume and at every checkpoint.
+
+RNG streams are what make a resumed run end byte for byte where an uninterrupted one does, with
+dropout on. Each rank saves the CPU stream, Python's, and the CUDA stream *of the device it trains
+on* (never every visible device: a job may come back with the same world size in another layout,
+2 nodes x 4 GPUs as 4 x 2, and each process then sees other devices). The loop sets them with
+:func:`set_rng` as the very last thing before the next step, after everything that could draw from
+them (the DataLoader draws its workers' base seed; it has its own generator now, but so would
+anything added later).
 """
 
 from __future__ import annotations
@@ -23,7 +31,17 @@ from trainer import distributed as D
 from trainer.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
 from trainer.errors import WeightsDiverged
 
-__all__ = ["CheckpointError", "WeightsDiverged", "capture", "restore", "load_for_job", "save", "check_same_weights"]
+__all__ = [
+    "CheckpointError",
+    "WeightsDiverged",
+    "capture",
+    "restore",
+    "rng_state",
+    "set_rng",
+    "load_for_job",
+    "save",
+    "check_same_weights",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +59,27 @@ _MUST_MATCH = (
 )
 
 
-def _rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random streams: CPU, Python, and the CUDA stream of its own training device."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def capture(step: int, model, optimizer, scheduler, scaler, cfg, metrics: dict, world_size: int) -> dict | None:
+def set_rng(state: dict[str, Any], device: torch.device) -> None:
+    """Set what :func:`rng_state` captured, the CUDA stream onto this process's device (whichever it is)."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if device.type == "cuda" and isinstance(state.get("cuda"), torch.Tensor):
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def capture(
+    step: int, model, optimizer, scheduler, scaler, cfg, metrics: dict, world_size: int, device: torch.device
+) -> dict | None:
     """The job's state at ``step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere)."""
-    all_rng = D.gather_objects(_rng_state())
+    all_rng = D.gather_objects(rng_state(device))
     if D.rank() != 0:
         return None
     return {
@@ -116,8 +145,9 @@ def load_for_job(ckpt_dir: Path, cfg, world_size: int) -> tuple[Path, dict] | No
     return answer
 
 
-def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, scaler) -> tuple[int, dict]:
-    """Load ``state`` into the training objects; returns (step, metrics) and frees the loaded copy."""
+def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, scaler) -> tuple[int, dict, dict]:
+    """Load ``state`` into the training objects; returns (step, metrics, this rank's RNG streams for
+    :func:`set_rng`) and frees the loaded copy."""
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -131,14 +161,10 @@ def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, sca
     if scaler.is_enabled() and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
     rng = state["rng"][rank]
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
     step, metrics = state["step"], dict(state.get("metrics", {}))
     state.clear()
     gc.collect()
-    return step, metrics
+    return step, metrics, rng
 
 
 def check_same_weights(model, where: str) -> None:

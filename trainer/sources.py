@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from filelock import FileLock
+
 from trainer.config import ConfigError
 
 __all__ = ["SourceError", "is_remote", "stage", "stage_config"]
@@ -180,12 +182,11 @@ def stage(url: str, cache_dir: str | Path) -> Path:
     """The local copy of ``url`` (a file, or a directory for a prefix), downloading it the first time."""
     from tqdm import tqdm
 
-    from trainer.data import locked
-
     key = hashlib.sha256(_shown(url).encode()).hexdigest()[:20]
     root = Path(cache_dir) / "sources" / key
     manifest = root / ".complete"
-    with locked(root.with_suffix(".lock")):
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(root.with_suffix(".lock")):
         store, prefix = _store(url)
         is_dir = prefix.endswith("/") or prefix == ""
         target = root / "files" if is_dir else root / Path(prefix).name

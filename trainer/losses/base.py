@@ -13,4 +13,6 @@ __all__ = ["LossOutput"]
 @dataclass
 class LossOutput:
     loss: torch.Tensor  # the local mean loss, with its graph: the loop calls backward on it
-    replay: Callable[[], None] | None = None  # GradCache: run after that backward, under the same autocast
+    # GradCache: run after that backward, under the same autocast; its argument makes a context in which
+    # a backward only accumulates gradients (DDP's no_sync), used for every replay but the last
+    replay: Callable[..., None] | None = None

@@ -11,6 +11,8 @@ which is B times larger), and it equals :class:`Contrastive`'s gradient exactly.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from trainer.encode import encode, group_documents
@@ -48,20 +50,26 @@ class CachedContrastive:
                 masks.append(enc.mask)
         return states, torch.cat(embs), torch.cat(masks)
 
-    def _replay(self, model, features, is_query: bool, length: int, states, grad: torch.Tensor) -> None:
+    def _replay(self, model, features, is_query: bool, length: int, states, grad, hold, last: bool) -> None:
         """Step 3: re-encode each mini-batch with a graph under its original RNG state (in a forked RNG,
-        so the stream continues as if each text had been encoded once) and push the cached gradient."""
+        so the stream continues as if each text had been encoded once) and push the cached gradient.
+
+        Every backward but the step's very last runs under ``hold()`` (DDP's ``no_sync``): the
+        gradients accumulate, and the last replay's backward all-reduces them once."""
         device = next(model.parameters()).device
         devices = [device] if device.type == "cuda" else []
+        chunks = _chunks(features, self.mini_batch_size)
         start = 0
-        for chunk, (cpu_state, cuda_state) in zip(_chunks(features, self.mini_batch_size), states):
-            with torch.random.fork_rng(devices=devices):
-                torch.set_rng_state(cpu_state)
-                if cuda_state is not None:
-                    torch.cuda.set_rng_state(cuda_state, device)
-                enc = encode(model, chunk, is_query, length)
-            n = enc.embeddings.shape[0]
-            (enc.embeddings * grad[start : start + n]).sum().backward()
+        for i, (chunk, (cpu_state, cuda_state)) in enumerate(zip(chunks, states)):
+            final = last and i == len(chunks) - 1
+            with hold() if not final else contextlib.nullcontext():
+                with torch.random.fork_rng(devices=devices):
+                    torch.set_rng_state(cpu_state)
+                    if cuda_state is not None:
+                        torch.cuda.set_rng_state(cuda_state, device)
+                    enc = encode(model, chunk, is_query, length)
+                n = enc.embeddings.shape[0]
+                (enc.embeddings * grad[start : start + n]).sum().backward()
             start += n
 
     def __call__(self, model, batch) -> LossOutput:
@@ -74,8 +82,8 @@ class CachedContrastive:
         docs, mask = group_documents(d_leaf, d_mask, batch.docs_per_query)  # (b, n_docs, d_tokens, dim)
         loss = contrastive_from_embeddings(q_leaf, docs, mask, self.temperature, self.gather)
 
-        def replay() -> None:
-            self._replay(model, batch.queries, True, batch.query_length, q_states, q_leaf.grad)
-            self._replay(model, batch.documents, False, batch.document_length, d_states, d_leaf.grad)
+        def replay(hold=contextlib.nullcontext) -> None:
+            self._replay(model, batch.queries, True, batch.query_length, q_states, q_leaf.grad, hold, False)
+            self._replay(model, batch.documents, False, batch.document_length, d_states, d_leaf.grad, hold, True)
 
         return LossOutput(loss, replay)

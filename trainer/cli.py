@@ -1,0 +1,115 @@
+"""``colbert-train --config FILE.yaml``: read the config, stage the data, start torchrun or train, and
+turn every known failure into one line and an exit code.
+
+The config is read before torch is imported, so a bad key costs a second, not a torch import and a
+process group. Staging (downloads, the Arrow copy of the rows) runs here, once per pod, before any
+process group exists: a long download cannot trip a collective's timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from trainer.config import ConfigError, TrainConfig, load_config
+from trainer.env import EnvError, Launch, resolve
+from trainer.errors import WeightsDiverged, peer_failure
+from trainer.preemption import EXIT_PREEMPTED, Preempted
+
+__all__ = ["main", "PROCESS_STARTED"]
+
+log = logging.getLogger("trainer")
+PROCESS_STARTED = time.time()  # imported first thing: time to first step counts from here
+EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment
+EXIT_PEER = 1  # a peer died or ranks diverged: the operator restarts the job from its checkpoint
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``colbert-train`` and ``python -m trainer``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="colbert-train", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the training YAML (see README)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
+    try:
+        cfg = stage(load_config(args.config))
+        import torch  # only now: a bad config never waits for torch
+
+        plan = resolve(os.environ, torch.cuda.device_count())
+        if isinstance(plan, Launch):
+            return launch_torchrun(plan, argv)
+        setup_logging(plan.rank)
+        from trainer.train import run  # torch, transformers, pylate: imported once the config is good
+
+        run(cfg, plan)
+        return 0
+    except (ConfigError, EnvError) as e:
+        return _fail(str(e), EXIT_CONFIG)
+    except Preempted as e:
+        print(f"colbert-train: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
+    except WeightsDiverged as e:
+        return _fail(str(e), EXIT_PEER)
+    except RuntimeError as e:
+        if (line := peer_failure(e)) is None:
+            raise
+        return _fail(line, EXIT_PEER)
+    except ModuleNotFoundError as e:
+        return _fail(f"{e.name} is not installed; install the trainer with pip install 'colbert-k8s[train]'", 2)
+    except KeyboardInterrupt:
+        print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
+        return 130
+
+
+def _fail(line: str, code: int) -> int:
+    print(f"colbert-train: error: {line}", file=sys.stderr)
+    return code
+
+
+def setup_logging(rank: int | str) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+        force=True,
+    )
+    for noisy in ("transformers", "sentence_transformers", "pylate", "httpx", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def stage(cfg: TrainConfig) -> TrainConfig:
+    """Fetch remote sources into the cache and convert the training rows to Arrow (once per pod);
+    torchrun's children then find everything in the cache."""
+    from trainer.data import load_rows  # pyarrow: not needed to report a bad config
+    from trainer.sources import stage_config
+    from trainer.tracking import check_sinks
+
+    check_sinks(cfg.tracking.report_to)
+    cfg = stage_config(cfg)
+    load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
+    return cfg
+
+
+def launch_torchrun(launch: Launch, argv: list[str]) -> int:
+    """Re-run this entry point under torch's own launcher (one child per process of this node).
+
+    In a container this process is PID 1, the one the kubelet sends SIGTERM to: it is passed on to
+    torchrun, which passes it to the trainers, so they checkpoint before the grace period ends."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", *launch.torchrun_args(), "-m", "trainer", *argv]
+    log.info("launch mode %s: %s", launch.mode, " ".join(cmd))
+    child = subprocess.Popen(cmd)
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

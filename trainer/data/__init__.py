@@ -1,0 +1,17 @@
+"""Training data: rows (one Arrow file per source, ``rows.py``) and batches (the (seed, step)
+schedule, ``batches.py``)."""
+
+from trainer.data.batches import Batch, StreamingData, TokenizedData, batches
+from trainer.data.rows import ROWS_PER_BATCH, DataError, Rows, load_rows, locked
+
+__all__ = [
+    "DataError",
+    "Rows",
+    "load_rows",
+    "locked",
+    "ROWS_PER_BATCH",
+    "Batch",
+    "StreamingData",
+    "TokenizedData",
+    "batches",
+]

