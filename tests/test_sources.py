@@ -145,7 +145,7 @@ def test_bad_data_is_one_line_and_not_cached(tmp_path, name, content, fname, mes
 
 def test_too_small_for_one_global_batch(tmp_path, tiny_model):
     from trainer.data import StreamingData
-    from trainer.train import build_model
+    from trainer.model import build_model
 
     data = write_triplets(tmp_path / "t.jsonl", 3)
     rows = load_rows(DataSource(path=str(data)), False, tmp_path / "cache")
@@ -164,7 +164,7 @@ def test_streaming_batches_equal_pretokenized_batches(tmp_path, tiny_model):
     import torch
 
     from trainer.data import StreamingData, TokenizedData, batches
-    from trainer.train import build_model
+    from trainer.model import build_model
 
     rows = load_rows(DataSource(path=str(write_triplets(tmp_path / "t.jsonl", 40))), False, tmp_path / "cache")
     model = build_model(_model_cfg(tiny_model), torch.device("cpu"))

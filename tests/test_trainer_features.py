@@ -4,6 +4,7 @@ schedules, gradient accumulation equal to the large batch, and no weight decay o
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,48 +30,44 @@ def _distill_rows(path: Path, n: int) -> Path:
     return path
 
 
-def _one_step_weights(tiny_model, data: Path, per_device: int, accumulation: int, tmp: Path) -> torch.Tensor:
-    """The weights after one SGD step (lr 1) through the trainer's own step: weights - gradient."""
-    from trainer.config import DataSource, DistillationLoss, ModelConfig
-    from trainer.data import StreamingData, batches, load_rows
-    from trainer.losses import build_loss
-    from trainer.train import Training, _optimizer_step, build_model
+def _step_gradient(model: Path, data: Path, per_device: int, accumulation: int, tmp: Path) -> torch.Tensor:
+    """One step's gradient through the trainer's own ``build`` and ``accumulate_gradients`` (1 process)."""
+    from trainer.config import TrainConfig
+    from trainer.data import batches
+    from trainer.env import Layout
+    from trainer.step import accumulate_gradients
+    from trainer.train import build
 
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(name_or_path=str(tiny_model), query_length=16, document_length=48), "cpu")
-    rows = load_rows(DataSource(path=str(data)), True, tmp / "cache")
-    stream = StreamingData(rows, model, per_device, accumulation, seed=5)  # 1 rank x A virtual ranks
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    loss_fn = build_loss(DistillationLoss(name="distillation"), gather=False)
-    t = Training(model, params, opt, sched, scaler, lambda: torch.autocast("cpu", enabled=False), stream, loss_fn, 1)
-
-    class Cfg:  # the two fields _optimizer_step reads
-        class training:
-            max_grad_norm = None
-
-    feed = batches(stream, 0, 1, 0, torch.device("cpu"), 0, 1, accumulation)
-    _optimizer_step(t, Cfg, feed, accumulation)
-    return torch.cat([p.detach().reshape(-1) for p in params])
+    cfg = TrainConfig.model_validate(
+        {
+            "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
+            "data": {"train": {"path": str(data)}, "cache_dir": str(tmp / "cache")},
+            "loss": {"name": "distillation"},
+            "training": {"per_device_batch_size": per_device, "gradient_accumulation_steps": accumulation,
+                         "max_steps": 1, "seed": 5},
+        }
+    )  # fmt: skip
+    t = build(cfg, Layout(), torch.device("cpu"))
+    accumulate_gradients(t, batches(t.data, 0, 1, 0, torch.device("cpu"), 0, 1, t.accumulation))
+    return torch.cat([p.grad.reshape(-1) for p in t.params])
 
 
-def test_accumulation_equals_the_large_batch(tmp_path, tiny_model):
+def test_accumulation_equals_the_large_batch(tmp_path, tiny_model_no_dropout):
     data = _distill_rows(tmp_path / "d.jsonl", 16)
-    big = _one_step_weights(tiny_model, data, 8, 1, tmp_path)
-    accumulated = _one_step_weights(tiny_model, data, 4, 2, tmp_path)
+    big = _step_gradient(tiny_model_no_dropout, data, 8, 1, tmp_path)
+    accumulated = _step_gradient(tiny_model_no_dropout, data, 4, 2, tmp_path)
     assert torch.allclose(big, accumulated, rtol=1e-5, atol=1e-7)
-    small = _one_step_weights(tiny_model, data, 4, 1, tmp_path)
+    small = _step_gradient(tiny_model_no_dropout, data, 4, 1, tmp_path)
     assert not torch.allclose(big, small, rtol=1e-5, atol=1e-7)  # the test can tell batches apart
 
 
 def test_no_weight_decay_on_biases_and_layernorm(tiny_model):
     from trainer.config import ModelConfig
-    from trainer.train import _decay_groups, build_model
+    from trainer.model import build_model
+    from trainer.train import decay_groups
 
     model = build_model(ModelConfig(name_or_path=str(tiny_model)), "cpu")
-    decay, no_decay = _decay_groups(model)
+    decay, no_decay = decay_groups(model)
     names = {id(p): n for n, p in model.named_parameters()}
     assert all(p.ndim >= 2 and "norm" not in names[id(p)].lower() for p in decay)
     assert any("LayerNorm.weight" in names[id(p)] for p in no_decay)
@@ -79,21 +76,32 @@ def test_no_weight_decay_on_biases_and_layernorm(tiny_model):
 
 
 @pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup"])
-def test_schedules_come_from_transformers(name):
-    from transformers import get_scheduler
+def test_schedules_come_from_transformers(name, tiny_model, tmp_path):
+    """The trainer's own ``build`` turns ``lr_scheduler`` and ``warmup_ratio`` into the schedule it steps."""
+    from trainer.config import TrainConfig
+    from trainer.env import Layout
+    from trainer.train import build
 
-    from trainer.config import parse_config
-
-    cfg = parse_config({"data": {"train": {"path": "x"}}, "training": {"lr_scheduler": name}})
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = get_scheduler(cfg.training.lr_scheduler, opt, 2, 10)
+    data = _distill_rows(tmp_path / "d.jsonl", 8)
+    cfg = TrainConfig.model_validate(
+        {
+            "model": {"name_or_path": str(tiny_model)},
+            "data": {"train": {"path": str(data)}, "cache_dir": str(tmp_path / "cache")},
+            "loss": {"name": "distillation"},
+            "training": {"lr_scheduler": name, "learning_rate": 0.5, "warmup_ratio": 0.2, "max_steps": 10,
+                         "per_device_batch_size": 4},
+        }
+    )  # fmt: skip
+    t = build(cfg, Layout(), torch.device("cpu"))
     lrs = []
     for _ in range(10):
-        lrs.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
-    assert lrs[0] < lrs[2] == pytest.approx(1.0)  # warm-up
-    assert (lrs[-1] == pytest.approx(1.0)) == (name == "constant_with_warmup")
+        lrs.append(t.scheduler.get_last_lr()[0])
+        t.optimizer.step()
+        t.scheduler.step()
+    assert lrs[0] == 0.0 and lrs[1] == pytest.approx(0.25) and lrs[2] == pytest.approx(0.5)  # 2 warm-up steps
+    assert (lrs[-1] == pytest.approx(0.5)) == (name == "constant_with_warmup")
+    after_warmup = {"linear": 0.5 * 6 / 8, "cosine": 0.25 * (1 + math.cos(math.pi / 4)), "constant_with_warmup": 0.5}
+    assert lrs[4] == pytest.approx(after_warmup[name])  # 2 steps into the decay (of 8)
 
 
 @pytest.mark.slow
@@ -154,33 +162,3 @@ def test_two_process_run_evaluates_every_n_steps_keeps_the_best_and_tracks(tmp_p
     assert (out / "index").is_dir() and index["size_mb"] > 0 and index["build_seconds"] > 0
     assert abs(index["recall@100"] - metrics["after"]["recall@100"]) <= 0.05
     assert "PLAID index of" in res.stderr
-
-
-def test_gradient_buckets_launch_during_backward(tmp_path):
-    """Armed for the last backward, every bucket's all-reduce starts from a gradient hook, before backward
-    returns (the overlap); unarmed (GradCache), finish() reduces them all afterwards. Same gradients."""
-    import torch.distributed as dist
-
-    from trainer.grad_sync import OverlappedReducer
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
-        params = list(model.parameters())
-        reducer = OverlappedReducer(params, bucket_bytes=512)
-        assert len(reducer.buckets) >= 4
-        x = torch.randn(8, 16)
-        for armed in (True, False):
-            model.zero_grad()
-            if armed:
-                reducer.arm()
-            model(x).pow(2).sum().backward()
-            launched_in_backward = len(reducer._works)
-            expected = [p.grad.clone() for p in params]
-            reducer.finish()
-            assert launched_in_backward == (len(reducer.buckets) if armed else 0)
-            assert all(torch.equal(p.grad, e) for p, e in zip(params, expected))
-        reducer.close()
-    finally:
-        dist.destroy_process_group()

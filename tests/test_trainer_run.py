@@ -200,9 +200,9 @@ def test_distillation_run(tmp_path, tiny_model):
 def test_training_imports_no_indexing_code(tiny_model):
     code = (
         "import sys, torch\n"
-        "from trainer import train, losses, evaluate, data, checkpoint\n"
+        "from trainer import train, losses, evaluate, data, checkpoint, model\n"
         "from trainer.config import ModelConfig\n"
-        f"train.build_model(ModelConfig(name_or_path={str(tiny_model)!r}), torch.device('cpu'))\n"
+        f"model.build_model(ModelConfig(name_or_path={str(tiny_model)!r}), torch.device('cpu'))\n"
         "print(sorted(m for m in sys.modules if m.startswith(('fast_plaid', 'pylate.indexes', 'pylate.retrieve'))))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

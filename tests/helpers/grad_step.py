@@ -1,6 +1,8 @@
-"""One optimizer step's gradient, computed with the trainer's own pieces; rank 0 saves it.
+"""One step's gradient through the trainer's own code: ``train.build`` (model under DDP, data, loss),
+``data.batches`` and ``step.accumulate_gradients``. Rank 0 saves the averaged gradient and the loss.
 
-Run as ``python grad_step.py ...`` (one process) or under ``torchrun --nproc_per_node=2``.
+Run as ``python grad_step.py MODEL DATA LOSS PER_DEVICE ACCUMULATION OUT`` (one process) or under
+``torchrun --nproc_per_node=2``.
 """
 
 import os
@@ -9,40 +11,35 @@ import sys
 import torch
 
 from trainer import distributed as D
-from trainer.config import CachedContrastiveLoss, ContrastiveLoss, DataSource, ModelConfig
-from trainer.data import TokenizedData, load_rows
+from trainer.config import TrainConfig
+from trainer.data import batches
 from trainer.env import resolve
-from trainer.grad_sync import OverlappedReducer
-from trainer.losses import build_loss
-from trainer.train import build_model
+from trainer.step import accumulate_gradients
+from trainer.train import build
 
-model_path, data_path, loss_name, per_device, out = sys.argv[1:6]
+model_path, data_path, loss_name, per_device, accumulation, out = sys.argv[1:7]
+loss = {"name": loss_name} if loss_name != "cached-contrastive" else {"name": loss_name, "mini_batch_size": 3}
+cfg = TrainConfig.model_validate(
+    {
+        "model": {"name_or_path": model_path, "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": data_path}, "cache_dir": os.path.join(os.path.dirname(out), "cache")},
+        "loss": loss,
+        "training": {
+            "per_device_batch_size": int(per_device),
+            "gradient_accumulation_steps": int(accumulation),
+            "max_steps": 1,
+            "seed": 7,
+            "gather_across_devices": True,
+        },
+    }
+)
 layout = resolve(os.environ, 0)
+device = torch.device("cpu")
 with D.process_group(layout, 60):
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(name_or_path=model_path, query_length=16, document_length=48), torch.device("cpu"))
-    D.broadcast_parameters(model)
-    rows = load_rows(DataSource(path=data_path), distillation=False)
-    data = TokenizedData(rows, model, int(per_device), layout.world_size, seed=7)
-    cfg = (
-        ContrastiveLoss()
-        if loss_name == "contrastive"
-        else CachedContrastiveLoss(name="cached-contrastive", mini_batch_size=3)
-    )
-    loss_fn = build_loss(cfg, gather=True)
-    params = [p for p in model.parameters() if p.requires_grad]
-    model.train()
-    reducer = OverlappedReducer(params, bucket_bytes=1 << 16) if layout.distributed else None  # many buckets
-    result = loss_fn(model, data.batch(0, layout.rank, torch.device("cpu")))
-    if reducer is not None and result.replay is None:
-        reducer.arm()  # as the training loop does for a step's last backward
-    result.loss.backward()
-    if result.replay is not None:
-        result.replay()
-    local = float(result.loss.detach())
-    if reducer is not None:
-        reducer.finish()
-    loss = D.mean_across(local, torch.device("cpu"))
+    t = build(cfg, layout, device)
+    feed = batches(t.data, 0, 1, layout.rank, device, 0, layout.world_size, t.accumulation)
+    local = accumulate_gradients(t, feed)
+    loss_mean, _ = D.mean_and_any(local, False, device)
     if layout.is_main:
-        flat = torch.cat([p.grad.reshape(-1) for p in params]).double()
-        torch.save({"grad": flat, "loss": loss}, out)
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in t.params]
+        torch.save({"grad": torch.cat([g.reshape(-1) for g in grads]).double(), "loss": loss_mean}, out)
