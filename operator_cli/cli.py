@@ -263,7 +263,9 @@ def _cluster(o: dict):
 )
 def render_cmd(output_dir: str | None, **o) -> None:
     """Print the manifests the job consists of (the same bytes as `submit --dry-run`)."""
-    objects = render(build_spec(o))
+    spec = build_spec(o)
+    objects = render(spec)
+    click.echo(f"scale: {_scale_line(spec)}", err=True)
     if not output_dir:
         click.echo(to_yaml(objects), nl=False)
         return

