@@ -40,13 +40,13 @@ def torchrun(nproc: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={free_port()}"]
 
 
-def run_colbert_train(workdir: Path, nproc: int, config: dict) -> dict:
+def run_colbert_train(workdir: Path, nproc: int, config: dict, extra_env: dict | None = None) -> dict:
     """Run `colbert-train` under torchrun; return metrics.json plus the wall time (start-up included)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "train.yaml").write_text(yaml.safe_dump({**config, "output_dir": str(workdir / "out")}))
     start = time.perf_counter()
     cmd = [*torchrun(nproc), "-m", "trainer", "--config", str(workdir / "train.yaml")]
-    res = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=workdir, env={**ENV, **(extra_env or {})}, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if res.returncode != 0:
         raise RuntimeError(f"colbert-train failed:\n{res.stderr[-3000:]}")

@@ -274,6 +274,7 @@ def _record_speed(t: TrainState, device, elapsed: float, losses: list[float]) ->
         train_seconds=round(elapsed, 2),
         samples_per_second=round(done * t.data.global_batch / elapsed, 2) if done else None,
         steady_samples_per_second=round(steady, 2) if steady else None,  # after the first 3 steps
+        peak_gpu_memory_mb=round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None,
     )
 
 
