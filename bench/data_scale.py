@@ -19,9 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/X.py` as well as `python -m bench.X`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import git_commit, minilm, run_colbert_train
 

@@ -80,6 +80,7 @@ def main() -> None:
     _check("ddp_bucketed_all_reduce", ddp_buckets, report)
     if rank == 0:
         out.write_text(json.dumps(report, indent=2) + "\n")
+    dist.barrier()  # leave together (see trainer.distributed.process_group)
     dist.destroy_process_group()
 
 

@@ -20,11 +20,15 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
+
+if __package__ in (None, ""):  # `python bench/X.py` as well as `python -m bench.X`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ENV, free_port, git_commit, minilm, quickstart_data
 

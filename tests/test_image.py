@@ -76,7 +76,7 @@ def test_entrypoint_trains_with_two_cpu_processes(tmp_path, tiny_model, unused_t
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "launch mode standalone" in res.stderr
-    assert "world_size=2" in res.stderr
+    assert "scale: world size 2 x per-device batch" in res.stderr
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["world_size"] == 2
 
 

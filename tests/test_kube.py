@@ -59,7 +59,7 @@ def test_submit_creates_exactly_the_dry_run_objects(api, config):
     res = submit(api, config)
     assert res.exit_code == 0, res.output
     assert "created PyTorchJob default/demo" in res.output and "colbert-k8s logs demo -f --all" in res.output
-    assert "2 node(s) x 8 GPU(s) = world size 16; per-device batch 32 -> global batch 512" in res.output
+    assert "2 node(s) x 8 GPU(s); world size 16 x per-device batch 32 x accumulation 1 = global batch 512" in res.output
     sent = {o["kind"]: o for o in api.objects("configmaps") + api.objects("pytorchjobs")}
     expected = {o["kind"]: o for o in yaml.safe_load_all(dry.output)}
     assert sent == expected

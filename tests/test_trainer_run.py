@@ -134,7 +134,7 @@ def test_two_process_training_end_to_end(tmp_path, tiny_model, unused_tcp_port):
     assert metrics["steps"] == 6 and metrics["world_size"] == 2 and metrics["global_batch"] == 8
     assert set(metrics["after"]) == {"ndcg@10", "mrr@10", "recall@100", "map@100"}
     assert "[rank 0]" in res.stderr and "[rank 1]" in res.stderr
-    assert "global_batch=8 in-batch negatives/query=15" in res.stderr
+    assert "= global batch 8; in-batch negatives per query 15 (gathered across ranks" in res.stderr
     eval_lines = [line for line in res.stderr.splitlines() if "eval after training" in line]
     assert len(eval_lines) == 1 and eval_lines[0].startswith("[rank 0]")  # evaluated once, not per rank
     model = models.ColBERT(str(tmp_path / "out" / "final-model"), device="cpu")

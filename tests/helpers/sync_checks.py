@@ -100,4 +100,5 @@ report["overlap"] = {"first_launch_after_hooks": launches[0], "hooks": len(param
 if rank == 0:
     with open(out, "w") as f:
         json.dump(report, f)
+dist.barrier()  # leave together: a rank tearing down while the store's host still works can abort
 dist.destroy_process_group()
