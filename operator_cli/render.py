@@ -1,9 +1,11 @@
 """Pure rendering: a :class:`JobSpec` in, Kubernetes objects (dicts) out.
 
 ``render(spec)`` is what ``render`` prints, what ``submit --dry-run`` prints and what ``submit``
-sends, byte for byte (TorchX's dry-run contract). Templates are Jinja files shipped in the package;
-every user value passes through the ``q`` filter (a JSON string literal, which YAML reads back
-verbatim), so no value can add keys, documents or template expressions.
+creates (TorchX's dry-run contract); after creating them, ``submit`` PATCHes one thing the dry run
+cannot know: an ownerReference from the ConfigMap to the job (the PVC is kept), which needs its uid.
+Templates are Jinja files shipped in the package; every user value passes through the ``q`` filter
+(a JSON string literal, which YAML reads back verbatim), so no value can add keys, documents or
+template expressions.
 """
 
 from __future__ import annotations

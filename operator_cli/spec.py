@@ -104,7 +104,7 @@ def generate_name(prefix: str = "colbert") -> str:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated training job. Field docs double as ``--help`` text."""
+    """A validated training job: every value a manifest needs, checked on construction."""
 
     name: str
     config_text: str

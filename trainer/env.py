@@ -1,7 +1,8 @@
 """Resolve the distributed layout from the environment, once, before any process group exists.
 
-The trainer is started in five ways, and each sets different variables
-(see ``shared/crds/PROVENANCE.md`` for the Training Operator's exact semantics):
+The trainer is started in six ways, and each sets different variables (the Training Operator v1.9's
+PyTorchJob controller sets ``MASTER_*``, ``WORLD_SIZE``, ``RANK`` and, for ``nprocPerNode`` > 1, the
+``PET_*`` torchrun variables; Kubeflow Trainer v2 sets ``PET_*`` only):
 
 ==========================  ===========================================  =====================
 how it was started          variables                                    what we do
