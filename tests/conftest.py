@@ -62,10 +62,15 @@ def write_triplets(path: Path, n: int) -> Path:
     return path
 
 
-@pytest.fixture
-def unused_tcp_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the tests' one helper for it)."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    return free_port()

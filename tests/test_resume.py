@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import make_tiny_bert, write_triplets
+from tests.conftest import free_port, make_tiny_bert, write_triplets
 from tests.pods import last_log, start_pods, wait_pods
 from trainer.config import job_scale, load_config
 
@@ -67,18 +67,10 @@ def _reference_run(setup, tmp_path_factory) -> str:
     tmp, model, data = setup
     pods = [tmp_path_factory.mktemp("ref") / f"pod-{r}" for r in range(2)]
     cfg = _config(tmp, model, data)
-    codes = wait_pods(start_pods(cfg, pods, _port()))
+    codes = wait_pods(start_pods(cfg, pods, free_port()))
     assert codes == [0, 0], last_log(pods[0])[-3000:]
     assert f"scale: {job_scale(load_config(str(cfg)), 2).line()}" in last_log(pods[0])
     return _digest(pods[0])
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_step(ws: Path, step: int, procs, timeout: float = 240) -> None:
@@ -120,7 +112,7 @@ def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig) -> None:
     tmp, model, data = setup
     cfg = _config(tmp, model, data)
     pods = [tmp_path / "master-0", tmp_path / "worker-0"]
-    procs = start_pods(cfg, pods, _port())
+    procs = start_pods(cfg, pods, free_port())
     _wait_for_step(pods[0], 7, procs)
     procs[1].send_signal(sig)  # the worker pod is killed, or evicted with a grace period
     codes = wait_pods(procs, timeout=120)
@@ -134,7 +126,7 @@ def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig) -> None:
         assert _steps(pods[0])[-1] == stopped >= 7
     saved = _steps(pods[0])[-1]
 
-    codes = wait_pods(start_pods(cfg, pods, _port()))  # the operator restarts both containers
+    codes = wait_pods(start_pods(cfg, pods, free_port()))  # the operator restarts both containers
     assert codes == [0, 0], last_log(pods[0])[-3000:] + last_log(pods[1])[-3000:]
     for ws in pods:
         log = last_log(ws)
@@ -148,7 +140,7 @@ def _checkpointed_job(setup, tmp_path, **over) -> tuple[Path, list[Path]]:
     tmp, model, data = setup
     cfg = _config(tmp, model, data, **over)
     pods = [tmp_path / "master-0", tmp_path / "worker-0"]
-    procs = start_pods(cfg, pods, _port())
+    procs = start_pods(cfg, pods, free_port())
     _wait_for_step(pods[0], 3, procs)
     procs[0].send_signal(signal.SIGTERM)
     assert wait_pods(procs, timeout=120) == [143, 143], last_log(pods[0])[-2000:]
@@ -172,11 +164,11 @@ def test_bad_checkpoints_are_one_line(setup, tmp_path):
     master = [pods[0]]
 
     # world size changed: 2 -> 1
-    assert wait_pods(start_pods(_config(tmp, model, data), master, _port())) == [2]
+    assert wait_pods(start_pods(_config(tmp, model, data), master, free_port())) == [2]
     _one_error(pods[0], "was written by a job of world size 2, this job has 1")
 
     # a config that changes what the state means
-    both = lambda cfg: wait_pods(start_pods(cfg, pods, _port()))  # noqa: E731
+    both = lambda cfg: wait_pods(start_pods(cfg, pods, free_port()))  # noqa: E731
     assert both(_config(tmp, model, data, training__seed=7)) == [2, 2]
     _one_error(pods[0], "training.seed=42, this config has 7")
 
@@ -203,7 +195,7 @@ def test_frozen_peer_is_noticed_by_the_heartbeat(setup, tmp_path):
     tmp, model, data = setup
     cfg = _config(tmp, model, data, training__max_steps=10_000, distributed__peer_timeout_seconds=5)
     pods = [tmp_path / "master-0", tmp_path / "worker-0"]
-    procs = start_pods(cfg, pods, _port())
+    procs = start_pods(cfg, pods, free_port())
     try:
         _wait_for_step(pods[0], 2, procs)
         procs[1].send_signal(signal.SIGSTOP)
@@ -247,7 +239,7 @@ def test_diverged_weights_stop_every_rank(tmp_path):
     from tests.conftest import ROOT
     from tests.pods import pod_env
 
-    port = _port()
+    port = free_port()
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", DIVERGE],

@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fail(line, EXIT_PEER)
     except ModuleNotFoundError as e:
-        return _fail(f"{e.name} is not installed; install the trainer with pip install 'colbert-k8s[train]'", 2)
+        return _fail(
+            f"{e.name} is not installed; install the trainer with pip install 'colbert-k8s[train]'", EXIT_CONFIG
+        )
     except KeyboardInterrupt:
         print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
         return 130

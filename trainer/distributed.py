@@ -103,9 +103,7 @@ class _GatherWithGrad(torch.autograd.Function):
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
         check_same_shape(t, "all_gather_with_grad")
         ctx.n = t.shape[0]
-        out = torch.empty((dist.get_world_size() * ctx.n, *t.shape[1:]), dtype=t.dtype, device=t.device)
-        dist.all_gather_into_tensor(out, t.contiguous())
-        return out
+        return all_gather_no_grad(t)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
