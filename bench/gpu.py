@@ -115,8 +115,8 @@ def throughput(work: Path, args, arch: dict, model: Path, data: Path, peak: floa
                 "step_ms": round(1000 * batch / steady, 1),
                 "samples_per_second": round(sps, 2),
                 "steady_samples_per_second": round(steady, 2),
-                "achieved_tflops": round(flops * steady / batch / 1e12, 3),
-                "mfu": round(flops * steady / batch / (peak * 1e12), 4) if peak else None,
+                "achieved_tflops": float(f"{flops * steady / batch / 1e12:.4g}"),  # 4 significant digits
+                "mfu": float(f"{flops * steady / batch / (peak * 1e12):.4g}") if peak else None,
                 "peak_gpu_memory_mb": m.get("peak_gpu_memory_mb"),
                 "wall_seconds": round(m["wall_seconds"], 1),
             }
