@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from trainer.config import ConfigError
+from trainer.errors import JobVerdict
 
 __all__ = [
     "CheckpointError",
@@ -36,7 +37,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class CheckpointError(ConfigError):
+class CheckpointError(ConfigError, JobVerdict):
     """A checkpoint that cannot be resumed by this job; reported as one line naming the fix."""
 
 

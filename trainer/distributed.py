@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from trainer.config import ConfigError
 from trainer.env import Layout
+from trainer.errors import JobVerdict
 
 __all__ = [
     "rank",
@@ -65,11 +66,16 @@ def process_group(layout: Layout, timeout_s: int) -> Iterator[None]:
         timeout=datetime.timedelta(seconds=timeout_s),
         **kwargs,
     )
+    # Leave together: a rank that tears down while rank 0 (the TCPStore host) still works can
+    # abort in its store thread at exit ("terminate called without an active exception", exit -6
+    # instead of the error's code). So on success, and on a verdict every rank reached at the same
+    # point, all ranks pass one barrier first. A rank-local failure (a dead peer) leaves at once.
     try:
         yield
-        # Leave together: a rank that tears down while rank 0 (the TCPStore host) still works can
-        # abort in its store thread at exit ("terminate called without an active exception").
         dist.barrier()
+    except JobVerdict:
+        dist.barrier()
+        raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -112,7 +118,7 @@ class _GatherWithGrad(torch.autograd.Function):
         return out
 
 
-class ShapeMismatch(ConfigError):
+class ShapeMismatch(ConfigError, JobVerdict):
     """Ranks hand a collective tensors of different shapes (a different config on some pod)."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["WeightsDiverged", "peer_failure"]
+__all__ = ["JobVerdict", "WeightsDiverged", "peer_failure"]
 
 # What gloo and NCCL raise (as plain RuntimeError, or torch's DistError) when a peer vanished.
 _PEER_GONE = re.compile(
@@ -14,7 +14,13 @@ _PEER_GONE = re.compile(
 )
 
 
-class WeightsDiverged(RuntimeError):
+class JobVerdict(Exception):
+    """Raised by every rank at the same point, after a collective decided it (a checkpoint refused
+    for the job, diverged weights, ranks of different shapes, a stop request). The ranks can then
+    leave the process group together, as on success (``distributed.process_group``)."""
+
+
+class WeightsDiverged(JobVerdict, RuntimeError):
     """Ranks hold different weights: continuing would average gradients of different models."""
 
 

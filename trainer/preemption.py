@@ -13,13 +13,15 @@ import logging
 import signal
 import threading
 
+from trainer.errors import JobVerdict
+
 __all__ = ["StopRequest", "Preempted", "EXIT_PREEMPTED"]
 
 log = logging.getLogger(__name__)
 EXIT_PREEMPTED = 128 + signal.SIGTERM
 
 
-class Preempted(Exception):
+class Preempted(JobVerdict):
     """Raised after the stop checkpoint is written; ``main`` turns it into exit code 143."""
 
     def __init__(self, step: int):
