@@ -233,7 +233,7 @@ def _default_namespace(o: dict) -> str:
 def cluster_options(fn):
     fn = click.option(
         "--request-timeout",
-        default=30.0,
+        default=C.REQUEST_TIMEOUT,
         show_default=True,
         type=click.FloatRange(min=1, max=600),
         help="Seconds to wait for each API request (a stalled server ends the command with one line).",
@@ -253,7 +253,9 @@ def _cluster(o: dict):
         from operator_cli.spec import shown
 
         raise CliError(f"--namespace must be a DNS-1123 label, got {shown(namespace)}")
-    return Cluster(connect(o.get("kubeconfig"), o.get("context"), o.get("request_timeout", 30.0)), namespace)
+    return Cluster(
+        connect(o.get("kubeconfig"), o.get("context"), o.get("request_timeout", C.REQUEST_TIMEOUT)), namespace
+    )
 
 
 @cli.command("render")

@@ -58,3 +58,5 @@ TRAINER_V2_INSTALL = (
     f'kubectl apply --server-side -k "{_TRAINER_V2}/manager?ref=v2.3.0" && '
     f'kubectl apply --server-side -k "{_TRAINER_V2}/runtimes?ref=v2.3.0"'
 )
+
+REQUEST_TIMEOUT = 30.0  # seconds for one API request, as kubectl's --request-timeout default

@@ -1,9 +1,24 @@
-"""An in-process Kubernetes API (kmock's emulator) over real HTTP, with a kubeconfig pointing at it."""
+"""An in-process Kubernetes API (kmock's emulator) over real HTTP, with a kubeconfig pointing at it.
+
+What a real API server does that kmock alone does not, and how this file closes the gap:
+
+* create answers 201 with the stored object, and the object gains ``metadata.uid``,
+  ``resourceVersion``, ``creationTimestamp`` and ``namespace``: :class:`_ApiServer` sets them, so
+  the ownerReference PATCH that follows a job's create runs under test;
+* every update bumps ``resourceVersion``;
+* cluster-scoped reads (namespaces, ClusterTrainingRuntimes) are routed by hand below.
+
+Not emulated: admission webhooks, CRD schema validation (the tests validate manifests against the
+Kubeflow SDK models instead), garbage collection by ownerReference, and the controllers.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import itertools
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +26,24 @@ import kmock
 import yaml
 
 PODS = kmock.resource("", "v1", "pods")
+
+
+class _ApiServer(kmock.KubernetesEmulator):
+    """kmock's emulator plus the fields an API server sets on every object it stores."""
+
+    _versions = itertools.count(1000)
+
+    async def _handle(self, request):
+        data = request.data if request.resource is not None and isinstance(request.data, dict) else None
+        if data is not None and request.action in (kmock.action.CREATE, kmock.action.UPDATE):
+            meta = data.setdefault("metadata", {})
+            meta["resourceVersion"] = str(next(self._versions))
+            if request.action == kmock.action.CREATE:
+                meta["uid"] = str(uuid.uuid4())
+                meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                if request.namespace:
+                    meta.setdefault("namespace", request.namespace)
+        return await super()._handle(request)
 
 
 class Emulator:
@@ -50,7 +83,7 @@ class Emulator:
         )
 
     async def _main(self) -> None:
-        async with kmock.KubernetesEmulator() as emu, kmock.Server(emu) as srv:
+        async with _ApiServer() as emu, kmock.Server(emu) as srv:
             self.emu, self.url, self.loop = emu, str(srv.url).rstrip("/"), asyncio.get_running_loop()
             if self.with_crd:
                 emu.resources["kubeflow.org/v1/pytorchjobs"] = kmock.ResourceInfo(kind="PyTorchJob", namespaced=True)

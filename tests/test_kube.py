@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import kmock
 import pytest
 from click.testing import CliRunner
@@ -60,9 +62,22 @@ def test_submit_creates_exactly_the_dry_run_objects(api, config):
     assert res.exit_code == 0, res.output
     assert "created PyTorchJob default/demo" in res.output and "colbert-k8s logs demo -f --all" in res.output
     assert "2 node(s) x 8 GPU(s); world size 16 x per-device batch 32 x accumulation 1 = global batch 512" in res.output
-    sent = {o["kind"]: o for o in api.objects("configmaps") + api.objects("pytorchjobs")}
+    stored = {o["kind"]: copy.deepcopy(o) for o in api.objects("configmaps") + api.objects("pytorchjobs")}
+    job_meta, cm_meta = stored["PyTorchJob"]["metadata"], stored["ConfigMap"]["metadata"]
+    # the ConfigMap is owned by the job (the API server's uid), so Kubernetes removes it with the job
+    assert cm_meta.pop("ownerReferences") == [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "name": "demo",
+            "uid": job_meta["uid"],
+            "blockOwnerDeletion": False,
+        }
+    ]
+    for meta in (job_meta, cm_meta):  # what the server set; everything else is what --dry-run printed
+        assert {meta.pop("uid"), meta.pop("resourceVersion"), meta.pop("creationTimestamp")} and meta["namespace"]
     expected = {o["kind"]: o for o in yaml.safe_load_all(dry.output)}
-    assert sent == expected
+    assert stored == expected
 
 
 def test_submit_409_suggests_another_name(api, config):

@@ -1,0 +1,68 @@
+"""The two job APIs this tool submits (PyTorchJob v1, TrainJob v2), and a job's state read alike for both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from operator_cli import constants as C
+
+__all__ = ["JobKind", "KINDS", "kind_of", "job_state"]
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One training-job API: where it lives and how its pods are found."""
+
+    api: str
+    group: str
+    version: str
+    plural: str
+    kind: str
+    crd: str
+    install: str
+    pod_selector: str  # label whose value is the job name on its pods
+
+    def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
+        spec = job.get("spec", {})
+        if self.api == "trainjob":
+            trainer = spec.get("trainer", {})
+            gpus = trainer.get("resourcesPerNode", {}).get("limits", {}).get("nvidia.com/gpu", 0)
+            return int(trainer.get("numNodes", 1) or 1), int(gpus or 0)
+        replicas = spec.get("pytorchReplicaSpecs", {})
+        containers = replicas.get("Master", {}).get("template", {}).get("spec", {}).get("containers", [{}])
+        gpus = containers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
+        return sum(r.get("replicas", 0) for r in replicas.values()), int(gpus or 0)
+
+
+KINDS = {
+    "pytorchjob": JobKind(
+        "pytorchjob", C.GROUP, C.VERSION, C.PLURAL, C.KIND, C.CRD_NAME, C.TRAINING_OPERATOR_INSTALL, C.OPERATOR_JOB_NAME
+    ),
+    "trainjob": JobKind(
+        "trainjob",
+        C.V2_GROUP,
+        C.V2_VERSION,
+        C.V2_PLURAL,
+        C.V2_KIND,
+        C.V2_CRD_NAME,
+        C.TRAINER_V2_INSTALL,
+        C.JOBSET_NAME_LABEL,
+    ),
+}
+
+
+def kind_of(job: dict[str, Any]) -> JobKind:
+    return KINDS["trainjob"] if job.get("kind") == C.V2_KIND else KINDS["pytorchjob"]
+
+
+def job_state(job: dict[str, Any]) -> str:
+    """The newest true condition: Created, Running, Restarting, Suspended, Succeeded or Failed.
+
+    A TrainJob's ``Complete`` is shown as ``Succeeded``, so both APIs read the same."""
+    conditions = [c for c in job.get("status", {}).get("conditions", []) or [] if c.get("status") == "True"]
+    types = [("Succeeded" if c.get("type") == "Complete" else c.get("type")) for c in conditions]
+    for final in ("Succeeded", "Failed"):
+        if final in types:
+            return final
+    return types[-1] if types else "Pending"

@@ -1,0 +1,191 @@
+"""The connection to the API server: kubeconfig, timeouts, retries, and errors as one line each.
+
+Every request has a timeout (``--request-timeout``, 30 s, like kubectl's). Reads are retried by
+urllib3's ``Retry`` (see :func:`read_retries`). :func:`call` turns an API or connection error into
+a :class:`CliError` naming the verb, kind, namespace/name, HTTP status and reason, plus the action
+that fixes it. An answer that is not the API's JSON (an HTML login page, a proxy's error) is one
+line. Server URLs are shown without credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from operator_cli.constants import REQUEST_TIMEOUT
+from operator_cli.errors import CliError
+
+__all__ = ["connect", "call", "default_namespace", "read_retries", "redact"]
+
+T = TypeVar("T")
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
+
+
+def redact(text: str) -> str:
+    """Remove ``user:password@`` from every URL in ``text``."""
+    return _URL_USERINFO.sub(r"\1", text)
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """--kubeconfig, else $KUBECONFIG (several files joined by ':' as kubectl merges them), else ~/.kube/config."""
+    if kubeconfig:
+        return kubeconfig
+    files = [f for f in os.environ.get("KUBECONFIG", "").split(os.pathsep) if f and Path(f).is_file()]
+    if files:
+        return os.pathsep.join(files)
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+def default_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the context's, else the pod's service account's, else default."""
+    path = _kubeconfig_path(kubeconfig)
+    if path and (kubeconfig is None or Path(kubeconfig).is_file()):
+        try:
+            from kubernetes import config
+
+            contexts, current = config.list_kube_config_contexts(config_file=path)
+            chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+            ns = ((chosen or {}).get("context") or {}).get("namespace")
+            if ns:
+                return str(ns)
+        except Exception:  # a broken kubeconfig is reported by connect(), with the file named
+            pass
+    elif SERVICE_ACCOUNT_NAMESPACE.is_file():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    return "default"
+
+
+def _timed_client(configuration, timeout: float):
+    from kubernetes import client
+
+    class TimedApiClient(client.ApiClient):
+        def call_api(self, *args, **kwargs):
+            if kwargs.get("_request_timeout") is None:
+                kwargs["_request_timeout"] = (min(timeout, 10.0), timeout)
+            return super().call_api(*args, **kwargs)
+
+    api = TimedApiClient(configuration)
+    api.request_timeout = timeout
+    return api
+
+
+def read_retries():
+    """urllib3's own retries: reads (GET) 3 times on 429 and 5xx, waiting 0, 1, 2 s (or Retry-After).
+
+    A write (POST, PATCH, DELETE) is never sent twice. A refused connection is retried for every
+    verb, since the request never left. A server that stalls, or drops the connection after the
+    request was sent, is not asked again: urllib3 counts both as a read, and reads get no retry."""
+    from urllib3.util.retry import Retry
+
+    return Retry(
+        total=3,
+        connect=3,
+        read=0,
+        status=3,
+        other=0,
+        redirect=0,
+        allowed_methods=frozenset({"GET"}),
+        status_forcelist=(429, 500, 502, 503, 504),
+        backoff_factor=0.5,
+        raise_on_status=False,  # the last answer goes to the client, which raises ApiException with its body
+    )
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None, timeout: float = REQUEST_TIMEOUT):
+    """An ``ApiClient`` from --kubeconfig, $KUBECONFIG, ~/.kube/config, or the pod's service account."""
+    import yaml
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = _kubeconfig_path(kubeconfig) or str(Path.home() / ".kube" / "config")
+    configuration = client.Configuration()
+    try:
+        if os.pathsep in path or Path(path).is_file():
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        elif kubeconfig:
+            raise CliError(f"kubeconfig not found: {kubeconfig}", hint="pass an existing file to --kubeconfig")
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            raise CliError(
+                "no kubeconfig found (looked at $KUBECONFIG and ~/.kube/config) and not running in a pod",
+                hint="pass --kubeconfig FILE, or use `colbert-k8s render` / `colbert-k8s local` without a cluster",
+            )
+    except (ConfigException, ValueError, TypeError, OSError, yaml.YAMLError, AttributeError, KeyError) as e:
+        first = redact(str(e).splitlines()[0] if str(e) else type(e).__name__)[:200]
+        raise CliError(f"cannot use kubeconfig {path}: {first}", hint="check --context and the file") from None
+    configuration.retries = read_retries()
+    return _timed_client(configuration, timeout)
+
+
+def call(
+    fn: Callable[[], T], verb: str, kind: str, namespace: str | None, name: str | None, host: str, timeout: float
+) -> T:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError, MaxRetryError, ReadTimeoutError
+
+    host = redact(host)
+    target = f"{kind} {namespace}/{name}" if name else f"{kind} in namespace {namespace}" if namespace else kind
+    try:
+        result = fn()
+    except ApiException as e:
+        reason = _reason(e)
+        status = e.status
+        if status in (401, 403):
+            hint = (
+                "your credentials expired; log in to the cluster again"
+                if status == 401
+                else f"ask for RBAC permission; check with `kubectl auth can-i {verb} {kind.lower()}s -n {namespace}`"
+            )
+            raise CliError(f"cannot {verb} {target}: {status} {reason}", hint=hint, status=status) from e
+        if status == 404:
+            raise CliError(f"{target} not found ({verb}: 404 {reason})", exit_code=1, status=404) from e
+        if status == 429 or (status and status >= 500):
+            raise CliError(f"{verb} {target} failed: {status} {reason}", status=status) from e
+        if status == 409:
+            raise CliError(
+                f"{target} already exists (409)",
+                hint="pick another --name, or remove the old job with `colbert-k8s delete NAME`",
+                status=409,
+            ) from e
+        if status == 422:
+            raise CliError(f"the API server rejected {target} as invalid (422): {reason}", status=422) from e
+        raise CliError(f"{verb} {target} failed: {status} {reason}", status=status) from e
+    except HTTPError as e:
+        inner = e.reason if isinstance(e, MaxRetryError) and isinstance(e.reason, Exception) else e
+        if isinstance(inner, ReadTimeoutError):
+            raise CliError(
+                f"{host} accepted the connection but did not answer {verb} {target} within {timeout:g}s",
+                hint="the API server may be overloaded; retry, or raise --request-timeout",
+            ) from inner
+        raise CliError(
+            f"cannot reach the cluster at {host} ({type(inner).__name__})",
+            hint="check --context, your VPN, and `kubectl cluster-info`",
+        ) from inner
+    except (ValueError, TypeError, AttributeError) as e:  # a body that is not the API's JSON
+        raise CliError(
+            f"the server at {host} did not answer {verb} {target} like a Kubernetes API server",
+            hint="check that the kubeconfig's server: is the API server (not a dashboard or a login page)",
+        ) from e
+    if "logs" not in verb and not isinstance(result, (dict, type(None))) and not hasattr(result, "to_dict"):
+        raise CliError(
+            f"the server at {host} did not answer {verb} {target} like a Kubernetes API server (got text)",
+            hint="check that the kubeconfig's server: is the API server (not a dashboard or a login page)",
+        )
+    return result
+
+
+def _reason(e) -> str:
+    import json
+
+    try:
+        body = json.loads(e.body or "{}")
+        message = body.get("message") or e.reason
+    except ValueError:
+        message = e.reason
+    return redact(str(message).splitlines()[0][:300]) if message else "no reason given"
