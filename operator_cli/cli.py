@@ -19,7 +19,6 @@ import click
 
 from operator_cli import constants as C
 from operator_cli import rules
-from operator_cli.constants import DEFAULT_IMAGE
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_env, parse_toleration, read_config
@@ -86,6 +85,9 @@ def cli() -> None:
     """Train ColBERT retrievers with PyLate on Kubernetes (Kubeflow PyTorchJob)."""
 
 
+D = JobSpec.defaults()  # the options' defaults are JobSpec's: one place states them
+
+
 def job_options(fn):
     """The options shared by render, submit and local: everything that shapes the job."""
     options = [
@@ -98,19 +100,21 @@ def job_options(fn):
         ),
         click.option("--name", help="Job name (DNS-1035). Default: colbert-<random>."),
         click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'."),
-        click.option("--nodes", default=1, show_default=True, type=int, help="Pods: 1 Master + (nodes-1) Workers."),
+        click.option(
+            "--nodes", default=D["nodes"], show_default=True, type=int, help="Pods: 1 Master + (nodes-1) Workers."
+        ),
         click.option(
             "--gpus-per-node",
-            default=1,
+            default=D["gpus_per_node"],
             show_default=True,
             type=int,
             help="GPUs and processes per pod; 0 = CPU job, 1 process per pod.",
         ),
-        click.option("--image", default=DEFAULT_IMAGE, show_default=True),
+        click.option("--image", default=D["image"], show_default=True),
         click.option("--cpu", help="CPU request and limit per pod, e.g. 8."),
         click.option("--memory", help="Memory request and limit per pod, e.g. 64Gi."),
         click.option(
-            "--shm-size", default="8Gi", show_default=True, help="Memory-backed /dev/shm size; 0 disables it."
+            "--shm-size", default=D["shm_size"], show_default=True, help="Memory-backed /dev/shm size; 0 disables it."
         ),
         click.option("--pvc", help="Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model)."),
         click.option("--pvc-size", help="Create a PVC of this size for /workspace instead."),
@@ -123,7 +127,7 @@ def job_options(fn):
         ),
         click.option(
             "--termination-grace-period",
-            default=C.TERMINATION_GRACE_SECONDS,
+            default=D["termination_grace"],
             show_default=True,
             type=int,
             help="Seconds from SIGTERM (eviction, preemption) to SIGKILL; the trainer checkpoints in them.",
@@ -138,17 +142,23 @@ def job_options(fn):
         click.option(
             "--secret-env", multiple=True, metavar="VAR=SECRET/KEY", help="Variable from a Secret key (secretKeyRef)."
         ),
-        click.option("--backoff-limit", default=3, show_default=True, type=int, help="Restarts before the job fails."),
+        click.option(
+            "--backoff-limit",
+            default=D["backoff_limit"],
+            show_default=True,
+            type=int,
+            help="Restarts before the job fails.",
+        ),
         click.option(
             "--active-deadline",
-            default=7 * 24 * 3600,
+            default=D["active_deadline"],
             show_default=True,
             type=int,
             help="Seconds before a running job is stopped; 0 = never.",
         ),
         click.option(
             "--ttl-after-finished",
-            default=24 * 3600,
+            default=D["ttl_after_finished"],
             show_default=True,
             type=int,
             help="Seconds a finished job is kept.",
@@ -157,14 +167,14 @@ def job_options(fn):
         click.option(
             "--api",
             type=click.Choice(["pytorchjob", "trainjob", "auto"]),
-            default="pytorchjob",
+            default=D["api"],
             show_default=True,
             help="PyTorchJob (Training Operator v1) or TrainJob (Kubeflow Trainer v2); "
             "auto (submit only): what the cluster serves, v2 if both.",
         ),
         click.option(
             "--runtime",
-            default=C.V2_DEFAULT_RUNTIME,
+            default=D["runtime"],
             show_default=True,
             help="The ClusterTrainingRuntime a TrainJob uses (--api trainjob).",
         ),

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import secrets
 import string
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from operator_cli import rules
 from operator_cli.constants import APIS, DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS, V2_DEFAULT_RUNTIME
@@ -255,6 +256,11 @@ class JobSpec:
                 raise CliError(
                     f"{flag} value for {key} must be a label value (<= 63 of [A-Za-z0-9-_.]), got {shown(value)}"
                 )
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default, for the CLI's options (which show them in --help)."""
+        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
     @property
     def train_config(self):

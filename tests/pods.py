@@ -13,25 +13,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+from operator_cli import constants as C
+from operator_cli.podplan import PodPlan
 from tests.conftest import ROOT
 
 
 def pod_env(rank: int, world: int, port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k not in ("RANK", "WORLD_SIZE")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        PET_NNODES=str(world),
-        PET_NPROC_PER_NODE="1",
-        PET_NODE_RANK=str(rank),
-        PET_MASTER_ADDR="127.0.0.1",
-        PET_MASTER_PORT=str(port),
+    """The Training Operator's variables for pod ``rank`` of ``world`` one-process pods: the
+    production :meth:`PodPlan.launcher_env`, on loopback."""
+    plan = PodPlan(
+        kind=C.KIND,
+        name="test",
+        hosts=[f"test-pod-{i}" for i in range(world)],
+        replica_names=[f"pod-{i}" for i in range(world)],
+        pod_spec={},
+        container={},
+        restart_policy="OnFailure",
+        backoff_limit=0,
+        nproc="1",
     )
-    return env
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k not in ("RANK", "WORLD_SIZE")}
+    return {**env, "PYTHONPATH": str(ROOT), **plan.launcher_env(rank, "127.0.0.1", port)}
 
 
 def start_pods(config: Path, workspaces: list[Path], port: int) -> list[subprocess.Popen]:

@@ -124,3 +124,13 @@ def test_trainer_without_torch_is_one_line(tmp_path):
     code = BLOCK_TRAINER + f"from trainer.cli import main\nraise SystemExit(main(['--config', {str(cfg)!r}]))\n"
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and "torch is not installed" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_text_lines_joins_chunks_split_anywhere():
+    """A line cut across chunks (even inside a UTF-8 character) comes out whole; \\r ends a line only when asked."""
+    from operator_cli.lines import text_lines
+
+    data = "step 1 ✓\nbar 10%\rbar 20%\nlast".encode()
+    chunks = [data[i : i + 3] for i in range(0, len(data), 3)]
+    assert list(text_lines(chunks)) == ["step 1 ✓", "bar 10%\rbar 20%", "last"]
+    assert list(text_lines(chunks, carriage_return_ends_line=True)) == ["step 1 ✓", "bar 10%", "bar 20%", "last"]

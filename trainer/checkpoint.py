@@ -31,7 +31,6 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "list_checkpoints",
-    "replace_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,12 +103,3 @@ def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
             "restore a good copy, or start over with checkpoint.resume: false or a new output_dir"
         )
     return None
-
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Move a finished directory into place; an existing one is kept aside until the move succeeded."""
-    old = final.with_name(f".old-{final.name}-{os.getpid()}")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
+    "METRICS",
     "ConfigError",
     "TrainConfig",
     "load_config",
@@ -34,6 +35,10 @@ __all__ = [
     "Scale",
     "job_scale",
 ]
+
+# The retrieval metrics evaluation reports, by key, with the name tables print (trec_eval's definitions).
+METRICS = {"ndcg@10": "nDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100", "map@100": "MAP@100"}
+MetricName = Literal["ndcg@10", "mrr@10", "recall@100", "map@100"]
 
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a page of YAML; a megabyte is already suspicious
 MAX_DEPTH = 24
@@ -163,7 +168,7 @@ class EvalConfig(_Strict):
     every_steps: int | None = Field(
         None, ge=1, description="Also evaluate every N steps; the best model by `metric` is kept as best-model."
     )
-    metric: Literal["ndcg@10", "mrr@10", "recall@100", "map@100"] = "ndcg@10"
+    metric: MetricName = "ndcg@10"
     batch_size: int = Field(32, ge=1)
 
 

@@ -19,7 +19,7 @@ import torch
 from pylate.scores import colbert_scores
 
 from trainer import distributed as D
-from trainer.config import ConfigError
+from trainer.config import METRICS, ConfigError
 from trainer.encode import encode
 
 DOC_CHUNK = 512  # documents encoded and scored at once
@@ -73,7 +73,7 @@ def retrieval_metrics(run: dict[str, dict[str, float]], qrels: dict[str, dict[st
     of ``qrels``: the gain is the relevance level itself (``ndcg_cut``, linear, as in BEIR's tables),
     a document is relevant at level >= 1, ties in score are broken by document id as trec_eval does,
     and a query missing from ``run`` scores 0."""
-    totals = {"ndcg@10": 0.0, "mrr@10": 0.0, "recall@100": 0.0, "map@100": 0.0}
+    totals = dict.fromkeys(METRICS, 0.0)
     for qid, judged in qrels.items():
         ranked = trec_order(run.get(qid, {}))[:100]
         relevant = {d for d, r in judged.items() if r >= 1}

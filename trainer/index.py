@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from trainer.config import METRICS
+
 __all__ = ["build_and_evaluate"]
 
 log = logging.getLogger(__name__)
@@ -27,7 +29,7 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
     """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
     from pylate import indexes, models
 
-    from trainer.checkpoint import replace_dir
+    from trainer.atomic import replace_dir
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
 
     corpus = cfg.index.corpus or cfg.data.eval_beir
@@ -59,6 +61,6 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
         result["documents"],
         build_seconds,
         result["size_mb"],
-        " ".join(f"{k}={result[k]:.4f}" for k in ("ndcg@10", "mrr@10", "recall@100", "map@100")),
+        " ".join(f"{k}={result[k]:.4f}" for k in METRICS),
     )
     return result

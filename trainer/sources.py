@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from filelock import FileLock
 
+from trainer.atomic import write_text
 from trainer.config import ConfigError
 
 __all__ = ["SourceError", "is_remote", "stage", "stage_config"]
@@ -204,9 +205,7 @@ def stage(url: str, cache_dir: str | Path) -> Path:
                     continue
                 _download(store, obj, dest, url, bar)
         files = {o.path: o.size for o in objects}
-        tmp = manifest.with_name(".complete.tmp")
-        tmp.write_text(json.dumps({"url": _shown(url), "files": files}))
-        os.replace(tmp, manifest)
+        write_text(manifest, json.dumps({"url": _shown(url), "files": files}))
         log.info("staged %s (%d object(s), %.1f MiB) in %s", _shown(url), len(objects), total / 2**20, root)
     return target
 

@@ -24,7 +24,7 @@ from transformers import get_scheduler
 
 from trainer import distributed as D
 from trainer import grad_sync, resume
-from trainer.checkpoint import replace_dir
+from trainer.atomic import replace_dir, write_text
 from trainer.cli import PROCESS_STARTED
 from trainer.config import TrainConfig, job_scale
 from trainer.data import StreamingData, TokenizedData, batches, load_rows
@@ -62,7 +62,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
         from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
 
         t.metrics["index"] = build_and_evaluate(t.metrics["model_dir"], cfg)
-        _write_json(Path(cfg.output_dir) / "metrics.json", t.metrics)
+        write_text(Path(cfg.output_dir) / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
     return t.metrics
 
 
@@ -287,7 +287,7 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
     if layout.is_main:
         out_dir = Path(cfg.output_dir)
         t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
-        _write_json(out_dir / "metrics.json", t.metrics)
+        write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
         log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
     D.barrier()
 
@@ -299,12 +299,6 @@ def _save_model(model, out_dir: Path, name: str) -> Path:
     model.save(str(tmp))
     replace_dir(tmp, out_dir / name)
     return out_dir / name
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _peak_rss_mb(children: bool = False) -> float:

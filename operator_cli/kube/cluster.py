@@ -14,6 +14,7 @@ from operator_cli.errors import CliError
 from operator_cli.kube.kinds import KINDS, JobKind, kind_of
 from operator_cli.kube.pods import PodInfo, pod_rank, pod_reason
 from operator_cli.kube.transport import call
+from operator_cli.lines import text_lines
 
 __all__ = ["Cluster"]
 
@@ -364,11 +365,4 @@ class Cluster:
             "Pod",
             pod,
         )
-        buf = b""
-        for chunk in resp.stream(4096):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                yield line.decode("utf-8", "replace")
-        if buf:
-            yield buf.decode("utf-8", "replace")
+        yield from text_lines(resp.stream(4096))

@@ -1,0 +1,156 @@
+"""The kubelet's part: run the replicas, restart them together within ``backoffLimit``, pass SIGTERM on, sum up."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from operator_cli import constants as C
+from operator_cli.local.processes import start, stop, wait_any_failure
+from operator_cli.local.replicas import Replica, plan_replicas, unsupported
+from operator_cli.local.workspaces import announce_storage
+from operator_cli.podplan import plan_pods
+from operator_cli.spec import parse_training_config
+from trainer.config import METRICS
+
+__all__ = ["run_local"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds: float) -> None:
+    out = workdir / parse_training_config(config_text).output_dir
+    metrics_path = out / "metrics.json"
+    if not metrics_path.is_file():
+        click.echo(f"job {name} succeeded in {seconds:.0f}s with {restarts} restart(s); no metrics.json in {out}")
+        return
+    m = json.loads(metrics_path.read_text())
+    line = f"job {name} succeeded: {m.get('steps')} steps, {seconds:.0f}s wall, {restarts} restart(s)"
+    if m.get("final_loss") is not None:
+        line += f", final loss {m['final_loss']:.4f}"
+    click.echo(line)
+    if "after" in m:
+        before = m.get("before", {})
+        click.echo(_metrics_line(m["after"], before) + "  (exact MaxSim)")
+    if "index" in m:
+        ix = m["index"]
+        click.echo(
+            _metrics_line(ix) + f"  (PLAID index: {ix['documents']} documents, built in "
+            f"{ix['build_seconds']:.1f}s, {ix['size_mb']:.1f} MiB)"
+        )
+    click.echo(f"model: {m.get('model_dir')}")
+
+
+def _metrics_line(after: dict[str, float], before: dict[str, float] | None = None) -> str:
+    """``nDCG@10 0.5790 -> 0.6990   MRR@10 ...``: every metric, with its value before training if known."""
+    before = before or {}
+    return "   ".join(
+        f"{label} {f'{before[key]:.4f} -> ' if key in before else ''}{after[key]:.4f}"
+        for key, label in METRICS.items()
+        if key in after
+    )
+
+
+def _gpus_here() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU "))
+
+
+def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False) -> int:
+    """Run the job; returns the job's exit status (0 succeeded, 1 failed)."""
+    plan = plan_pods(objects)
+    name = plan.name
+    cm = next(o for o in objects if o["kind"] == "ConfigMap")
+    backoff, restart_policy = plan.backoff_limit, plan.restart_policy
+    click.echo(f"local: not honoured here: {'; '.join(unsupported(plan, _gpus_here()))}", err=True)
+
+    workdir = workdir.resolve()
+    grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
+    master_ws = announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
+    config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
+    for fname, text in cm["data"].items():
+        (config_dir / fname).write_text(text)
+    network = None
+    if isolate_network:
+        from operator_cli.netns import Network
+
+        network = Network.create(plan.hosts, domain=name if plan.v2 else None)
+        click.echo(
+            "local: replicas isolated in network namespaces: "
+            + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
+            err=True,
+        )
+    started = time.time()
+    restarts = 0
+    replicas: list[Replica] = []
+    previous_term = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        while True:
+            master, port = plan.master(network is not None, _free_port())  # the launcher's name, per namespace
+            replicas = plan_replicas(objects, workdir, config_dir, master, port)
+            if network:
+                for r in replicas:  # bind gloo/NCCL to the veth, as to a pod's eth0
+                    r.env.update(GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
+            wrap = (lambda r: network.wrap(r.host, r.command)) if network else (lambda r: r.command)
+            threads = start(replicas, wrap)
+            failed = wait_any_failure(replicas)
+            if failed is None:
+                for t in threads:
+                    t.join(timeout=5)
+                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
+                return 0
+            stop(replicas, grace)
+            for t in threads:
+                t.join(timeout=5)
+            code = failed.proc.returncode
+            why = f"signal {-code}" if code < 0 else f"exit code {code}"
+            if restart_policy == "Never" or restarts >= backoff:
+                click.echo(
+                    f"error: job {name} failed: replica {failed.replica} ended with {why} and "
+                    f"backoffLimit {backoff} is used up ({restarts} restart(s)); see its log lines above",
+                    err=True,
+                )
+                return 1
+            restarts += 1
+            click.echo(
+                f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
+                f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint",
+                err=True,
+            )
+    except _Terminated:
+        click.echo(
+            f"local: SIGTERM: passed to the replicas, which checkpoint within {grace:.0f}s "
+            "(terminationGracePeriodSeconds); run the same command again to resume",
+            err=True,
+        )
+        stop(replicas, grace)
+        return 128 + signal.SIGTERM
+    finally:  # Ctrl-C or any error: no replica outlives the command, no namespace or temp dir is left
+        signal.signal(signal.SIGTERM, previous_term)
+        stop(replicas, grace)
+        shutil.rmtree(config_dir, ignore_errors=True)
+        if network:
+            network.destroy()
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _terminated(_signum, _frame) -> None:
+    raise _Terminated
