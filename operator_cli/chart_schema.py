@@ -48,14 +48,8 @@ def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def build() -> dict[str, Any]:
-    train = json_schema()
+    train = json_schema(ref_template="#/$defs/train.{model}")  # pydantic writes the prefixed $refs itself
     defs = {f"train.{k}": v for k, v in train.pop("$defs", {}).items()}
-    train_text = json.dumps(train)
-    for name in list(defs):
-        short = name.removeprefix("train.")
-        train_text = train_text.replace(f'"#/$defs/{short}"', f'"#/$defs/{name}"')
-        for other in defs:
-            defs[other] = json.loads(json.dumps(defs[other]).replace(f'"#/$defs/{short}"', f'"#/$defs/{name}"'))
     defs.update(
         {
             "quantity": _str("quantity"),
@@ -88,7 +82,7 @@ def build() -> dict[str, Any]:
                 required=["repository"],
             ),
             "imagePullSecrets": {"type": "array", "items": _str("dns1123")},
-            "config": {**json.loads(train_text), "description": "The training config (trainer.config.TrainConfig)."},
+            "config": {**train, "description": "The training config (trainer.config.TrainConfig)."},
             "resources": _obj(
                 {"cpu": {"$ref": "#/$defs/optionalQuantity"}, "memory": {"$ref": "#/$defs/optionalQuantity"}}
             ),

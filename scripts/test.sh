@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh train,test
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check operator_cli trainer tests bench
+.venv/bin/python -m operator_cli.chart_schema --check  # the chart's values.schema.json matches the config schema
 set +e
 .venv/bin/python -m pytest -q "$@"
 code=$?

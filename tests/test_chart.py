@@ -4,6 +4,7 @@ object-for-object equivalence with `colbert-k8s render`."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 
@@ -54,12 +55,21 @@ def test_values_schema_is_generated_from_the_trainer_schema():
     assert res.returncode == 0, res.stderr
 
 
-def test_schema_drift_would_be_caught(tmp_path, monkeypatch):
-    """The check really compares: a changed trainer schema makes it fail."""
+def test_schema_drift_would_be_caught(tmp_path, monkeypatch, capsys):
+    """``--check`` really compares: a values.schema.json that lacks one config key (as when someone
+    adds a key to TrainConfig and forgets to regenerate) makes it exit 1 with the command to run."""
     from operator_cli import chart_schema
 
-    monkeypatch.setattr(chart_schema, "json_schema", lambda: {"type": "object", "properties": {}})
-    assert chart_schema.render_text() != (CHART / "values.schema.json").read_text()
+    stale = json.loads((CHART / "values.schema.json").read_text())
+    del stale["$defs"]["train.TrainingConfig"]["properties"]["max_steps"]
+    (tmp_path / "values.schema.json").write_text(json.dumps(stale, indent=2) + "\n")
+    monkeypatch.setattr(chart_schema, "CHART", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["chart_schema", "--check"])
+    with pytest.raises(SystemExit) as e:
+        chart_schema.main()
+    assert e.value.code == 1 and "is out of date: run python -m operator_cli.chart_schema" in capsys.readouterr().err
+    (tmp_path / "values.schema.json").write_text((CHART / "values.schema.json").read_text())
+    chart_schema.main()  # the real file, copied: the same check passes
 
 
 OPTION_SETS = {
@@ -310,3 +320,28 @@ def test_bad_release_name_fails_with_a_clear_message():
     with pytest.raises(helm_python.HelmError) as e:
         helm_render({}, name="x" * 60, namespace="default")
     assert "would exceed 63 characters" in str(e.value) or "too long" in str(e.value)
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_release_name_length_follows_the_cli_for_both_apis(api):
+    """11 nodes, a 54-character name: the longest PyTorchJob pod (-worker-9) fits in 63 characters,
+    JobSet's (-node-0-10) does not. The chart and the CLI draw the line in the same place."""
+    from operator_cli.errors import CliError
+    from operator_cli.spec import JobSpec
+
+    name = "a" * 54
+    values = {"api": api, "nodes": 11, "gpusPerNode": 0, "persistence": {"podLocal": True}}
+    try:
+        JobSpec(
+            name=name, config_text=yaml.safe_dump(CONFIG), nodes=11, gpus_per_node=0, api=api, pod_local_storage=True
+        )
+        cli_refuses = False
+    except CliError as e:
+        cli_refuses, cli_message = True, str(e)
+    if cli_refuses:
+        with pytest.raises(helm_python.HelmError) as e:
+            helm_render(values, name=name)
+        assert "would exceed 63 characters" in str(e.value) and "would exceed 63 characters" in cli_message
+    else:
+        assert helm_render(values, name=name)
+    assert cli_refuses == (api == "trainjob")

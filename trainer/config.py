@@ -389,6 +389,7 @@ def load_config(path: str | Path) -> TrainConfig:
     return parse_config(load_yaml(read_config_text(path), str(path)), str(path))
 
 
-def json_schema() -> dict[str, Any]:
-    """The JSON schema of :class:`TrainConfig`, embedded in the chart's values.schema.json."""
-    return TrainConfig.model_json_schema()
+def json_schema(ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
+    """The JSON schema of :class:`TrainConfig`, embedded in the chart's values.schema.json
+    (which passes a ``ref_template`` that keeps its definitions apart from the chart's own)."""
+    return TrainConfig.model_json_schema(ref_template=ref_template)

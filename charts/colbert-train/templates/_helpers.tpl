@@ -1,6 +1,7 @@
 {{/*
 The job name: the release name, which must be a DNS-1035 label short enough for
-"<name>-worker-<i>" to fit in 63 characters (the same rule as `colbert-k8s --name`).
+its longest pod name to fit in 63 characters: "<name>-worker-<i>" for a PyTorchJob, JobSet's
+"<name>-node-0-<i>" for a TrainJob (the same rule as `colbert-k8s --name`, JobSpec.pod_names).
 */}}
 {{- define "colbert-train.name" -}}
 {{- $name := .Release.Name -}}
@@ -8,6 +9,9 @@ The job name: the release name, which must be a DNS-1035 label short enough for
 {{- fail (printf "release name %q must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)" $name) -}}
 {{- end -}}
 {{- $longest := ternary (printf "%s-worker-%d" $name (sub (int .Values.nodes) 2)) (printf "%s-master-0" $name) (gt (int .Values.nodes) 1) -}}
+{{- if eq (.Values.api | default "pytorchjob") "trainjob" -}}
+{{- $longest = printf "%s-node-0-%d" $name (sub (int .Values.nodes) 1) -}}
+{{- end -}}
 {{- if gt (len $longest) 63 -}}
 {{- fail (printf "release name %q is too long: pod name %q would exceed 63 characters" $name $longest) -}}
 {{- end -}}
