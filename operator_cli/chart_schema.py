@@ -17,6 +17,8 @@ from operator_cli.constants import APIS
 from operator_cli.spec import NCCL_PRESETS
 from trainer.config import json_schema
 
+__all__ = ["build", "main", "render_text"]
+
 CHART = Path(__file__).resolve().parents[1] / "charts" / "colbert-train"
 P = rules.PATTERNS
 DNS1123 = P["dns1123"]

@@ -23,7 +23,7 @@ from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_env, parse_toleration, read_config
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "job_options", "build_spec", "cluster_options"]
 
 
 class _Command(click.Command):

@@ -21,6 +21,7 @@ __all__ = [
     "RESERVED_ENV",
     "RESERVED_ENV_PREFIXES",
     "CONTROL_CHARS",
+    "reserved_env_pattern",
 ]
 
 PATTERNS: dict[str, str] = {

@@ -18,7 +18,17 @@ from operator_cli import rules
 from operator_cli.constants import APIS, DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS, V2_DEFAULT_RUNTIME
 from operator_cli.errors import CliError
 
-__all__ = ["JobSpec", "SecretRef", "parse_pairs", "parse_toleration", "parse_secret_env", "generate_name"]
+__all__ = [
+    "JobSpec",
+    "SecretRef",
+    "parse_pairs",
+    "parse_toleration",
+    "parse_secret_env",
+    "generate_name",
+    "shown",
+    "read_config",
+    "parse_training_config",
+]
 
 EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 NCCL_PRESETS: dict[str, dict[str, str]] = {

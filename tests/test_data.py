@@ -41,8 +41,9 @@ def _write(fmt: str, path):
 )
 def test_every_format_with_column_mapping(fmt, name, tmp_path):
     rows = load_rows(DataSource(path=str(_write(fmt, tmp_path / name)), columns=COLUMNS), distillation=False)
-    assert rows.queries == [r["q"] for r in ROWS]
-    assert rows.documents == [[r["pos"], r["hard"]] for r in ROWS]
+    queries, documents, scores = rows.all()
+    assert queries == [r["q"] for r in ROWS] and scores is None
+    assert documents == [[r["pos"], r["hard"]] for r in ROWS]
 
 
 def test_limit_and_unsupported_format(tmp_path):

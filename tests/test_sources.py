@@ -171,7 +171,7 @@ def test_streaming_batches_equal_pretokenized_batches(tmp_path, tiny_model):
     eager, lazy = TokenizedData(rows, model, 4, 2, 3), StreamingData(rows, model, 4, 2, 3)
     fed = list(batches(lazy, 0, 6, 1, torch.device("cpu"), workers=1))
     for step in range(6):
-        a, b = eager.batch(step, 1, torch.device("cpu")), fed[step]
+        a, b = eager.host_batch(step, 1), fed[step]
         for k in a.queries:
             assert torch.equal(a.queries[k], b.queries[k])
         for k in a.documents:

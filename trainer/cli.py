@@ -21,7 +21,7 @@ from trainer.env import EnvError, Launch, resolve
 from trainer.errors import WeightsDiverged, peer_failure
 from trainer.preemption import EXIT_PREEMPTED, Preempted
 
-__all__ = ["main", "PROCESS_STARTED"]
+__all__ = ["main", "PROCESS_STARTED", "setup_logging", "stage", "launch_torchrun"]
 
 log = logging.getLogger("trainer")
 PROCESS_STARTED = time.time()  # imported first thing: time to first step counts from here

@@ -34,6 +34,19 @@ __all__ = [
     "load_yaml",
     "Scale",
     "job_scale",
+    "ModelConfig",
+    "Columns",
+    "DataSource",
+    "DataConfig",
+    "ContrastiveLoss",
+    "CachedContrastiveLoss",
+    "DistillationLoss",
+    "TrainingConfig",
+    "CheckpointConfig",
+    "EvalConfig",
+    "IndexConfig",
+    "TrackingConfig",
+    "DistributedConfig",
 ]
 
 # The retrieval metrics evaluation reports, by key, with the name tables print (trec_eval's definitions).

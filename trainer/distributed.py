@@ -33,6 +33,7 @@ __all__ = [
     "broadcast_object",
     "gather_objects",
     "mean_and_any",
+    "all_gather_no_grad",
 ]
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from trainer.encode import encode
 DOC_CHUNK = 512  # documents encoded and scored at once
 TOP_K = 100
 
-__all__ = ["BeirSplit", "load_beir", "evaluate", "retrieval_metrics"]
+__all__ = ["BeirSplit", "load_beir", "evaluate", "retrieval_metrics", "trec_order"]
 
 
 @dataclass

@@ -19,7 +19,7 @@ import random
 import warnings
 from pathlib import Path
 
-__all__ = ["collect", "build"]
+__all__ = ["collect", "build", "main"]
 
 TRAIN_MODULES = """
     argparse array ast asyncio base64 bisect bz2 calendar cmd codecs collections concurrent.futures

@@ -41,6 +41,7 @@ __all__ = [
     "load_for_job",
     "save",
     "check_same_weights",
+    "check_compatible",
 ]
 
 log = logging.getLogger(__name__)

@@ -101,9 +101,6 @@ class _Schedule:
     def host_batch(self, step: int, rank: int) -> Batch:
         raise NotImplementedError
 
-    def batch(self, step: int, rank: int, device: torch.device) -> Batch:
-        return self.host_batch(step, rank).to(device)
-
 
 class StreamingData(_Schedule):
     """Tokenises only this rank's rows of a step, when the step's batch is built."""

@@ -74,14 +74,6 @@ class Rows:
         scores = table.column("scores").to_pylist() if self.has_scores else None
         return table.column("query").to_pylist(), table.column("documents").to_pylist(), scores
 
-    @property
-    def queries(self) -> list[str]:
-        return self.all()[0]
-
-    @property
-    def documents(self) -> list[list[str]]:
-        return self.all()[1]
-
 
 def _schema(distillation: bool) -> pa.Schema:
     fields = [pa.field("query", pa.string()), pa.field("documents", pa.list_(pa.string()))]
