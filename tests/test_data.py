@@ -76,4 +76,4 @@ def test_rows_are_found_whatever_chunks_the_reader_hands_out(tmp_path):
     queries, documents, _ = loaded.take(idx)
     assert queries == [f"q{i}" for i in idx]
     assert documents == [[f"p{i}", f"n{i}"] for i in idx]
-    assert loaded.queries == [r["query"] for r in rows]
+    assert loaded.all()[0] == [r["query"] for r in rows]
