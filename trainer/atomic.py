@@ -7,20 +7,32 @@ file, whatever kills the writer. Checkpoints add fsyncs on top of this (``checkp
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["replace_dir", "write_text"]
+__all__ = ["replace_dir", "replacing", "write_text"]
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary sibling of ``path`` to write; renamed to ``path`` if the block ends normally, removed
+    if not. The name is unique across pods that share a volume and may run the same PID."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary sibling and one rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with replacing(path) as tmp:
         tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def replace_dir(tmp: Path, final: Path) -> None:

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(plan, Launch):
             return launch_torchrun(plan, argv)
         setup_logging(plan.rank)
-        from trainer.train import run  # torch, transformers, pylate: imported once the config is good
+        from trainer.rounds import run  # torch, transformers, pylate: imported once the config is good
 
         run(cfg, plan)
         return 0
@@ -94,7 +94,8 @@ def stage(cfg: TrainConfig) -> TrainConfig:
 
     check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)
-    load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
+    source = cfg.data.train.pairs() if cfg.mine else cfg.data.train  # mining needs (query, positive) only
+    load_rows(source, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
     return cfg
 
 

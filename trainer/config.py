@@ -47,6 +47,7 @@ __all__ = [
     "IndexConfig",
     "TrackingConfig",
     "DistributedConfig",
+    "MineConfig",
 ]
 
 # The retrieval metrics evaluation reports, by key, with the name tables print (trec_eval's definitions).
@@ -105,6 +106,10 @@ class DataSource(_Strict):
     split: str | None = Field(None, description="Hub datasets: the split to train on (default train).")
     columns: Columns = Field(default_factory=Columns)
     limit: int | None = Field(None, ge=1, description="Use only the first N rows.")
+
+    def pairs(self) -> DataSource:
+        """This source read as (query, positive) pairs: its negative columns ignored (mining's input)."""
+        return self.model_copy(update={"columns": self.columns.model_copy(update={"negatives": []})})
 
 
 class DataConfig(_Strict):
@@ -216,6 +221,62 @@ class DistributedConfig(_Strict):
     )
 
 
+class MineConfig(_Strict):
+    """Hard negatives mined before training: retrieve the top-k of a corpus for every query, drop the
+    positives and likely false negatives, sample ``negatives`` from a rank range (``trainer/mine.py``)."""
+
+    corpus: str | None = Field(
+        None,
+        description="The documents to mine from: a .jsonl with a `text` (and optional `title`) per line, or a "
+        "BEIR directory (its corpus.jsonl). Default: every distinct positive of data.train.",
+    )
+    retriever: Literal["model", "bm25"] = Field(
+        "model",
+        description="First round: exact MaxSim with model.name_or_path, sharded over all ranks, or BM25 (bm25s). "
+        "Later rounds always mine with the model trained in the round before.",
+    )
+    top_k: int = Field(100, ge=1, le=1000, description="Documents retrieved per query.")
+    rank_range: tuple[int, int] = Field(
+        (3, 30),
+        description="Sample negatives from these ranks (1-based, inclusive), counted after the query's "
+        "positives are removed: the first few are often unlabelled positives.",
+    )
+    max_score_ratio: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="Skip a candidate scoring above this fraction of the positive's score (a likely false "
+        "negative), as sentence-transformers' mine_hard_negatives does with its relative margin.",
+    )
+    negatives: int = Field(3, ge=1, le=64, description="Negatives per (query, positive) row.")
+    rounds: int = Field(
+        1,
+        ge=1,
+        le=10,
+        description="Mine then train, N times: each round after the first mines with the model the round "
+        "before trained, then trains model.name_or_path again on the new negatives.",
+    )
+    batch_size: int = Field(64, ge=1, description="Texts per forward pass while encoding.")
+    query_chunk: int = Field(2048, ge=1, description="Queries per resumable part of the mined rows.")
+
+    @model_validator(mode="after")
+    def _check(self) -> MineConfig:
+        low, high = self.rank_range
+        if not 1 <= low <= high:
+            raise ValueError(f"mine.rank_range must be [low, high] with 1 <= low <= high, got [{low}, {high}]")
+        if high > self.top_k:
+            raise ValueError(
+                f"mine.rank_range ends at rank {high} but mine.top_k retrieves only {self.top_k} documents; "
+                f"raise mine.top_k to at least {high} or lower the range"
+            )
+        if high - low + 1 < self.negatives:
+            raise ValueError(
+                f"mine.rank_range [{low}, {high}] holds {high - low + 1} ranks, fewer than mine.negatives "
+                f"({self.negatives}); widen the range or ask for fewer negatives"
+            )
+        return self
+
+
 class TrainConfig(_Strict):
     """The whole training job, as written in ``train.yaml``."""
 
@@ -230,6 +291,9 @@ class TrainConfig(_Strict):
     index: IndexConfig | None = Field(
         None, description="Build a PLAID index with the trained model at the end and evaluate through it."
     )
+    mine: MineConfig | None = Field(
+        None, description="Mine hard negatives for data.train's (query, positive) pairs before training."
+    )
     output_dir: str = Field("output", min_length=1, description="Checkpoints, final model, metrics.json.")
 
     @model_validator(mode="after")
@@ -242,6 +306,8 @@ class TrainConfig(_Strict):
             raise ValueError("evaluation.every_steps needs data.eval_beir")
         if self.index is not None and not (self.index.corpus or self.data.eval_beir):
             raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
+        if self.mine is not None and self.loss.name == "distillation":
+            raise ValueError("mine writes (query, positive, negatives) rows for a contrastive loss, not distillation")
         return self
 
 
@@ -288,7 +354,7 @@ def job_scale(cfg: TrainConfig, world_size: int) -> Scale:
         world_size=world_size,
         per_device=t.per_device_batch_size,
         accumulation=t.gradient_accumulation_steps,
-        docs_per_query=1 + len(cfg.data.train.columns.negatives),
+        docs_per_query=1 + (cfg.mine.negatives if cfg.mine else len(cfg.data.train.columns.negatives)),
         gather=gather,
         loss=cfg.loss.name,
     )

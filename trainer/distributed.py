@@ -49,8 +49,11 @@ def device_for(layout: Layout) -> torch.device:
 
 @contextlib.contextmanager
 def process_group(layout: Layout, timeout_s: int) -> Iterator[None]:
-    """NCCL on GPUs, gloo on CPU; the group is destroyed on every exit path."""
-    if not layout.distributed:
+    """NCCL on GPUs, gloo on CPU; the group is destroyed on every exit path.
+
+    Inside a group that already exists (a job of several rounds, ``trainer/rounds.py``), this is a
+    no-op: the outer owner leaves and destroys it."""
+    if not layout.distributed or dist.is_initialized():
         yield
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"

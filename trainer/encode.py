@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from trainer.grad_sync import unwrap
 
-__all__ = ["Encoded", "encode", "encode_batch", "group_documents", "pad_tokens"]
+__all__ = ["Encoded", "embed_texts", "encode", "encode_batch", "group_documents", "pad_tokens"]
 
 
 class Encoded:
@@ -59,3 +59,18 @@ def encode_batch(model, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     q = encode(model, batch.queries, is_query=True, length=batch.query_length)
     d = encode(model, batch.documents, is_query=False, length=batch.document_length)
     return (q.embeddings, *group_documents(d.embeddings, d.mask, batch.docs_per_query))
+
+
+@torch.no_grad()
+def embed_texts(
+    model, texts: list[str], is_query: bool, batch_size: int, length: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings ``(n, length, dim)`` (float32) and masks of ``texts``, ``batch_size`` at a time, without
+    a graph: evaluation and mining."""
+    embs, masks = [], []
+    for i in range(0, len(texts), batch_size):
+        feats = {k: v.to(device) for k, v in model.tokenize(texts[i : i + batch_size], is_query=is_query).items()}
+        enc = encode(model, feats, is_query, length)
+        embs.append(enc.embeddings.float())
+        masks.append(enc.mask)
+    return torch.cat(embs), torch.cat(masks)

@@ -20,7 +20,7 @@ from pylate.scores import colbert_scores
 
 from trainer import distributed as D
 from trainer.config import METRICS, ConfigError
-from trainer.encode import encode
+from trainer.encode import embed_texts
 
 DOC_CHUNK = 512  # documents encoded and scored at once
 TOP_K = 100
@@ -94,30 +94,17 @@ def retrieval_metrics(run: dict[str, dict[str, float]], qrels: dict[str, dict[st
 
 
 @torch.no_grad()
-def _embed(
-    model, texts: list[str], is_query: bool, batch_size: int, length: int, device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    embs, masks = [], []
-    for i in range(0, len(texts), batch_size):
-        feats = {k: v.to(device) for k, v in model.tokenize(texts[i : i + batch_size], is_query=is_query).items()}
-        enc = encode(model, feats, is_query, length)
-        embs.append(enc.embeddings.float())
-        masks.append(enc.mask)
-    return torch.cat(embs), torch.cat(masks)
-
-
-@torch.no_grad()
 def _local_top(model, split: BeirSplit, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's shard of the corpus against every query: (values, corpus indices) of the top 100."""
     rank, world = D.rank(), D.world_size()
     n = len(split.corpus)
     lo, hi = n * rank // world, n * (rank + 1) // world
-    q_emb, _ = _embed(model, split.queries, True, batch_size, model.query_length, device)
+    q_emb, _ = embed_texts(model, split.queries, True, batch_size, model.query_length, device)
     best_v = torch.full((len(q_emb), 0), float("-inf"), device=device)
     best_i = torch.zeros((len(q_emb), 0), dtype=torch.long, device=device)
     for start in range(lo, hi, DOC_CHUNK):
         stop = min(hi, start + DOC_CHUNK)
-        d_emb, d_mask = _embed(model, split.corpus[start:stop], False, batch_size, model.document_length, device)
+        d_emb, d_mask = embed_texts(model, split.corpus[start:stop], False, batch_size, model.document_length, device)
         scores = torch.cat(
             [colbert_scores(q_emb[i : i + 64], d_emb, documents_mask=d_mask.float()) for i in range(0, len(q_emb), 64)]
         )

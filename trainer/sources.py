@@ -231,4 +231,8 @@ def stage_config(cfg):
         model = cfg.model.model_copy(update={"name_or_path": str(staged)})
     elif cfg.model.name_or_path.startswith("hf://"):
         model = cfg.model.model_copy(update={"name_or_path": cfg.model.name_or_path.removeprefix("hf://")})
-    return cfg.model_copy(update={"data": data, "model": model})
+    mine = cfg.mine
+    if mine and mine.corpus and is_remote(mine.corpus):  # a .jsonl object, or a BEIR prefix
+        url = mine.corpus if mine.corpus.endswith(".jsonl") else _as_prefix(mine.corpus)
+        mine = mine.model_copy(update={"corpus": str(stage(url, cache))})
+    return cfg.model_copy(update={"data": data, "model": model, "mine": mine})

@@ -168,7 +168,14 @@ class _RowChecker:
         where, cols = f"{self.source} row {n}", self.cols
         query = _text(row, cols.query, where)
         if not self.distillation:
-            return query, [_text(row, cols.positive, where)] + [_text(row, c, where) for c in cols.negatives], None
+            documents = [_text(row, cols.positive, where)]
+            for col in cols.negatives:  # a column holds one negative, or a list of them (mined rows)
+                value = row.get(col)
+                many = value if isinstance(value, list) else [value]
+                documents += [_text({col: v}, col, f"{where} ({col}[{i}])" if many is value else where)
+                              for i, v in enumerate(many)]  # fmt: skip
+            self._same_width(len(documents), where)
+            return query, documents, None
         docs, sc = row.get(cols.documents), row.get(cols.scores)
         if not isinstance(docs, list) or not docs or not all(isinstance(d, str) and d.strip() for d in docs):
             raise DataError(f"{where}: column '{cols.documents}' must be a non-empty list of texts")
@@ -176,10 +183,14 @@ class _RowChecker:
             raise DataError(f"{where}: column '{cols.scores}' must list one score per document ({len(docs)})")
         if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in sc):
             raise DataError(f"{where}: column '{cols.scores}' must hold numbers")
-        self.width = self.width or len(docs)
-        if len(docs) != self.width:
-            raise DataError(f"{where}: {len(docs)} documents, but row 1 has {self.width}; use a fixed count")
+        self._same_width(len(docs), where)
         return query, list(docs), [float(s) for s in sc]
+
+    def _same_width(self, count: int, where: str) -> None:
+        """Every row scores the same number of documents (one tensor shape per batch)."""
+        self.width = self.width or count
+        if count != self.width:
+            raise DataError(f"{where}: {count} documents, but row 1 has {self.width}; use a fixed count")
 
 
 def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: str) -> int:
@@ -213,7 +224,7 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
         if pending:
             write(pending)
         bar.close()
-    docs = check.width if distillation else 1 + len(src.columns.negatives)
+    docs = check.width or 1 + len(src.columns.negatives)
     out.with_suffix(".json").write_text(json.dumps({"rows": n, "docs_per_query": docs, "scores": distillation}))
     return n
 

@@ -1,0 +1,238 @@
+"""Hard-negative mining (trainer/mine.py) and rounds (trainer/rounds.py): the choice, the bad inputs,
+sharding that does not change the result, resume of a killed mining phase, and a two-round job."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.conftest import free_port, write_triplets
+from trainer.config import ConfigError, MineConfig, load_config, parse_config
+
+# ---- the choice --------------------------------------------------------------------------------------
+
+
+def _cfg(**kw) -> MineConfig:
+    return MineConfig(**{"top_k": 10, "rank_range": (2, 5), "negatives": 2, "max_score_ratio": 0.9, **kw})
+
+
+def test_negatives_come_from_the_rank_range_after_the_positives_are_removed():
+    # ranked: 7 (positive), 1, 2, 3, 4, 5, 6 ... ; without the positive, ranks 2..5 are documents 2, 3, 4, 5
+    cands = [(7, 10.0), (1, 8.0), (2, 7.0), (3, 6.0), (4, 5.0), (5, 4.0), (6, 3.0)]
+    seen = set()
+    for seed in range(40):
+        chosen = _choose(cands, {7}, 9.0, _cfg(), random.Random(seed))
+        assert len(chosen) == 2 and {d for d, _ in chosen} <= {2, 3, 4, 5}
+        assert [s for _, s in chosen] == sorted((s for _, s in chosen), reverse=True)
+        seen |= {d for d, _ in chosen}
+    assert seen == {2, 3, 4, 5}  # sampled, not always the same two
+
+
+def test_likely_false_negatives_are_skipped_and_too_few_drop_the_row():
+    cands = [(1, 9.5), (2, 9.4), (3, 8.0), (4, 7.0), (5, 1.0)]
+    # positive scores 10: ratio 0.9 -> 9.0 at most; ranks 2..5 = docs 2,3,4,5 -> 2 (9.4) is skipped
+    for seed in range(20):
+        assert 2 not in {d for d, _ in _choose(cands, {99}, 10.0, _cfg(), random.Random(seed))}
+    # positive scores 7.5: the cap is 6.75, so of docs 2, 3, 4, 5 only 5 (1.0) is left: too few -> dropped
+    assert _choose(cands, {99}, 7.5, _cfg(), random.Random(0)) is None
+    # the same row and seed give the same negatives: mining is reproducible
+    assert _choose(cands, {99}, 10.0, _cfg(), random.Random(3)) == _choose(cands, {99}, 10.0, _cfg(), random.Random(3))
+
+
+def _choose(*args):
+    from trainer.mine import choose_negatives
+
+    return choose_negatives(*args)
+
+
+# ---- bad input: one line each ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mine,needle",
+    [
+        ({"top_k": 20, "rank_range": [3, 30]}, "mine.rank_range ends at rank 30 but mine.top_k retrieves only 20"),
+        ({"rank_range": [5, 6], "negatives": 3}, "holds 2 ranks, fewer than mine.negatives (3)"),
+        ({"rank_range": [0, 6]}, "1 <= low <= high"),
+        ({"retriever": "splade"}, "mine.retriever"),
+    ],
+)
+def test_bad_mining_configs_are_one_line(mine, needle, tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text(
+        yaml.safe_dump({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 1}, "mine": mine})
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_mining_is_for_contrastive_losses():
+    with pytest.raises(ConfigError, match="not distillation"):
+        parse_config(
+            {
+                "data": {"train": {"path": "t"}},
+                "training": {"max_steps": 1},
+                "loss": {"name": "distillation"},
+                "mine": {},
+            }
+        )
+
+
+def _pairs_cfg(tmp_path: Path, rows: list[dict], **mine) -> object:
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return parse_config(
+        {
+            "data": {"train": {"path": str(data)}, "cache_dir": str(tmp_path / "cache")},
+            "training": {"max_steps": 1},
+            "mine": mine,
+        }
+    )
+
+
+def test_pairs_without_negatives_are_enough_and_queries_group_their_positives(tmp_path):
+    from trainer.mine import load_pairs
+
+    rows = [{"query": "a", "positive": "x"}, {"query": "b", "positive": "y"}, {"query": "a", "positive": "z"}]
+    pairs = load_pairs(_pairs_cfg(tmp_path, rows))
+    assert pairs.queries == ["a", "b"] and pairs.corpus == ["x", "y", "z"]
+    assert pairs.rows == [(0, 0), (1, 1), (0, 2)] and pairs.positives == [{0, 2}, {1}]
+
+
+def test_a_positive_missing_from_the_corpus_is_one_line(tmp_path):
+    from trainer.data import DataError
+    from trainer.mine import load_pairs
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": "x"}) + "\n")
+    cfg = _pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b", "positive": "y"}], corpus=str(corpus))
+    with pytest.raises(DataError) as e:
+        load_pairs(cfg)
+    assert "1 of 2 positives of data.train are not in mine.corpus" in str(e.value) and "(first: row 2)" in str(e.value)
+
+
+def test_a_query_without_a_positive_is_one_line(tmp_path):
+    from trainer.data import DataError
+    from trainer.mine import load_pairs
+
+    with pytest.raises(DataError, match="row 2: column 'positive' is missing"):
+        load_pairs(_pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b"}]))
+
+
+# ---- the phase: sharding, resume, rounds ------------------------------------------------------------------
+
+
+def _job(tmp: Path, model: Path, data: Path, **mine) -> Path:
+    cfg = {
+        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": str(data)}, "cache_dir": str(tmp / "cache")},
+        "training": {"per_device_batch_size": 4, "max_steps": 2, "seed": 5},
+        "checkpoint": {"every_steps": 1},
+        "evaluation": {"after_training": False},
+        "mine": {
+            "top_k": 20,
+            "rank_range": [2, 12],
+            "negatives": 2,
+            "max_score_ratio": 1.0,
+            "batch_size": 16,
+            "query_chunk": 16,
+            **mine,
+        },  # a random tiny model scores everything alike: no ratio filter
+        "output_dir": str(tmp / "out"),
+    }
+    path = tmp / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _trainer(config: Path, cwd: Path, world: int = 1) -> subprocess.CompletedProcess:
+    from tests.pods import pod_env
+
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "trainer", "--config", str(config)],
+            cwd=cwd,
+            env=pod_env(rank, world, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    return subprocess.CompletedProcess(["trainer"], max(p.returncode for p in procs), outs[0], "\n".join(outs[1:]))
+
+
+@pytest.mark.slow
+def test_mined_rows_do_not_depend_on_the_world_size(tmp_path, tiny_model):
+    """Exact MaxSim with the corpus sharded over 2 ranks mines byte-identical rows to 1 rank: the
+    merge of per-rank top-k lists and the per-row seeds make the result a function of the data only."""
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    files = []
+    for world in (1, 2):
+        ws = tmp_path / f"w{world}"
+        ws.mkdir()
+        res = _trainer(_job(ws, tiny_model, data), ws, world)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        files.append(ws / "out" / "mined" / "round-1" / "train.parquet")
+    a, b = (pq.read_table(f) for f in files)
+    assert a.num_rows >= 12 and a.equals(b)
+    negatives = a.column("negatives").to_pylist()
+    assert all(len(n) == 2 for n in negatives)
+    assert all(p not in n for p, n in zip(a.column("positive").to_pylist(), negatives))  # never the positive
+
+
+@pytest.mark.slow
+def test_a_killed_mining_phase_redoes_only_the_missing_parts(tmp_path, tiny_model):
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    config = _job(tmp_path, tiny_model, data, retriever="bm25")
+    assert _trainer(config, tmp_path).returncode == 0
+    mined = tmp_path / "out" / "mined" / "round-1"
+    whole = (mined / "train.parquet").read_bytes()
+    parts = sorted(mined.glob("part-*.parquet"))
+    assert len(parts) == 3  # 48 queries, 16 per part
+    # as if killed while writing part 2: no final file, part 2 gone; and a finished round to redo
+    (mined / "train.parquet").unlink()
+    parts[1].unlink()
+    for leftover in (tmp_path / "out").glob("*"):
+        if leftover.name != "mined":
+            subprocess.run(["rm", "-rf", str(leftover)], check=True)
+    res = _trainer(config, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "1 of 3 parts to do" in res.stdout
+    assert (mined / "train.parquet").read_bytes() == whole
+
+
+@pytest.mark.slow
+def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(tmp_path, tiny_model):
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    config = _job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
+    res = _trainer(config, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    out = tmp_path / "out"
+    assert (out / "rounds" / "round-1" / "final-model").is_dir() and (out / "final-model").is_dir()
+    first, second = (pq.read_table(out / "mined" / f"round-{r}" / "train.parquet") for r in (1, 2))
+    assert first.column("negatives").to_pylist() != second.column("negatives").to_pylist()  # BM25, then the model
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 2
+    again = _trainer(config, tmp_path)
+    assert again.returncode == 0 and again.stdout.count("done before") == 2
+
+
+@pytest.mark.slow
+def test_a_mining_job_that_keeps_no_row_fails_with_one_line(tmp_path, tiny_model):
+    """Every candidate above the score ratio: nothing to train on, and nothing left where the trainer reads."""
+    data = write_triplets(tmp_path / "t.jsonl", 24)
+    res = _trainer(_job(tmp_path, tiny_model, data, max_score_ratio=0.0001), tmp_path, world=2)
+    assert res.returncode == 2
+    errors = [line for line in res.stdout.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "mining kept no row" in errors[0] and "Traceback" not in res.stdout
+    assert not (tmp_path / "out" / "mined" / "round-1" / "train.parquet").exists()

@@ -1,0 +1,322 @@
+"""Hard-negative mining: for every (query, positive) row of ``data.train``, retrieve the top-k of a corpus,
+drop the query's positives and likely false negatives, and sample ``mine.negatives`` from a rank range.
+
+retrieve (exact MaxSim sharded over ranks, or BM25 with queries sharded over ranks) -> choose (pure,
+seeded per row: the same negatives whatever the world size) -> parts (one Parquet file per chunk of
+queries, written whole by each node's first process) -> ``train.parquet`` (every part, renamed into
+place last). A killed job redoes only the parts that are missing on some node. The trainer reads the
+result with ``columns: {query: query, positive: positive, negatives: [negatives]}``.
+
+Exact MaxSim costs ``queries x documents x query tokens x document tokens x dim`` multiply-adds, so
+it is for GPUs or small corpora; ``bench/mine.py`` measures it and BM25 side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from trainer import distributed as D
+from trainer.atomic import replacing, write_text
+from trainer.config import Columns, DataSource, MineConfig, TrainConfig
+from trainer.data import DataError, load_rows
+from trainer.encode import embed_texts
+from trainer.env import Layout
+from trainer.errors import JobVerdict
+
+__all__ = ["MINED_COLUMNS", "MiningError", "Pairs", "choose_negatives", "load_pairs", "mine", "mined_source"]
+
+log = logging.getLogger("trainer")
+MINED_COLUMNS = Columns(query="query", positive="positive", negatives=["negatives"])
+_DOC_CHUNK = 512  # documents encoded and scored at once
+_QUERY_BLOCK = 64  # queries scored at once against a document chunk
+
+
+class MiningError(DataError, JobVerdict):
+    """Bad input to mining, found by every rank alike (they read the same rows): one line, exit 2."""
+
+
+@dataclass
+class Pairs:
+    """What is mined for: each distinct query, the corpus, and each row as (query, positive) indices."""
+
+    queries: list[str]
+    corpus: list[str]
+    rows: list[tuple[int, int]]
+    positives: list[set[int]]  # per query: every document some row gives as its positive
+
+
+def mined_source(path: Path) -> DataSource:
+    """The ``data.train`` that reads mined rows."""
+    return DataSource(path=str(path), columns=MINED_COLUMNS)
+
+
+# ---- input -----------------------------------------------------------------------------------------
+
+
+def load_pairs(cfg: TrainConfig) -> Pairs:
+    """The (query, positive) rows of ``data.train`` (negative columns are ignored) and the corpus."""
+    queries, documents, _ = load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir).all()
+    positives_text = [docs[0] for docs in documents]
+    corpus = _read_corpus(cfg.mine.corpus) if cfg.mine.corpus else list(dict.fromkeys(positives_text))
+    doc_index = {text: i for i, text in reversed(list(enumerate(corpus)))}  # the first copy wins
+    missing = [n for n, text in enumerate(positives_text, 1) if text not in doc_index]
+    if missing:
+        raise DataError(
+            f"{len(missing)} of {len(positives_text)} positives of data.train are not in mine.corpus "
+            f"{cfg.mine.corpus} (first: row {missing[0]}); add them to the corpus, or leave mine.corpus unset "
+            "to mine among the positives"
+        )
+    query_index: dict[str, int] = {}
+    rows, positives = [], []
+    for q, p in zip(queries, positives_text):
+        qi = query_index.setdefault(q, len(query_index))
+        if qi == len(positives):
+            positives.append(set())
+        positives[qi].add(doc_index[p])
+        rows.append((qi, doc_index[p]))
+    return Pairs(list(query_index), corpus, rows, positives)
+
+
+def _read_corpus(path: str) -> list[str]:
+    """Texts of a .jsonl corpus (``text`` and optional ``title`` per line) or a BEIR directory's corpus.jsonl."""
+    file = Path(path) / "corpus.jsonl" if Path(path).is_dir() else Path(path)
+    if not file.is_file():
+        raise DataError(f"mine.corpus: {file} not found; give a .jsonl file or a BEIR directory")
+    texts = []
+    with file.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                raise DataError(f"mine.corpus {file} line {n}: not JSON; one object per line") from None
+            text = doc.get("text") if isinstance(doc, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise DataError(f"mine.corpus {file} line {n}: needs a non-empty 'text'")
+            texts.append(((doc.get("title") or "") + " " + text).strip() if doc.get("title") else text)
+    if not texts:
+        raise DataError(f"mine.corpus {file} holds no document")
+    return texts
+
+
+# ---- retrieval -------------------------------------------------------------------------------------
+
+Candidates = list[tuple[int, float]]  # (document index, score), best first
+
+
+class ModelRetriever:
+    """Exact MaxSim of the model being trained. The corpus is cut into fixed chunks of ``_DOC_CHUNK``
+    documents, dealt round-robin to the ranks; each rank encodes its chunks once (fp16, trimmed to the
+    chunk's longest document) and scores every query against them, and the per-rank lists are merged.
+
+    Every chunk is encoded and scored with the same shapes on any world size, and ties go to the
+    lower document index, so the mined rows are the same bytes on 1 rank or 64."""
+
+    def __init__(self, model, corpus: list[str], batch_size: int, device: torch.device, show: bool):
+        self.model, self.batch_size, self.device = model, batch_size, device
+        starts = list(range(0, len(corpus), _DOC_CHUNK))[D.rank() :: D.world_size()]
+        self.chunks: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        model.eval()
+        for start in tqdm(starts, desc="mine: encode corpus", disable=not show, unit="chunk"):
+            texts = corpus[start : start + _DOC_CHUNK]
+            emb, mask = embed_texts(model, texts, False, batch_size, model.document_length, device)
+            longest = max(1, int(mask.sum(1).max()))
+            self.chunks.append((start, emb[:, :longest].half(), mask[:, :longest]))
+
+    @torch.no_grad()
+    def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
+        from pylate.scores import colbert_scores
+
+        q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
+        keep = k + max(len(p) for p in positives)  # the positives may take places in the top-k
+        best_v = torch.full((len(queries), 0), float("-inf"))
+        best_i = torch.zeros((len(queries), 0), dtype=torch.long)
+        positive_scores: list[dict[int, float]] = [{} for _ in queries]
+        for start, d_emb, d_mask in self.chunks:
+            d = d_emb.float()
+            scores = torch.cat(
+                [
+                    colbert_scores(q_emb[i : i + _QUERY_BLOCK], d, documents_mask=d_mask.float())
+                    for i in range(0, len(q_emb), _QUERY_BLOCK)
+                ]
+            ).cpu()
+            for qi, pos in enumerate(positives):
+                for p in pos:
+                    if start <= p < start + len(d):
+                        positive_scores[qi][p] = float(scores[qi, p - start])
+            idx = torch.arange(start, start + len(d)).expand(len(queries), -1)
+            # chunks come in increasing index order, so a stable sort breaks ties by lower index
+            vals, ids = torch.cat([best_v, scores], 1), torch.cat([best_i, idx], 1)
+            order = vals.sort(dim=1, descending=True, stable=True).indices[:, :keep]
+            best_v, best_i = vals.gather(1, order), ids.gather(1, order)
+        return _merge(D.gather_objects((best_v, best_i, positive_scores)), keep)
+
+
+class Bm25Retriever:
+    """BM25 (the ``bm25s`` library) over the whole corpus on every rank; each rank answers every
+    world-size-th query and the answers are gathered."""
+
+    def __init__(self, corpus: list[str], show: bool):
+        import bm25s
+
+        self.bm25s = bm25s
+        self.index = bm25s.BM25()
+        self.index.index(bm25s.tokenize(corpus, stopwords="en", show_progress=show), show_progress=show)
+
+    def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
+        rank, world = D.rank(), D.world_size()
+        mine = list(range(rank, len(queries), world))
+        tokens = self.bm25s.tokenize([queries[i] for i in mine], stopwords="en", return_ids=False, show_progress=False)
+        answers = []
+        for qi, words in zip(mine, tokens):
+            scores = torch.from_numpy(self.index.get_scores(words))
+            top = scores.sort(descending=True, stable=True)  # ties (many zeros) go to the lower index
+            keep = k + len(positives[qi])
+            cands = [(int(i), float(v)) for v, i in zip(top.values[:keep], top.indices[:keep])]
+            answers.append((qi, cands, {p: float(scores[p]) for p in positives[qi]}))
+        merged = sorted((a for part in D.gather_objects(answers) for a in part), key=lambda a: a[0])
+        return [a[1] for a in merged], [a[2] for a in merged]
+
+
+def _merge(shards: list, keep: int) -> tuple[list[Candidates], list[dict]]:
+    """Every rank's best of its chunks -> the global best per query (ties to the lower document index),
+    and the positives' scores."""
+    candidates = []
+    for qi in range(len(shards[0][0])):
+        found = [(int(i), float(v)) for values, ids, _ in shards for v, i in zip(values[qi], ids[qi])]
+        candidates.append(sorted(found, key=lambda c: (-c[1], c[0]))[:keep])
+    positive_scores = [dict() for _ in candidates]
+    for _, _, per_rank in shards:
+        for qi, found in enumerate(per_rank):
+            positive_scores[qi].update(found)
+    return candidates, positive_scores
+
+
+# ---- choice ----------------------------------------------------------------------------------------
+
+
+def choose_negatives(
+    candidates: Candidates, positives: set[int], positive_score: float, cfg: MineConfig, rng: random.Random
+) -> list[tuple[int, float]] | None:
+    """``cfg.negatives`` (document, score) pairs sampled from ranks ``cfg.rank_range`` of ``candidates``
+    once the positives are removed, skipping any that scores above ``max_score_ratio`` x the positive's
+    score; None when too few are left (the row is dropped and counted)."""
+    ranked = [c for c in candidates if c[0] not in positives][: cfg.top_k]
+    low, high = cfg.rank_range
+    window = ranked[low - 1 : high]
+    if positive_score > 0:  # a ratio of a non-positive score says nothing about false negatives
+        window = [c for c in window if c[1] <= cfg.max_score_ratio * positive_score]
+    if len(window) < cfg.negatives:
+        return None
+    return sorted(rng.sample(window, cfg.negatives), key=lambda c: -c[1])
+
+
+# ---- the phase -------------------------------------------------------------------------------------
+
+
+def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, model=None) -> Path:
+    """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
+
+    ``model`` is the ColBERT model to retrieve with (None: BM25). Parts already written on every node
+    are kept; the result is renamed into place only once whole."""
+    final = out_dir / "train.parquet"
+    writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
+    if all(D.gather_objects(final.is_file() or not writes)):
+        log.info("mined rows found: %s", final)
+        return final
+    started = time.perf_counter()
+    mcfg = cfg.mine
+    try:
+        pairs = load_pairs(cfg)
+    except DataError as e:
+        raise MiningError(str(e)) from None
+    chunks = [
+        range(s, min(s + mcfg.query_chunk, len(pairs.queries))) for s in range(0, len(pairs.queries), mcfg.query_chunk)
+    ]
+    parts = [out_dir / f"part-{i:05d}.parquet" for i in range(len(chunks))]
+    todo = [i for i, part in enumerate(parts) if not all(D.gather_objects(part.is_file() or not writes))]
+    log.info(
+        "mine: %d rows, %d distinct queries, %d documents; %d of %d parts to do (retriever %s)",
+        len(pairs.rows), len(pairs.queries), len(pairs.corpus), len(todo), len(parts),
+        "bm25" if model is None else "model",
+    )  # fmt: skip
+    show = layout.is_main
+    if todo:
+        retriever = (
+            Bm25Retriever(pairs.corpus, show)
+            if model is None
+            else ModelRetriever(model, pairs.corpus, mcfg.batch_size, next(model.parameters()).device, show)
+        )
+        rows_of = _rows_by_query(pairs)
+        for i in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
+            qs = list(chunks[i])
+            cands, pos_scores = retriever.search(
+                [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
+            )
+            table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
+            if writes:
+                with replacing(parts[i]) as tmp:
+                    pq.write_table(table, tmp)
+    stats = _join(parts, final) if writes else {}
+    if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
+        raise MiningError(
+            f"mining kept no row: every query had fewer than mine.negatives ({mcfg.negatives}) candidates in "
+            f"mine.rank_range below mine.max_score_ratio x its positive's score; widen the range or add documents"
+        )
+    if layout.is_main:
+        stats.update(rows_in=len(pairs.rows), seconds=round(time.perf_counter() - started, 1))
+        write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
+        log.info("mine: %d of %d rows kept (%d with too few candidates left) in %.1fs: %s",
+                 stats["rows"], len(pairs.rows), len(pairs.rows) - stats["rows"], stats["seconds"], final)  # fmt: skip
+    return final
+
+
+def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for row, (q, _) in enumerate(pairs.rows):
+        out.setdefault(q, []).append(row)
+    return out
+
+
+def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.Table:
+    """The mined rows of one chunk of queries, in data.train's row order."""
+    out: list[tuple[int, str, str, list[str], list[float]]] = []
+    for q, found, scores in zip(qs, cands, pos_scores):
+        for row in rows_of[q]:
+            positive = pairs.rows[row][1]
+            rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
+            chosen = choose_negatives(found, pairs.positives[q], scores.get(positive, 0.0), cfg.mine, rng)
+            if chosen is None:
+                continue
+            out.append((row, pairs.queries[q], pairs.corpus[positive], [pairs.corpus[d] for d, _ in chosen],
+                        [scores.get(positive, 0.0)] + [s for _, s in chosen]))  # fmt: skip
+    out.sort()
+    return pa.table(
+        {
+            "row": pa.array([r[0] for r in out], pa.int64()),
+            "query": pa.array([r[1] for r in out], pa.string()),
+            "positive": pa.array([r[2] for r in out], pa.string()),
+            "negatives": pa.array([r[3] for r in out], pa.list_(pa.string())),
+            "scores": pa.array([r[4] for r in out], pa.list_(pa.float32())),
+        }
+    )
+
+
+def _join(parts: list[Path], final: Path) -> dict:
+    """Every part, in data.train's row order, into one file renamed into place last (none when empty)."""
+    table = pa.concat_tables([pq.read_table(p) for p in parts]).sort_by("row")
+    if table.num_rows:
+        with replacing(final) as tmp:
+            pq.write_table(table, tmp)
+    return {"rows": table.num_rows, "parts": len(parts)}

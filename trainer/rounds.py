@@ -1,0 +1,92 @@
+"""A job of mining rounds: mine hard negatives, train, and again with the model just trained.
+
+round 1: mine with ``mine.retriever`` (BM25, or the base model) -> train ``model.name_or_path``
+round r: mine with round r-1's final model -> train ``model.name_or_path`` again on the new rows
+
+Each round trains from the base model, so a round's gain comes from its negatives alone (the recipe
+behind ANCE's and ColBERTv2's later rounds, and the one issue 20 measured). Rounds before the last
+write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, so the final model and
+``metrics.json`` are where a job without mining puts them. Mined rows go to
+``output_dir/mined/round-R/``. A round whose ``metrics.json`` exists is done; a restarted job skips
+it and resumes the first unfinished round from its own checkpoints.
+
+One process group spans every round (``distributed.process_group`` is a no-op inside it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from trainer import distributed as D
+from trainer import train
+from trainer.config import TrainConfig
+from trainer.env import Layout
+from trainer.mine import mine, mined_source
+from trainer.model import build_model
+
+__all__ = ["round_config", "run"]
+
+log = logging.getLogger("trainer")
+
+
+def run(cfg: TrainConfig, layout: Layout) -> dict:
+    """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training."""
+    if cfg.mine is None:
+        return train.run(cfg, layout)
+    device = D.device_for(layout)
+    metrics: dict = {}
+    with D.process_group(layout, cfg.distributed.timeout_seconds):
+        previous: Path | None = None
+        for r in range(1, cfg.mine.rounds + 1):
+            rcfg = round_config(cfg, r)
+            out = Path(rcfg.output_dir)
+            done = D.broadcast_object((out / "metrics.json").is_file() if layout.is_main else None)
+            if done:
+                log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / "metrics.json")
+            else:
+                log.info("round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.retriever)
+                model = _mining_model(cfg, layout, device, previous)
+                mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", model)
+                del model
+                rcfg = rcfg.model_copy(update={"data": rcfg.data.model_copy(update={"train": mined_source(mined)})})
+                metrics = train.run(rcfg, layout)
+            previous = out / "final-model"
+    if not metrics and layout.is_main:  # every round was done before: report the last one's figures
+        metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
+    return metrics
+
+
+def round_config(cfg: TrainConfig, r: int) -> TrainConfig:
+    """Round ``r``'s training config: its output directory; the index and the evaluation before
+    training only where they add something (the last round; the first, whose base model they share)."""
+    last = r == cfg.mine.rounds
+    return cfg.model_copy(
+        update={
+            "output_dir": cfg.output_dir if last else str(Path(cfg.output_dir) / "rounds" / f"round-{r}"),
+            "index": cfg.index if last else None,
+            "evaluation": cfg.evaluation.model_copy(
+                update={"before_training": cfg.evaluation.before_training and r == 1}
+            ),
+        }
+    )
+
+
+def _mining_model(cfg: TrainConfig, layout: Layout, device: torch.device, previous: Path | None):
+    """None for BM25; else the base model, with the previous round's weights when there is one.
+
+    Rank 0 reads those weights and broadcasts them, since with per-pod storage only its pod has them."""
+    if previous is None and cfg.mine.retriever == "bm25":
+        return None
+    torch.manual_seed(cfg.training.seed)  # the same new projection layer as training builds
+    model = build_model(cfg.model, device)
+    if previous is not None:
+        state = None
+        if layout.is_main:
+            trained = build_model(cfg.model.model_copy(update={"name_or_path": str(previous)}), "cpu")
+            state = trained.state_dict()
+        model.load_state_dict(D.broadcast_object(state))
+    return model
