@@ -236,3 +236,61 @@ def test_a_mining_job_that_keeps_no_row_fails_with_one_line(tmp_path, tiny_model
     errors = [line for line in res.stdout.splitlines() if "error:" in line]
     assert len(errors) == 1 and "mining kept no row" in errors[0] and "Traceback" not in res.stdout
     assert not (tmp_path / "out" / "mined" / "round-1" / "train.parquet").exists()
+
+
+# ---- teacher scores -----------------------------------------------------------------------------------
+
+
+def test_teacher_and_loss_must_agree():
+    base = {"data": {"train": {"path": "t"}}, "training": {"max_steps": 1}}
+    with pytest.raises(ConfigError, match="needs mine.teacher"):
+        parse_config({**base, "loss": {"name": "distillation"}, "mine": {}})
+    with pytest.raises(ConfigError, match="set it, or remove mine.teacher"):
+        parse_config({**base, "mine": {"teacher": {"name_or_path": "x"}}})
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory, tiny_model) -> Path:
+    """A 2-layer BERT with a 1-logit classification head: a sentence-transformers CrossEncoder."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    path = tmp_path_factory.mktemp("tiny-ce")
+    cfg = BertConfig.from_pretrained(tiny_model, num_labels=1)
+    BertForSequenceClassification(cfg).save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(path)
+    return path
+
+
+def test_a_teacher_of_another_kind_is_one_line(tiny_model, tiny_cross_encoder, tmp_path):
+    from trainer.teacher import TeacherError, teacher_kind
+
+    assert teacher_kind(str(tiny_cross_encoder)) == "cross-encoder"
+    with pytest.raises(TeacherError) as e:
+        teacher_kind(str(tiny_model))  # a bare encoder: no head to score a pair with
+    assert "neither a cross-encoder" in str(e.value) and "found: BertModel" in str(e.value)
+    with pytest.raises(TeacherError, match="is not a local model directory"):
+        teacher_kind(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.slow
+def test_cross_encoder_scores_become_distillation_rows_and_train(tmp_path, tiny_model, tiny_cross_encoder):
+    data = write_triplets(tmp_path / "t.jsonl", 32)
+    config = _job(tmp_path, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(tiny_cross_encoder)})
+    cfg = yaml.safe_load(config.read_text())
+    cfg["loss"] = {"name": "distillation"}
+    config.write_text(yaml.safe_dump(cfg))
+    res = _trainer(config, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    rows = pq.read_table(tmp_path / "out" / "mined" / "round-1" / "train.parquet")
+    docs, scores = rows.column("documents").to_pylist(), rows.column("scores").to_pylist()
+    assert all(
+        len(d) == 3 and len(s) == 3 and d[0] == p for d, s, p in zip(docs, scores, rows.column("positive").to_pylist())
+    )
+    # the teacher's own logits for the first row, recomputed here: what was written is what it says
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(tiny_cross_encoder), device="cpu", max_length=256)
+    again = ce.predict([(rows.column("query")[0].as_py(), d) for d in docs[0]], activation_fn=torch.nn.Identity())
+    assert list(again) == pytest.approx(scores[0], abs=1e-5)
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["loss"] == "distillation"

@@ -94,8 +94,10 @@ def stage(cfg: TrainConfig) -> TrainConfig:
 
     check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)
-    source = cfg.data.train.pairs() if cfg.mine else cfg.data.train  # mining needs (query, positive) only
-    load_rows(source, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
+    if cfg.mine:  # mining reads (query, positive) pairs; it writes the rows training reads
+        load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
+    else:
+        load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
     return cfg
 
 

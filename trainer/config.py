@@ -48,6 +48,7 @@ __all__ = [
     "TrackingConfig",
     "DistributedConfig",
     "MineConfig",
+    "TeacherConfig",
 ]
 
 # The retrieval metrics evaluation reports, by key, with the name tables print (trec_eval's definitions).
@@ -221,6 +222,19 @@ class DistributedConfig(_Strict):
     )
 
 
+class TeacherConfig(_Strict):
+    """A model that scores each mined row's documents for distillation (``trainer/teacher.py``)."""
+
+    name_or_path: str = Field(
+        ...,
+        min_length=1,
+        description="A local directory (or object-store prefix) holding a sentence-transformers CrossEncoder "
+        "or a PyLate ColBERT model.",
+    )
+    batch_size: int = Field(32, ge=1, description="(query, document) pairs per forward pass.")
+    max_length: int = Field(256, ge=8, le=8192, description="Cross-encoder tokens per (query, document) pair.")
+
+
 class MineConfig(_Strict):
     """Hard negatives mined before training: retrieve the top-k of a corpus for every query, drop the
     positives and likely false negatives, sample ``negatives`` from a rank range (``trainer/mine.py``)."""
@@ -257,6 +271,11 @@ class MineConfig(_Strict):
         "before trained, then trains model.name_or_path again on the new negatives.",
     )
     batch_size: int = Field(64, ge=1, description="Texts per forward pass while encoding.")
+    teacher: TeacherConfig | None = Field(
+        None,
+        description="Score each row's positive and negatives with this model and write distillation rows "
+        "(query, documents, scores); needs loss: {name: distillation}.",
+    )
     query_chunk: int = Field(2048, ge=1, description="Queries per resumable part of the mined rows.")
 
     @model_validator(mode="after")
@@ -306,8 +325,12 @@ class TrainConfig(_Strict):
             raise ValueError("evaluation.every_steps needs data.eval_beir")
         if self.index is not None and not (self.index.corpus or self.data.eval_beir):
             raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
-        if self.mine is not None and self.loss.name == "distillation":
-            raise ValueError("mine writes (query, positive, negatives) rows for a contrastive loss, not distillation")
+        if self.mine is not None and self.mine.teacher is None and self.loss.name == "distillation":
+            raise ValueError("loss distillation with mine needs mine.teacher to score the mined documents")
+        if self.mine is not None and self.mine.teacher is not None and self.loss.name != "distillation":
+            raise ValueError(
+                "mine.teacher writes teacher scores for loss: {name: distillation}; set it, or remove mine.teacher"
+            )
         return self
 
 

@@ -32,11 +32,22 @@ from trainer.data import DataError, load_rows
 from trainer.encode import embed_texts
 from trainer.env import Layout
 from trainer.errors import JobVerdict
+from trainer.teacher import Teacher
 
-__all__ = ["MINED_COLUMNS", "MiningError", "Pairs", "choose_negatives", "load_pairs", "mine", "mined_source"]
+__all__ = [
+    "MINED_COLUMNS",
+    "TAUGHT_COLUMNS",
+    "MiningError",
+    "Pairs",
+    "choose_negatives",
+    "load_pairs",
+    "mine",
+    "mined_source",
+]
 
 log = logging.getLogger("trainer")
 MINED_COLUMNS = Columns(query="query", positive="positive", negatives=["negatives"])
+TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores")  # with mine.teacher
 _DOC_CHUNK = 512  # documents encoded and scored at once
 _QUERY_BLOCK = 64  # queries scored at once against a document chunk
 
@@ -55,9 +66,10 @@ class Pairs:
     positives: list[set[int]]  # per query: every document some row gives as its positive
 
 
-def mined_source(path: Path) -> DataSource:
-    """The ``data.train`` that reads mined rows."""
-    return DataSource(path=str(path), columns=MINED_COLUMNS)
+def mined_source(path: Path, distillation: bool) -> DataSource:
+    """The ``data.train`` that reads mined rows: (query, positive, negatives), or with teacher scores
+    (query, documents, scores) for the distillation loss."""
+    return DataSource(path=str(path), columns=TAUGHT_COLUMNS if distillation else MINED_COLUMNS)
 
 
 # ---- input -----------------------------------------------------------------------------------------
@@ -259,12 +271,15 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, model=None) -> Path:
             else ModelRetriever(model, pairs.corpus, mcfg.batch_size, next(model.parameters()).device, show)
         )
         rows_of = _rows_by_query(pairs)
+        teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
         for i in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
             qs = list(chunks[i])
             cands, pos_scores = retriever.search(
                 [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
             )
             table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
+            if teacher is not None:
+                table = _taught(table, teacher)
             if writes:
                 with replacing(parts[i]) as tmp:
                     pq.write_table(table, tmp)
@@ -311,6 +326,15 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
             "scores": pa.array([r[4] for r in out], pa.list_(pa.float32())),
         }
     )
+
+
+def _taught(table: pa.Table, teacher: Teacher) -> pa.Table:
+    """The rows with ``documents`` = [positive, *negatives] and ``scores`` = the teacher's scores of them."""
+    documents = [[p, *n] for p, n in zip(table.column("positive").to_pylist(), table.column("negatives").to_pylist())]
+    scores = teacher.score(table.column("query").to_pylist(), documents)
+    table = table.drop_columns(["scores"])
+    table = table.append_column("documents", pa.array(documents, pa.list_(pa.string())))
+    return table.append_column("scores", pa.array(scores, pa.list_(pa.float32())))
 
 
 def _join(parts: list[Path], final: Path) -> dict:

@@ -52,7 +52,13 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                 model = _mining_model(cfg, layout, device, previous)
                 mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", model)
                 del model
-                rcfg = rcfg.model_copy(update={"data": rcfg.data.model_copy(update={"train": mined_source(mined)})})
+                rcfg = rcfg.model_copy(
+                    update={
+                        "data": rcfg.data.model_copy(
+                            update={"train": mined_source(mined, cfg.loss.name == "distillation")}
+                        )
+                    }
+                )
                 metrics = train.run(rcfg, layout)
             previous = out / "final-model"
     if not metrics and layout.is_main:  # every round was done before: report the last one's figures
