@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh train,test
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/ruff check operator_cli trainer tests bench
+.venv/bin/ruff check operator_cli trainer tests bench recipes
 .venv/bin/python -m operator_cli.chart_schema --check  # the chart's values.schema.json matches the config schema
 set +e
 .venv/bin/python -m pytest -q "$@"

@@ -294,3 +294,9 @@ def test_cross_encoder_scores_become_distillation_rows_and_train(tmp_path, tiny_
     again = ce.predict([(rows.column("query")[0].as_py(), d) for d in docs[0]], activation_fn=torch.nn.Identity())
     assert list(again) == pytest.approx(scores[0], abs=1e-5)
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["loss"] == "distillation"
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (Path(__file__).parents[1] / "recipes").glob("*.yaml")))
+def test_every_recipe_is_a_valid_config(recipe):
+    cfg = load_config(Path(__file__).parents[1] / "recipes" / recipe)
+    assert cfg.training.max_steps or cfg.training.epochs
