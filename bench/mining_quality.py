@@ -9,7 +9,12 @@ split (modules training never sees) by exact MaxSim:
 * ``bm25-1`` (the baseline): one BM25 negative per (query, positive), sampled from BM25 ranks 1-10;
 * ``bm25-3``: three BM25 negatives (ranks 3-30, score ratio 0.95): more negatives, no model;
 * ``mined-3``: two rounds; round 1 is ``bm25-3``, round 2 mines three negatives with round 1's
-  model (exact MaxSim, ranks 3-30, ratio 0.95) and trains the base model again for the same steps.
+  model (exact MaxSim, ranks 3-30, ratio 0.95) and trains the base model again for the same steps;
+* ``model-3``: one round; the base model itself (all-MiniLM-L6-v2 with a new projection) mines three
+  negatives (exact MaxSim, ranks 3-30, ratio 0.95): mining without a first training run.
+
+``--data packages`` runs on ``trainer/packages_data.py``'s benchmark instead (docstrings of every
+installed package, numpy/scipy/networkx/sympy held out), with ``--limit`` training pairs.
 
 ``mined-3`` costs one more training run and a mining pass; that is the price of its negatives, stated
 next to its figure. The paired difference per seed (same seed, same data order) is reported with
@@ -35,13 +40,14 @@ ARMS = {
     "bm25-1": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0},
     "bm25-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
     "mined-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95, "rounds": 2},
+    "model-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
 }
 
 
-def config(model: str, data: Path, beir: Path, arm: str, seed: int, steps: int) -> dict:
+def config(model: str, data: Path, beir: Path, arm: str, seed: int, steps: int, limit: int | None = None) -> dict:
     return {
         "model": {"name_or_path": model, "query_length": 32, "document_length": 128},
-        "data": {"train": {"path": str(data)}, "eval_beir": str(beir)},
+        "data": {"train": {"path": str(data), "limit": limit}, "eval_beir": str(beir)},
         "training": {
             "per_device_batch_size": 32,
             "max_steps": steps,
@@ -61,10 +67,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=26, help="optimizer steps per training (the quickstart's epoch)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
+    parser.add_argument("--data", choices=["quickstart", "packages"], default="quickstart")
+    parser.add_argument("--limit", type=int, help="use the first N training pairs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mining_quality.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_quality.png")
     args = parser.parse_args()
-    data = quickstart_data(ROOT / "data" / "quickstart")
+    if args.data == "packages":
+        from trainer.packages_data import build
+
+        root = ROOT / "data" / "packages"
+        if not (root / "train.jsonl").is_file():
+            build(root, max_test_queries=300)
+        data = root / "train.jsonl"
+    else:
+        data = quickstart_data(ROOT / "data" / "quickstart")
     beir = data.parent / "beir"
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     with tempfile.TemporaryDirectory(prefix="mining-quality-") as tmp:
@@ -72,13 +88,14 @@ def main() -> None:
             for arm in args.arms:
                 start = time.perf_counter()
                 m = run_colbert_train(
-                    Path(tmp) / f"{arm}-{seed}", 1, config(minilm(), data, beir, arm, seed, args.steps)
+                    Path(tmp) / f"{arm}-{seed}", 1, config(minilm(), data, beir, arm, seed, args.steps, args.limit)
                 )
                 wall = round(time.perf_counter() - start, 1)
                 runs[arm][seed] = {**{k: m["after"][k] for k in ("ndcg@10", "mrr@10")}, "steps": m["steps"],
                                    "wall_seconds": wall}  # fmt: skip
                 print(f"seed {seed} {arm:8s} nDCG@10 {m['after']['ndcg@10']:.4f} ({runs[arm][seed]['wall_seconds']}s)")
-    result = {"commit": git_commit(), "steps": args.steps, "seeds": args.seeds, "runs": runs,
+    result = {"commit": git_commit(), "data": args.data, "limit": args.limit, "steps": args.steps,
+              "seeds": args.seeds, "runs": runs,
               "summary": summarize(runs, "bm25-1")}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -130,7 +147,7 @@ def plot(result: dict, path: Path) -> None:
     low = min(r["ndcg@10"] for a in arms for r in result["runs"][a].values())
     ax.set_ylim(low - 0.03, None)
     ax.set_ylabel("held-out nDCG@10 (exact MaxSim)")
-    ax.set_title(f"{result['steps']} optimizer steps each, seeds {result['seeds']} (dots), commit {result['commit']}")
+    ax.set_title(f"{result['data']}: {result['steps']} steps each, seeds {result['seeds']} (dots), {result['commit']}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")

@@ -1,0 +1,141 @@
+"""How long and how much memory mining takes: BM25 at 10k queries x 100k documents, exact MaxSim measured
+on a sample and scaled, both through the production retrievers of ``trainer/mine.py``, one process.
+
+    python bench/mine.py --out bench/results/mine.json
+
+Documents: the package-docstring benchmark's real documents (``trainer/packages_data.py``), topped up
+to ``--documents`` with documents made of their shuffled sentences (the same length and vocabulary).
+Queries: their summary lines. Each retriever runs in a child process of its own, so its peak RSS is
+its own. Reported per query and per document, and extrapolated (a formula, stated) to 1M x 10M on GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ENV, ROOT, git_commit, minilm
+
+H100_BF16_DENSE = 989e12  # FLOP/s, the peak bench/gpu.py's MFU is taken against
+
+
+def texts(n_docs: int, n_queries: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    from trainer.packages_data import build
+
+    root = ROOT / "data" / "packages"
+    if not (root / "corpus.jsonl").is_file():
+        build(root, max_test_queries=300)
+    docs = [json.loads(line)["text"] for line in (root / "corpus.jsonl").open()]
+    queries = [json.loads(line)["query"] for line in (root / "train.jsonl").open()]
+    rng = random.Random(seed)
+    sentences = [s.strip() for d in docs for s in d.split(". ") if len(s.strip()) > 20]
+    while len(docs) < n_docs:
+        docs.append(". ".join(rng.sample(sentences, rng.randint(2, 6))))
+    while len(queries) < n_queries:
+        queries.append(rng.choice(sentences)[:120])
+    return docs[:n_docs], queries[:n_queries]
+
+
+def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
+    """Run in a fresh process: build the retriever, search every query, report seconds and peak RSS."""
+    import torch
+
+    from trainer.mine import Bm25Retriever, ModelRetriever
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    docs, queries = texts(n_docs, n_queries)
+    positives = [{i % n_docs} for i in range(n_queries)]
+    start = time.perf_counter()
+    if kind == "bm25":
+        retriever = Bm25Retriever(docs, show=False)
+    else:
+        from trainer.config import ModelConfig
+        from trainer.model import build_model
+
+        model = build_model(ModelConfig(name_or_path=minilm(), query_length=32, document_length=128), "cpu")
+        retriever = ModelRetriever(model, docs, 64, torch.device("cpu"), show=False)
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(0, n_queries, 1024):
+        retriever.search(queries[i : i + 1024], positives[i : i + 1024], top_k)
+    searched = time.perf_counter() - start
+    peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
+    out = {"kind": kind, "documents": n_docs, "queries": n_queries, "index_seconds": round(built, 2),
+           "search_seconds": round(searched, 2), "peak_rss_mb": peak}  # fmt: skip
+    if kind == "model":
+        tokens = sum(int(m.sum()) for _, _, m in retriever.chunks)
+        out["document_tokens_mean"] = round(tokens / n_docs, 1)
+    return out
+
+
+def run_child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--documents", str(n_docs),
+           "--queries", str(n_queries), "--top-k", str(top_k)]  # fmt: skip
+    res = subprocess.run(cmd, env=ENV, capture_output=True, text=True, cwd=ROOT)
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr[-3000:])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
+    """Exact MaxSim cost as a formula of the sample: scoring is queries x documents x q_tokens x d_tokens
+    x dim x 2 FLOPs; encoding is per text. Scaled linearly from the measured sample on this CPU, and by
+    FLOPs to GPUs (40% of an H100's bf16 peak for the scoring matmuls, which is optimistic for MaxSim)."""
+    d_tokens = model["document_tokens_mean"]
+    pairs = model["documents"] * model["queries"]
+    encode_per_doc = model["index_seconds"] / model["documents"]
+    score_per_pair = model["search_seconds"] / pairs  # includes the queries' encoding, which is small
+    flops_per_pair = q_tokens * d_tokens * dim * 2
+    cpu_10k_100k = 100_000 * encode_per_doc + 1e4 * 1e5 * score_per_pair
+    gpu_flops = 1e6 * 1e7 * flops_per_pair
+    return {
+        "encode_seconds_per_document_cpu": encode_per_doc,
+        "score_seconds_per_query_document_pair_cpu": score_per_pair,
+        "flops_per_query_document_pair": flops_per_pair,
+        "cpu_hours_10k_x_100k": cpu_10k_100k / 3600,
+        "h100_hours_1m_x_10m_scoring_at_40pct": gpu_flops / (0.4 * H100_BF16_DENSE) / 3600,
+        "embeddings_gb_10m_documents_fp16": 1e7 * d_tokens * dim * 2 / 1e9,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", choices=["bm25", "model"])
+    parser.add_argument("--documents", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=10_000)
+    parser.add_argument("--model-documents", type=int, default=4096, help="exact MaxSim sample: documents")
+    parser.add_argument("--model-queries", type=int, default=1024, help="exact MaxSim sample: queries")
+    parser.add_argument("--top-k", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mine.json")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.documents, args.queries, args.top_k)))
+        return
+    bm25 = run_child("bm25", args.documents, args.queries, args.top_k)
+    model = run_child("model", args.model_documents, args.model_queries, args.top_k)
+    result = {"commit": git_commit(), "bm25": bm25, "model_sample": model, "model_scaled": extrapolate(model)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    b, m, x = bm25, model, result["model_scaled"]
+    print("| retriever | queries x documents | index | search | per query | per document (index) | peak RSS |")
+    print("|---|---|---|---|---|---|---|")
+    for r in (b, m):
+        print(f"| {r['kind']} | {r['queries']:,} x {r['documents']:,} | {r['index_seconds']:.1f} s | "
+              f"{r['search_seconds']:.1f} s | {1000 * r['search_seconds'] / r['queries']:.2f} ms | "
+              f"{1e6 * r['index_seconds'] / r['documents']:.0f} µs | {r['peak_rss_mb']:,} MiB |")  # fmt: skip
+    print(f"exact MaxSim scaled: 10k x 100k on this CPU ~{x['cpu_hours_10k_x_100k']:.1f} h; "
+          f"1M x 10M on H100s ~{x['h100_hours_1m_x_10m_scoring_at_40pct']:.1f} GPU-hours of scoring, "
+          f"{x['embeddings_gb_10m_documents_fp16']:.0f} GB of fp16 document embeddings")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
