@@ -140,6 +140,10 @@ CONFIG_CASES = [
     ("empty-file", b"", "mapping"),
     ("bad-syntax", b"data: [unclosed\n", "not valid YAML"),
     ("secret-in-config", (GOOD_CONFIG + f"hf_token: {SECRET}\n").encode(), "hf_token"),
+    # issue 21's leftovers: YAML's true is not a batch size of 1, .inf is not a number of epochs
+    ("bool-for-int", (GOOD_CONFIG + "training: {per_device_batch_size: true}\n").encode(), "per_device_batch_size"),
+    ("infinite-epochs", (GOOD_CONFIG + "training: {epochs: .inf}\n").encode(), "training.epochs"),
+    ("mine-range-past-top-k", (GOOD_CONFIG + "mine: {top_k: 10, rank_range: [3, 30]}\n").encode(), "mine.top_k"),
 ]
 
 

@@ -67,7 +67,7 @@ class ConfigError(ValueError):
 class _Strict(BaseModel):
     """Unknown keys are refused: a typo must not silently fall back to a default."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Strict):
@@ -250,8 +250,10 @@ class MineConfig(_Strict):
         "Later rounds always mine with the model trained in the round before.",
     )
     top_k: int = Field(100, ge=1, le=1000, description="Documents retrieved per query.")
-    rank_range: tuple[int, int] = Field(
-        (3, 30),
+    rank_range: list[int] = Field(
+        default_factory=lambda: [3, 30],
+        min_length=2,
+        max_length=2,
         description="Sample negatives from these ranks (1-based, inclusive), counted after the query's "
         "positives are removed: the first few are often unlabelled positives.",
     )
