@@ -14,7 +14,7 @@ from typing import Any
 
 from operator_cli import rules
 from operator_cli.constants import APIS
-from operator_cli.spec import NCCL_PRESETS
+from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
 from trainer.config import json_schema
 
 __all__ = ["build", "main", "render_text"]
@@ -135,12 +135,15 @@ def build() -> dict[str, Any]:
             "nccl": {"enum": ["", *sorted(NCCL_PRESETS)]},
             "runPolicy": _obj(
                 {
-                    "backoffLimit": {"type": "integer", "minimum": 0},
-                    "activeDeadlineSeconds": {"type": "integer", "minimum": 0},
-                    "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
+                    "backoffLimit": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},
+                    "activeDeadlineSeconds": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                    "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},
                 }
             ),
-            "labels": {"$ref": "#/$defs/labelMap"},
+            "labels": {
+                "allOf": [{"$ref": "#/$defs/labelMap"}, {"propertyNames": {"not": {"enum": sorted(OWN_LABELS)}}}],
+                "description": "Extra labels; the app.kubernetes.io ones colbert-k8s sets cannot be overridden.",
+            },
             "annotations": {
                 "type": "object",
                 "propertyNames": _str("qualified_name"),

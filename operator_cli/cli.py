@@ -21,7 +21,7 @@ from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
-from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_env, parse_toleration, read_config
+from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_envs, parse_toleration, read_config
 
 __all__ = ["main", "cli", "job_options", "build_spec", "cluster_options"]
 
@@ -190,11 +190,11 @@ def build_spec(o: dict) -> JobSpec:
     """Options -> JobSpec: the only place flags are interpreted."""
     if o["api"] == "auto":
         raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
-    secret_env = dict(parse_secret_env(raw) for raw in o["secret_env"])
+    secret_env = parse_secret_envs(o["secret_env"])
     return JobSpec(
         name=generate_name() if o["name"] is None else o["name"],
         config_text=read_config(o["config"]),
-        namespace=o["namespace"] or _default_namespace(o),
+        namespace=_default_namespace(o) if o["namespace"] is None else o["namespace"],  # -n "" is refused
         nodes=o["nodes"],
         gpus_per_node=o["gpus_per_node"],
         image=o["image"],
@@ -258,7 +258,7 @@ def cluster_options(fn):
 def _cluster(o: dict):
     from operator_cli.kube import Cluster, connect
 
-    namespace = o.get("namespace") or _default_namespace(o)
+    namespace = _default_namespace(o) if o.get("namespace") is None else o["namespace"]  # -n "" is refused
     if not rules.full("dns1123_label", namespace):
         from operator_cli.spec import shown
 

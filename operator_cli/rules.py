@@ -36,7 +36,8 @@ PATTERNS: dict[str, str] = {
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
     "label_value": r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$",
     # a positive Kubernetes quantity (0, 0Gi or 0.0 would be a limit nothing fits in)
-    "quantity": r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$",
+    # (Kubernetes' grammar: a binary or decimal suffix, or a decimal exponent as in 1e9)
+    "quantity": r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)([eE][+-]?[0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$",
     "env_name": r"^[A-Za-z_][A-Za-z0-9_]*$",
     "secret_key": r"^[-._a-zA-Z0-9]+$",
     "image": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from operator_cli import rules
-from operator_cli.constants import APIS, DEFAULT_IMAGE, TERMINATION_GRACE_SECONDS, V2_DEFAULT_RUNTIME
+from operator_cli.constants import (
+    APIS,
+    DEFAULT_IMAGE,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    TERMINATION_GRACE_SECONDS,
+    V2_DEFAULT_RUNTIME,
+)
 from operator_cli.errors import CliError
 
 __all__ = [
@@ -24,6 +33,7 @@ __all__ = [
     "parse_pairs",
     "parse_toleration",
     "parse_secret_env",
+    "parse_secret_envs",
     "generate_name",
     "shown",
     "read_config",
@@ -31,6 +41,10 @@ __all__ = [
 ]
 
 EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
+INT32_MAX = 2**31 - 1  # backoffLimit, ttlSecondsAfterFinished are int32 in the API
+INT64_MAX = 2**63 - 1  # activeDeadlineSeconds is int64
+OWN_LABELS = {LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT}  # set on every object
+
 NCCL_PRESETS: dict[str, dict[str, str]] = {
     # TCP sockets over the pod network: works on every cluster.
     "socket": {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"},
@@ -101,11 +115,29 @@ def parse_secret_env(raw: str) -> tuple[str, SecretRef]:
         raise CliError(f"--secret-env variable must be a valid environment variable name, got {shown(var)}")
     if rules.reserved_env(var):
         raise CliError(f"--secret-env {var} is set by the Training Operator or this tool; remove it")
+    # what follows '=' may be a pasted secret value (it often contains '/'): describe it, never echo it
     if not rules.full("dns1123", secret):
-        raise CliError(f"--secret-env secret name must be a DNS-1123 name, got {shown(secret)}")
+        raise CliError(
+            f"--secret-env {var}: the part before '/' must name a Secret (a DNS-1123 name: lowercase letters, "
+            "digits, '-', '.'); it is not shown, in case a secret value was pasted there"
+        )
     if not rules.full("secret_key", key):
-        raise CliError(f"--secret-env key must match [-._a-zA-Z0-9]+, got {shown(key)}")
+        raise CliError(
+            f"--secret-env {var}: the part after '/' must be a key of the Secret ([-._a-zA-Z0-9]+); "
+            "it is not shown, in case a secret value was pasted there"
+        )
     return var, SecretRef(secret, key)
+
+
+def parse_secret_envs(values: tuple[str, ...] | list[str]) -> dict[str, SecretRef]:
+    """Every ``--secret-env``; a variable given twice is refused (the pod would get only one of them)."""
+    out: dict[str, SecretRef] = {}
+    for raw in values:
+        var, ref = parse_secret_env(raw)
+        if var in out:
+            raise CliError(f"--secret-env {var} is given twice; keep one")
+        out[var] = ref
+    return out
 
 
 def generate_name(prefix: str = "colbert") -> str:
@@ -195,6 +227,19 @@ class JobSpec:
             )
         if self.pod_local_storage and (self.pvc or self.pvc_size):
             raise CliError("--pod-local-storage excludes --pvc and --pvc-size: keep one")
+        for flag, value, top in (
+            ("--backoff-limit", self.backoff_limit, INT32_MAX),
+            ("--active-deadline", self.active_deadline, INT64_MAX),
+            ("--ttl-after-finished", self.ttl_after_finished, INT32_MAX),
+        ):
+            if value is not None and not 0 <= value <= top:
+                raise CliError(f"{flag} must be between 0 and {top} (the API field's range), got {value}")
+        preset = NCCL_PRESETS.get(self.nccl or "", {})
+        for var in self.env:
+            if var in self.secret_env:
+                raise CliError(f"{var} is given by both --env and --secret-env; keep one")
+            if var in preset:
+                raise CliError(f"--env {var} is also set by --nccl {self.nccl}; drop one of them")
         if not 0 <= self.termination_grace <= 24 * 3600:
             raise CliError(f"--termination-grace-period must be 0..86400 seconds, got {self.termination_grace}")
         for flag, value in (
@@ -212,6 +257,11 @@ class JobSpec:
             raise CliError(f"--queue must be a valid label value, got {shown(self.queue)}")
         self._check_labels(self.node_selector, "--node-selector")
         self._check_labels(self.labels, "--label")
+        for key in self.labels.keys() & OWN_LABELS:
+            raise CliError(
+                f"--label {key} is set by colbert-k8s itself (status, logs, list and delete find their jobs by it); "
+                "use another key"
+            )
         for key in self.annotations:
             if not rules.full("qualified_name", key):
                 raise CliError(f"--annotation key must be a qualified name like example.com/key, got {shown(key)}")

@@ -79,7 +79,7 @@ FLAG_CASES = [
     ("env-control-char", ["--env", "A=x\x7fy"], "control characters"),
     ("secret-env-pasted-value", ["--secret-env", SECRET], "--secret-env"),
     ("secret-env-reserved", ["--secret-env", "RANK=s/k"], "RANK"),
-    ("secret-env-bad-secret", ["--secret-env", "X=Bad_Secret/k"], "--secret-env secret name"),
+    ("secret-env-bad-secret", ["--secret-env", "X=Bad_Secret/k"], "must name a Secret"),
     ("label-key-injection", ["--label", "a: b\nkind: Secret=x"], "--label key"),
     ("label-value-newline", ["--label", "k=v\n"], "--label value"),
     ("annotation-key-1100", ["--annotation", "k" * 1100 + "=v"], "--annotation key"),
@@ -94,12 +94,30 @@ FLAG_CASES = [
     ("negative-backoff", ["--backoff-limit", "-1"], "--backoff-limit"),
     ("negative-grace", ["--termination-grace-period", "-5"], "--termination-grace-period"),
     ("nccl-on-cpu", ["--nccl", "socket", "--gpus-per-node", "0"], "--nccl"),
+    # issue 21's leftovers
+    ("label-overrides-managed-by", ["--label", "app.kubernetes.io/managed-by=me"], "set by colbert-k8s itself"),
+    ("env-duplicates-nccl-preset", ["--nccl", "socket", "--env", "NCCL_DEBUG=INFO"], "also set by --nccl socket"),
+    ("secret-env-twice", ["--secret-env", "A=s/k", "--secret-env", "A=t/k"], "--secret-env A is given twice"),
+    ("env-and-secret-env", ["--env", "A=1", "--secret-env", "A=s/k"], "both --env and --secret-env"),
+    ("backoff-past-int32", ["--backoff-limit", "3000000000"], "--backoff-limit must be between 0 and 2147483647"),
+    ("deadline-past-int64", ["--active-deadline", "1" + "0" * 20], "--active-deadline must be between"),
+    ("empty-namespace", ["-n", ""], "--namespace"),
+    # a secret value pasted where the Secret's name or key belongs is described, never echoed
+    ("secret-value-as-ref", ["--secret-env", f"AWS_SECRET_ACCESS_KEY={SECRET}/abc+def"], "not shown"),
+    ("secret-value-as-key", ["--secret-env", f"HF_TOKEN=hf/{SECRET}/x"], "not shown"),
 ]
 
 
 @pytest.mark.parametrize("name,flags,needle", FLAG_CASES, ids=[c[0] for c in FLAG_CASES])
 def test_bad_flag(name, flags, needle, config):
     _assert_one_line(_invoke(["render", "--config", str(config), *flags]), needle)
+
+
+def test_a_quantity_with_an_exponent_is_valid(config):
+    """1e9 is a Kubernetes quantity (a decimal exponent): accepted and passed on as written."""
+    res = _invoke(["render", "--config", str(config), "--memory", "1e9"])
+    assert res.exit_code == 0, res.output
+    assert "memory: 1e9" in res.output
 
 
 def test_allowed_lookalikes_are_not_refused(config):

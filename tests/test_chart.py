@@ -345,3 +345,18 @@ def test_release_name_length_follows_the_cli_for_both_apis(api):
     else:
         assert helm_render(values, name=name)
     assert cli_refuses == (api == "trainjob")
+
+
+@pytest.mark.parametrize(
+    "values,needle",
+    [
+        ({"labels": {"app.kubernetes.io/managed-by": "me"}}, "labels"),
+        ({"runPolicy": {"backoffLimit": 10**12}}, "backoffLimit"),
+    ],
+    ids=["label-overrides-managed-by", "backoff-past-int32"],
+)
+def test_chart_refuses_what_the_cli_refuses(values, needle):
+    """Issue 21's leftovers: the same values the CLI refuses fail the chart's schema."""
+    with pytest.raises(helm_python.HelmError) as e:
+        helm_render(values)
+    assert needle in str(e.value)
