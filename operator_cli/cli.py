@@ -362,34 +362,71 @@ def _job_name(name: str) -> str:
     return name
 
 
+def _output_option(fn):
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json", "yaml"]),
+        default="table",
+        show_default=True,
+        help="json/yaml: the same fields as the table, for scripts (as kubectl -o).",
+    )(fn)
+
+
+def _emit(record: dict, output: str) -> bool:
+    """Print ``record`` as JSON or YAML and return True; False leaves the table to the caller."""
+    if output == "json":
+        import json
+
+        click.echo(json.dumps(record, indent=2))
+    elif output == "yaml":
+        click.echo(to_yaml([record]).removeprefix("---\n"), nl=False)
+    return output != "table"
+
+
 @cli.command("status")
 @click.argument("name")
 @_namespace_option
 @cluster_options
-def status_cmd(name: str, **o) -> None:
+@_output_option
+def status_cmd(name: str, output: str, **o) -> None:
     """Job conditions, each replica's phase and restarts, and why a pod is stuck or failing."""
     from operator_cli.kube import job_state, kind_of
 
     name = _job_name(name)
     cluster = _cluster(o)
     job = cluster.get_own_job(name)
-    click.echo(f"{name}: {job_state(job)} ({job.get('kind', C.KIND)})")
-    conditions = job.get("status", {}).get("conditions") or []
-    if conditions:
-        rows = [
-            [c.get("type", ""), c.get("status", ""), c.get("reason", ""), (c.get("message") or "")[:80]]
-            for c in conditions
-        ]
+    record = {
+        "name": name,
+        "namespace": cluster.ns,
+        "kind": job.get("kind", C.KIND),
+        "state": job_state(job),
+        "conditions": [
+            {k: c.get(k, "") for k in ("type", "status", "reason", "message")}
+            for c in job.get("status", {}).get("conditions") or []
+        ],
+        "pods": [
+            {
+                "replica": p.replica,
+                "rank": p.rank,
+                "pod": p.name,
+                "phase": p.phase,
+                "restarts": p.restarts,
+                "reason": p.reason or "",
+            }
+            for p in cluster.pods(name, kind_of(job))
+        ],  # fmt: skip
+    }
+    if _emit(record, output):
+        return
+    click.echo(f"{name}: {record['state']} ({record['kind']})")
+    if record["conditions"]:
+        rows = [[c["type"], c["status"], c["reason"], (c["message"] or "")[:80]] for c in record["conditions"]]
         click.echo(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
-    pods = cluster.pods(name, kind_of(job))
-    if pods:
+    if record["pods"]:
         click.echo()
-        click.echo(
-            _table(
-                ["REPLICA", "RANK", "POD", "PHASE", "RESTARTS", "REASON"],
-                [[p.replica, p.rank, p.name, p.phase, p.restarts, p.reason or ""] for p in pods],
-            )
-        )
+        columns = ["replica", "rank", "pod", "phase", "restarts", "reason"]
+        click.echo(_table([c.upper() for c in columns], [[p[c] for c in columns] for p in record["pods"]]))
     else:
         click.echo("no pods yet (the operator has not created them, or they were cleaned up)")
 
@@ -445,21 +482,26 @@ def _age(ts: str | None) -> str:
 @_namespace_option
 @click.option("-A", "--all-namespaces", is_flag=True)
 @cluster_options
-def list_cmd(all_namespaces: bool, **o) -> None:
+@_output_option
+def list_cmd(all_namespaces: bool, output: str, **o) -> None:
     """This tool's jobs (by label), as a table."""
     from operator_cli.kube import job_state, kind_of
 
-    jobs = _cluster(o).list_jobs(all_namespaces)
-    if not jobs:
-        click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {o['namespace']}"))
-        return
-    rows = []
-    for j in jobs:
+    items = []
+    for j in _cluster(o).list_jobs(all_namespaces):
         kind = kind_of(j)
         nodes, gpus = kind.nodes_and_gpus(j)
         meta = j["metadata"]
-        age = _age(meta.get("creationTimestamp"))
-        rows.append([meta.get("namespace", ""), meta["name"], kind.kind, job_state(j), nodes, gpus, age])
+        items.append({"namespace": meta.get("namespace", ""), "name": meta["name"], "kind": kind.kind,
+                      "state": job_state(j), "nodes": nodes, "gpusPerNode": gpus,
+                      "created": meta.get("creationTimestamp")})  # fmt: skip
+    if _emit({"items": items}, output):
+        return
+    if not items:
+        click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {o['namespace']}"))
+        return
+    rows = [[i["namespace"], i["name"], i["kind"], i["state"], i["nodes"], i["gpusPerNode"], _age(i["created"])]
+            for i in items]  # fmt: skip
     click.echo(_table(["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
 
 

@@ -234,6 +234,20 @@ def test_status_shows_why_pods_are_stuck(api):
     assert "OOMKilled (restarted 2x)" in master and " 2 " in master
     assert "Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu." in worker
     assert " 1 " in worker  # worker 0 is node rank 1
+    # -o json/yaml: the same fields as the table, parseable
+    import json
+
+    import yaml
+
+    record = json.loads(run(api, "status", "demo", "-o", "json").output)
+    assert yaml.safe_load(run(api, "status", "demo", "-o", "yaml").output) == record
+    assert (record["name"], record["state"], record["kind"]) == ("demo", "Running", "PyTorchJob")
+    by_replica = {p["replica"]: p for p in record["pods"]}
+    assert by_replica["master-0"]["restarts"] == 2 and "OOMKilled" in by_replica["master-0"]["reason"]
+    assert by_replica["worker-0"]["rank"] == 1 and by_replica["worker-0"]["phase"] == "Pending"
+    for pod in record["pods"]:  # every field of the table's row is in the record
+        row = next(line for line in res.output.splitlines() if line.startswith(pod["replica"]))
+        assert all(str(pod[k])[:40] in row for k in ("rank", "pod", "phase", "restarts"))
 
 
 def test_status_image_pull_backoff(api):
@@ -466,3 +480,16 @@ def test_foreign_job_of_the_same_name_is_never_deleted(api):
         assert "was not created by colbert-k8s" in res.output and res.output.count("error:") == 1
     assert [o["metadata"]["name"] for o in api.objects("pytorchjobs")] == ["demo"]
     assert [o["metadata"]["name"] for o in api.objects("configmaps")] == ["demo-config"]
+
+
+def test_list_output_formats(api, config):
+    import json
+
+    import yaml
+
+    assert submit(api, config).exit_code == 0
+    items = json.loads(run(api, "list", "-o", "json").output)["items"]
+    assert [(i["name"], i["kind"], i["nodes"], i["gpusPerNode"]) for i in items] == [("demo", "PyTorchJob", 2, 8)]
+    assert items[0]["created"]  # the API server's creationTimestamp
+    assert yaml.safe_load(run(api, "list", "-o", "yaml").output)["items"] == items
+    assert json.loads(run(api, "list", "-n", "ml", "-o", "json").output) == {"items": []}
