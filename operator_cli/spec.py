@@ -352,6 +352,13 @@ class JobSpec:
         return self.pvc or (f"{self.name}-workspace" if self.pvc_size else None)
 
     @property
+    def restart_policy(self) -> str:
+        """``ExitCode`` when /workspace is a claim: a bad config (exit 1-127) fails the job at once, a lost
+        peer or preemption (128-255) gets a new pod that resumes from the claim's checkpoint. With an
+        emptyDir a new pod would start from step 0, so ``OnFailure`` restarts the container in place."""
+        return "ExitCode" if self.claim_name else "OnFailure"
+
+    @property
     def nccl_env(self) -> dict[str, str]:
         return NCCL_PRESETS[self.nccl] if self.nccl else {}
 

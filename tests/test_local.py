@@ -55,7 +55,7 @@ def _local(workdir: Path, *extra: str, **kw):
         "0",
         "--workdir",
         str(workdir),
-        "--pod-local-storage",
+        *(() if {"--pvc", "--pvc-size"} & set(extra) else ("--pod-local-storage",)),
         *extra,
     ]
     return cmd
@@ -183,14 +183,31 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api,
 
 
 @pytest.mark.slow
-def test_failing_replica_exhausts_backoff_limit(tmp_path, tiny_model):
+def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
+    """restartPolicy ExitCode (a claim holds the workspace): the trainer's exit 2 is permanent, so the
+    job fails on its first attempt with the row's one line, and the restart budget is not burnt."""
     wd = _workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')  # every start fails on this row
+    res = subprocess.run(
+        _local(wd, "--backoff-limit", "3", "--pvc-size", "1Gi"), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 1
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "ended with exit code 2, a permanent failure under restartPolicy ExitCode" in errors[0]
+    assert "restarting the job's replicas" not in res.stderr  # one attempt
+    assert res.stdout.count("column 'positive' is missing") >= 1
+    assert "Traceback" not in res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_failing_replica_exhausts_backoff_limit_with_an_empty_dir(tmp_path, tiny_model):
+    """OnFailure (an emptyDir workspace): every failure is restarted in place until backoffLimit."""
+    wd = _workdir(tmp_path, tiny_model, 8)
+    (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')
     res = subprocess.run(_local(wd, "--backoff-limit", "1"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "backoffLimit 1 is used up (1 restart(s))" in errors[0]
-    assert "column 'positive' is missing" in res.stdout
     assert "Traceback" not in res.stdout + res.stderr
 
 

@@ -65,7 +65,8 @@ def test_matrix_passes_crd_and_core_schemas(opts):
     for r in replicas.values():
         pod = r["template"]["spec"]
         (container,) = pod["containers"]
-        assert container["name"] == "pytorch" and r["restartPolicy"] == "OnFailure"
+        assert container["name"] == "pytorch"
+        assert r["restartPolicy"] == ("ExitCode" if spec.claim_name else "OnFailure")  # JobSpec.restart_policy
         assert container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0) == spec.gpus_per_node
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -172,3 +172,14 @@ def test_auto_precision_counts_only_native_bf16(monkeypatch, native, expected):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native or including_emulation)
     assert choose_precision("auto", torch.device("cuda", 0)) == expected
     assert choose_precision("auto", torch.device("cpu")) == "fp32"
+
+
+def test_the_pod_exit_code_keeps_the_cause_when_torchrun_says_1():
+    """torchrun exits 1 for any child failure; the launcher reports the children's contract instead."""
+    from trainer.errors import EXIT_CONFIG, EXIT_PEER, job_exit_code
+
+    assert job_exit_code(0, []) == 0
+    assert job_exit_code(1, [EXIT_CONFIG, EXIT_PEER]) == EXIT_CONFIG  # the bad config, not its peer's loss
+    assert job_exit_code(1, [EXIT_PEER, 143]) == 143  # preempted: retryable
+    assert job_exit_code(1, []) == EXIT_PEER  # killed before it could say (OOM): retryable
+    assert 1 <= EXIT_CONFIG <= 127 and 128 <= EXIT_PEER <= 255

@@ -9,29 +9,39 @@ process group exists: a long download cannot trip a collective's timeout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from trainer.config import ConfigError, TrainConfig, load_config
 from trainer.env import EnvError, Launch, resolve
-from trainer.errors import WeightsDiverged, peer_failure
+from trainer.errors import EXIT_CONFIG, EXIT_DIR_ENV, EXIT_PEER, WeightsDiverged, job_exit_code, peer_failure
 from trainer.preemption import EXIT_PREEMPTED, Preempted
 
 __all__ = ["main", "PROCESS_STARTED", "setup_logging", "stage", "launch_torchrun"]
 
 log = logging.getLogger("trainer")
 PROCESS_STARTED = time.time()  # imported first thing: time to first step counts from here
-EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment
-EXIT_PEER = 1  # a peer died or ranks diverged: the operator restarts the job from its checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``colbert-train`` and ``python -m trainer``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of ``colbert-train`` and ``python -m trainer``: the exit code follows the contract in
+    ``trainer/errors.py`` (1-127 permanent, 128-255 retryable)."""
+    code = _main(list(sys.argv[1:] if argv is None else argv))
+    if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
+        with contextlib.suppress(OSError):
+            (Path(exit_dir) / f"{os.environ.get('RANK', '0')}.code").write_text(str(code))
+    return code
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="colbert-train", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the training YAML (see README)")
     args = parser.parse_args(argv)
@@ -108,13 +118,16 @@ def launch_torchrun(launch: Launch, argv: list[str]) -> int:
     torchrun, which passes it to the trainers, so they checkpoint before the grace period ends."""
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch.torchrun_args(), "-m", "trainer", *argv]
     log.info("launch mode %s: %s", launch.mode, " ".join(cmd))
-    child = subprocess.Popen(cmd)
+    exit_dir = Path(tempfile.mkdtemp(prefix="colbert-exit-"))
+    child = subprocess.Popen(cmd, env={**os.environ, EXIT_DIR_ENV: str(exit_dir)})
     previous = {
         sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
         for sig in (signal.SIGTERM, signal.SIGINT)
     }
     try:
-        return child.wait()
+        code = child.wait()
+        return job_exit_code(code, [int(p.read_text()) for p in exit_dir.glob("*.code") if p.read_text().isdigit()])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        shutil.rmtree(exit_dir, ignore_errors=True)

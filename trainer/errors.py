@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["JobVerdict", "WeightsDiverged", "peer_failure"]
+__all__ = ["EXIT_CONFIG", "EXIT_PEER", "EXIT_DIR_ENV", "JobVerdict", "WeightsDiverged", "job_exit_code", "peer_failure"]
+
+# The exit-code contract, read by PyTorchJob's `restartPolicy: ExitCode` (and by `colbert-k8s local`):
+# 1-127 are permanent (the job fails at once: restarting cannot fix a bad config), 128-255 retryable.
+EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment: permanent
+EXIT_PEER = 129  # a peer died or froze, a collective failed, ranks diverged: retryable from the checkpoint
+# (SIGTERM's checkpoint-and-stop is 143 = 128 + SIGTERM, trainer/preemption.py: retryable as well.)
+EXIT_DIR_ENV = "COLBERT_K8S_EXIT_DIR"  # where torchrun's children leave their codes for the launcher
 
 # What gloo and NCCL raise (as plain RuntimeError, or torch's DistError) when a peer vanished.
 _PEER_GONE = re.compile(
@@ -34,3 +41,18 @@ def peer_failure(e: BaseException) -> str | None:
             "restarts the job from its newest checkpoint"
         )
     return None
+
+
+def job_exit_code(torchrun_code: int, child_codes: list[int]) -> int:
+    """The code a pod reports when torchrun ran its processes: torchrun itself says 1 for any failure.
+
+    A permanent code of any child wins (it is the cause; its peers then fail on the broken collective
+    with a retryable one); else the worst retryable one; a child killed before it could say (OOM,
+    SIGKILL) counts as retryable."""
+    if torchrun_code == 0:
+        return 0
+    permanent = sorted(c for c in child_codes if 1 <= c <= 127)
+    if permanent:
+        return permanent[0]
+    retryable = [c for c in child_codes if c >= 128]
+    return max(retryable) if retryable else EXIT_PEER

@@ -22,10 +22,12 @@ import sys
 import threading
 import time
 
+from trainer.errors import EXIT_PEER
+
 __all__ = ["PeerWatchdog", "EXIT_PEER_LOST"]
 
 log = logging.getLogger(__name__)
-EXIT_PEER_LOST = 1
+EXIT_PEER_LOST = EXIT_PEER  # retryable (trainer/errors.py)
 _PREFIX = "colbert-k8s/heartbeat/"
 _DONE = b"done"
 

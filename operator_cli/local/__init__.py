@@ -18,7 +18,9 @@ kubelet do:
   the image or a data volume would have put them on a cluster; the summary says so;
 * **SIGTERM**: sent to ``local`` (or to a replica) it reaches the replicas, which get the manifest's
   ``terminationGracePeriodSeconds`` to checkpoint before SIGKILL, as from the kubelet;
-* **restarts**: ``restartPolicy: OnFailure`` with ``runPolicy.backoffLimit``. On a cluster the
+* **restarts**: ``restartPolicy: ExitCode`` fails the job at once on exit codes 1-127 (the trainer's
+  permanent failures: config, data) and restarts on 128-255 and signals; ``OnFailure`` restarts on any
+  failure; both within ``runPolicy.backoffLimit``. On a cluster the
   kubelet restarts the failed container and its peers then fail on the broken collective; here
   the replicas are restarted together, which is the same outcome without the wait for a timeout.
 

@@ -119,10 +119,16 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
                 t.join(timeout=5)
             code = failed.proc.returncode
             why = f"signal {-code}" if code < 0 else f"exit code {code}"
-            if restart_policy == "Never" or restarts >= backoff:
+            permanent = restart_policy == "ExitCode" and 1 <= code <= 127  # the operator's rule
+            if restart_policy == "Never" or permanent or restarts >= backoff:
+                verdict = (
+                    "a permanent failure under restartPolicy ExitCode (1-127: fix the config or data; a restart cannot)"
+                    if permanent
+                    else f"backoffLimit {backoff} is used up ({restarts} restart(s))"
+                )
                 click.echo(
-                    f"error: job {name} failed: replica {failed.replica} ended with {why} and "
-                    f"backoffLimit {backoff} is used up ({restarts} restart(s)); see its log lines above",
+                    f"error: job {name} failed: replica {failed.replica} ended with {why}, {verdict}; "
+                    "see its log lines above",
                     err=True,
                 )
                 return 1

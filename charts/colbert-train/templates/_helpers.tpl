@@ -270,3 +270,12 @@ spec:
   volumes:
     {{- include "colbert-train.volumes" $root | nindent 4 }}
 {{- end -}}
+
+{{/*
+ExitCode with a claim (permanent exit codes 1-127 fail at once; a new pod resumes from the claim),
+OnFailure with an emptyDir (a new pod would lose the checkpoints). Same rule as JobSpec.restart_policy.
+*/}}
+{{- define "colbert-train.restartPolicy" -}}
+{{- $p := .Values.persistence -}}
+{{- ternary "ExitCode" "OnFailure" (not (not (or $p.existingClaim $p.size))) -}}
+{{- end -}}
