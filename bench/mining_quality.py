@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
     parser.add_argument("--data", choices=["quickstart", "packages"], default="quickstart")
     parser.add_argument("--limit", type=int, help="use the first N training pairs")
+    parser.add_argument("--workdir", type=Path, help="keep every run here; runs already finished are reused")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (two benches side by side)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mining_quality.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_quality.png")
     args = parser.parse_args()
@@ -84,16 +86,24 @@ def main() -> None:
     beir = data.parent / "beir"
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     with tempfile.TemporaryDirectory(prefix="mining-quality-") as tmp:
+        root = args.workdir or Path(tmp)  # --workdir keeps finished runs: a rerun skips them
+        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
         for seed in args.seeds:
             for arm in args.arms:
-                start = time.perf_counter()
-                m = run_colbert_train(
-                    Path(tmp) / f"{arm}-{seed}", 1, config(minilm(), data, beir, arm, seed, args.steps, args.limit)
-                )
-                wall = round(time.perf_counter() - start, 1)
+                wd = root / f"{arm}-{seed}"
+                if (wd / "out" / "metrics.json").is_file() and (wd / "wall_seconds").is_file():
+                    m, wall = (
+                        json.loads((wd / "out" / "metrics.json").read_text()),
+                        float((wd / "wall_seconds").read_text()),
+                    )
+                else:
+                    start = time.perf_counter()
+                    m = run_colbert_train(wd, 1, config(minilm(), data, beir, arm, seed, args.steps, args.limit), env)
+                    wall = round(time.perf_counter() - start, 1)
+                    (wd / "wall_seconds").write_text(str(wall))
                 runs[arm][seed] = {**{k: m["after"][k] for k in ("ndcg@10", "mrr@10")}, "steps": m["steps"],
                                    "wall_seconds": wall}  # fmt: skip
-                print(f"seed {seed} {arm:8s} nDCG@10 {m['after']['ndcg@10']:.4f} ({runs[arm][seed]['wall_seconds']}s)")
+                print(f"seed {seed} {arm:8s} nDCG@10 {m['after']['ndcg@10']:.4f} ({wall}s)", flush=True)
     result = {"commit": git_commit(), "data": args.data, "limit": args.limit, "steps": args.steps,
               "seeds": args.seeds, "runs": runs,
               "summary": summarize(runs, "bm25-1")}  # fmt: skip

@@ -450,7 +450,8 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
     if not follow:
         from operator_cli.kube import kind_of
 
-        pods = [p for p in cluster.pods(name, kind_of(job)) if want is None or p.rank == want]
+        kind = kind_of(job)
+        pods = [p for p in cluster.pods(name, kind) if want is None or p.rank == want]
         if not pods:
             raise CliError(
                 f"no pod{'' if want is None else f' of rank {want}'} for job {name} yet",
@@ -458,7 +459,7 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
                 exit_code=1,
             )
         for p in pods:
-            for line in cluster.log_lines(p.name):
+            for line in cluster.log_lines(p.name, kind):
                 click.echo(f"[{p.replica} rank {p.rank}] {line}")
         return
     from operator_cli.follow import follow_logs

@@ -57,7 +57,7 @@ def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: 
 
     def stream(pod) -> None:
         try:
-            for line in cluster.log_lines(pod.name, follow=True):
+            for line in cluster.log_lines(pod.name, kind, follow=True):
                 with lock:
                     echo(f"[{pod.replica} rank {pod.rank}] {line}")
         except CliError:

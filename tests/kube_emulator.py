@@ -6,6 +6,7 @@ What a real API server does that kmock alone does not, and how this file closes 
   ``resourceVersion``, ``creationTimestamp`` and ``namespace``: :class:`_ApiServer` sets them, so
   the ownerReference PATCH that follows a job's create runs under test;
 * every update bumps ``resourceVersion``;
+* a pod's log is refused (400) for a container the pod does not have;
 * cluster-scoped reads (namespaces, ClusterTrainingRuntimes) are routed by hand below.
 
 Not emulated: admission webhooks, CRD schema validation (the tests validate manifests against the
@@ -34,6 +35,10 @@ class _ApiServer(kmock.KubernetesEmulator):
     _versions = itertools.count(1000)
 
     async def _handle(self, request):
+        if request.subresource == "log" and request.name:  # the API server checks the container name
+            refusal = self._bad_container(request)
+            if refusal is not None:
+                return await self._render_error(refusal)
         data = request.data if request.resource is not None and isinstance(request.data, dict) else None
         if data is not None and request.action in (kmock.action.CREATE, kmock.action.UPDATE):
             meta = data.setdefault("metadata", {})
@@ -44,6 +49,17 @@ class _ApiServer(kmock.KubernetesEmulator):
                 if request.namespace:
                     meta.setdefault("namespace", request.namespace)
         return await super()._handle(request)
+
+    def _bad_container(self, request):
+        from kmock._internal.k8s import KubernetesError
+
+        wanted = request.params.get("container")
+        for (res, ns, name), obj in self.objects.items():
+            if res.plural == "pods" and ns == request.namespace and name == request.name and not obj.deleted:
+                names = [c.get("name") for c in obj.raw.get("spec", {}).get("containers", [])]
+                if wanted is not None and wanted not in names:
+                    return KubernetesError(400, "BadRequest", f"container {wanted} is not valid for pod {name}")
+        return None
 
 
 class Emulator:

@@ -342,10 +342,11 @@ class Cluster:
             return []
         return sorted(items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
-    def log_lines(self, pod: str, follow: bool = False) -> Iterator[str]:
+    def log_lines(self, pod: str, kind: JobKind, follow: bool = False) -> Iterator[str]:
+        """The trainer container's log (``kind.container``: the API server refuses another name)."""
         if not follow:
             text = self._c(
-                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=C.CONTAINER),
+                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container),
                 "get logs of",
                 "Pod",
                 pod,
@@ -356,7 +357,7 @@ class Cluster:
             lambda: self.core.read_namespaced_pod_log(
                 pod,
                 self.ns,
-                container=C.CONTAINER,
+                container=kind.container,
                 follow=True,
                 _preload_content=False,
                 _request_timeout=(10, 24 * 3600),  # a quiet log is not a stalled server; the poller checks that

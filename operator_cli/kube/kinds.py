@@ -22,6 +22,7 @@ class JobKind:
     crd: str
     install: str
     pod_selector: str  # label whose value is the job name on its pods
+    container: str  # the trainer's container in each pod (logs are read from it)
 
     def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
         spec = job.get("spec", {})
@@ -37,7 +38,15 @@ class JobKind:
 
 KINDS = {
     "pytorchjob": JobKind(
-        "pytorchjob", C.GROUP, C.VERSION, C.PLURAL, C.KIND, C.CRD_NAME, C.TRAINING_OPERATOR_INSTALL, C.OPERATOR_JOB_NAME
+        "pytorchjob",
+        C.GROUP,
+        C.VERSION,
+        C.PLURAL,
+        C.KIND,
+        C.CRD_NAME,
+        C.TRAINING_OPERATOR_INSTALL,
+        C.OPERATOR_JOB_NAME,
+        C.CONTAINER,
     ),
     "trainjob": JobKind(
         "trainjob",
@@ -48,6 +57,7 @@ KINDS = {
         C.V2_CRD_NAME,
         C.TRAINER_V2_INSTALL,
         C.JOBSET_NAME_LABEL,
+        C.V2_CONTAINER,
     ),
 }
 
