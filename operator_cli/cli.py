@@ -438,11 +438,29 @@ def status_cmd(name: str, output: str, **o) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Stream new lines, across pod restarts, until the job ends.")
 @click.option("--rank", type=int, default=None, help="Only the pod of this node rank (0 = master).")
 @click.option("--all", "all_pods", is_flag=True, help="Every replica (default: rank 0 only).")
+@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines of each pod (as kubectl).")
+@click.option("--since", help="Only lines newer than a duration like 30s, 5m or 1h30m (as kubectl).")
+@click.option("-p", "--previous", is_flag=True, help="The previous container's log (before its last restart).")
+@click.option("--timestamps", is_flag=True, help="Prefix each line with the kubelet's RFC3339 timestamp.")
 @click.option("--poll-interval", default=5.0, type=float, hidden=True)
-def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_interval: float, **o) -> None:
+def logs_cmd(
+    name: str,
+    follow: bool,
+    rank: int | None,
+    all_pods: bool,
+    tail: int | None,
+    since: str | None,
+    previous: bool,
+    timestamps: bool,
+    poll_interval: float,
+    **o,
+) -> None:
     """Log lines of the job's pods, each prefixed by its replica and rank."""
     if rank is not None and all_pods:
         raise CliError("--rank and --all exclude each other")
+    if previous and follow:
+        raise CliError("--previous and --follow exclude each other: a previous container has ended")
+    query = {"tail_lines": tail, "since_seconds": _seconds(since), "previous": previous, "timestamps": timestamps}
     name = _job_name(name)
     cluster = _cluster(o)
     job = cluster.get_own_job(name)
@@ -459,12 +477,25 @@ def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, poll_int
                 exit_code=1,
             )
         for p in pods:
-            for line in cluster.log_lines(p.name, kind):
+            for line in cluster.log_lines(p.name, kind, **query):
                 click.echo(f"[{p.replica} rank {p.rank}] {line}")
         return
     from operator_cli.follow import follow_logs
 
-    follow_logs(cluster, name, want, poll_interval, click.echo)
+    follow_logs(cluster, name, want, poll_interval, click.echo, query)
+
+
+def _seconds(duration: str | None) -> int | None:
+    """``1h30m`` -> 5400: the durations kubectl's --since takes (hours, minutes, seconds)."""
+    import re
+
+    if duration is None:
+        return None
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
+    if not duration or not match or not any(match.groups()):
+        raise CliError("--since must be a duration like 30s, 5m or 1h30m", hint="units: h, m, s")
+    h, m, sec = (int(g or 0) for g in match.groups())
+    return max(1, h * 3600 + m * 60 + sec)
 
 
 def _age(ts: str | None) -> str:

@@ -44,20 +44,26 @@ def wait_for_job(cluster: Cluster, name: str, poll_interval: float, timeout: flo
         time.sleep(sleep)
 
 
-def follow_logs(cluster: Cluster, name: str, want: int | None, poll_interval: float, echo: Echo) -> None:
+def follow_logs(
+    cluster: Cluster, name: str, want: int | None, poll_interval: float, echo: Echo, query: dict | None = None
+) -> None:
     kind = kind_of(cluster.get_job(name))
-    _follow(cluster, name, kind, want, poll_interval, echo)
+    _follow(cluster, name, kind, want, poll_interval, echo, query or {})
 
 
-def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: float, echo: Echo) -> None:
-    """Follow each wanted pod in its own thread; re-attach after a restart; stop when the job ends."""
+def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: float, echo: Echo, query: dict) -> None:
+    """Follow each wanted pod in its own thread; re-attach after a restart; stop when the job ends.
+
+    ``query`` (--tail, --since, --timestamps) shapes the first attach to a pod; after a restart the new
+    container's log is followed from its start, as kubectl would show it."""
     lock = threading.Lock()
     seen_restarts: dict[str, int] = {}
     threads: dict[str, threading.Thread] = {}
 
-    def stream(pod) -> None:
+    def stream(pod, first: bool) -> None:
+        options = query if first else {"timestamps": query.get("timestamps", False)}
         try:
-            for line in cluster.log_lines(pod.name, kind, follow=True):
+            for line in cluster.log_lines(pod.name, kind, follow=True, **options):
                 with lock:
                     echo(f"[{pod.replica} rank {pod.rank}] {line}")
         except CliError:
@@ -73,7 +79,7 @@ def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: 
                 if restarted:
                     echo(f"[{pod.replica} rank {pod.rank}] --- container restarted ({pod.restarts}) ---")
                 seen_restarts[pod.name] = pod.restarts
-                threads[pod.name] = threading.Thread(target=stream, args=(pod,), daemon=True)
+                threads[pod.name] = threading.Thread(target=stream, args=(pod, alive is None), daemon=True)
                 threads[pod.name].start()
         if job_state(cluster.get_job(name)) in ("Succeeded", "Failed"):
             for t in threads.values():

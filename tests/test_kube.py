@@ -493,3 +493,20 @@ def test_list_output_formats(api, config):
     assert items[0]["created"]  # the API server's creationTimestamp
     assert yaml.safe_load(run(api, "list", "-o", "yaml").output)["items"] == items
     assert json.loads(run(api, "list", "-n", "ml", "-o", "json").output) == {"items": []}
+
+
+def test_logs_pass_kubectls_options_to_the_api(api):
+    """--tail, --since, --previous and --timestamps reach the API server as its own log parameters."""
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Running"))
+    echo = lambda req: " ".join(f"{k}={v}" for k, v in sorted(req.params.items())).encode() + b"\n"  # noqa: E731
+    api.react("get", "/api/v1/namespaces/default/pods/demo-master-0/log") << {"Content-Type": "text/plain"} << echo
+    res = run(api, "logs", "demo", "--tail", "5", "--since", "1h30m", "--timestamps", "--previous")
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == (
+        "[master-0 rank 0] container=pytorch previous=true sinceSeconds=5400 tailLines=5 timestamps=true"
+    )
+    assert run(api, "logs", "demo").output.strip() == "[master-0 rank 0] container=pytorch"  # nothing extra
+    for bad, needle in ((["--since", "5 minutes"], "--since must be a duration"), (["-p", "-f"], "exclude")):
+        res = run(api, "logs", "demo", *bad)
+        assert res.exit_code == 2 and needle in res.output and res.output.count("error:") == 1

@@ -342,11 +342,15 @@ class Cluster:
             return []
         return sorted(items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
-    def log_lines(self, pod: str, kind: JobKind, follow: bool = False) -> Iterator[str]:
-        """The trainer container's log (``kind.container``: the API server refuses another name)."""
+    def log_lines(self, pod: str, kind: JobKind, follow: bool = False, **query: Any) -> Iterator[str]:
+        """The trainer container's log (``kind.container``: the API server refuses another name).
+
+        ``query``: the API's own log options (``tail_lines``, ``since_seconds``, ``previous``,
+        ``timestamps``), passed as given."""
+        options = {k: v for k, v in query.items() if v not in (None, False)}
         if not follow:
             text = self._c(
-                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container),
+                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container, **options),
                 "get logs of",
                 "Pod",
                 pod,
@@ -361,6 +365,7 @@ class Cluster:
                 follow=True,
                 _preload_content=False,
                 _request_timeout=(10, 24 * 3600),  # a quiet log is not a stalled server; the poller checks that
+                **options,
             ),
             "follow logs of",
             "Pod",
