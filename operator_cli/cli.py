@@ -373,15 +373,13 @@ def _output_option(fn):
     )(fn)
 
 
-def _emit(record: dict, output: str) -> bool:
-    """Print ``record`` as JSON or YAML and return True; False leaves the table to the caller."""
+def _formatted(record: dict, output: str) -> str:
+    """``record`` as JSON or YAML."""
     if output == "json":
         import json
 
-        click.echo(json.dumps(record, indent=2))
-    elif output == "yaml":
-        click.echo(to_yaml([record]).removeprefix("---\n"), nl=False)
-    return output != "table"
+        return json.dumps(record, indent=2)
+    return to_yaml([record]).removeprefix("---\n").rstrip("\n")
 
 
 @cli.command("status")
@@ -389,12 +387,30 @@ def _emit(record: dict, output: str) -> bool:
 @_namespace_option
 @cluster_options
 @_output_option
-def status_cmd(name: str, output: str, **o) -> None:
+@click.option("-w", "--watch", is_flag=True, help="Print the status again whenever it changes, until the job ends.")
+@click.option("--poll-interval", default=5.0, type=float, hidden=True)
+def status_cmd(name: str, output: str, watch: bool, poll_interval: float, **o) -> None:
     """Job conditions, each replica's phase and restarts, and why a pod is stuck or failing."""
-    from operator_cli.kube import job_state, kind_of
+    import time
 
     name = _job_name(name)
     cluster = _cluster(o)
+    shown_before = None
+    while True:
+        record = _status_record(cluster, name)
+        text = _status_text(record, output)
+        if text != shown_before:
+            click.echo(text if shown_before is None else "\n" + text)
+            shown_before = text
+        if not watch or record["state"] in ("Succeeded", "Failed"):
+            return
+        time.sleep(poll_interval)
+
+
+def _status_record(cluster, name: str) -> dict:
+    """What ``status`` shows, as one record (the table and -o json/yaml are printed from it)."""
+    from operator_cli.kube import job_state, kind_of
+
     job = cluster.get_own_job(name)
     record = {
         "name": name,
@@ -417,18 +433,22 @@ def status_cmd(name: str, output: str, **o) -> None:
             for p in cluster.pods(name, kind_of(job))
         ],  # fmt: skip
     }
-    if _emit(record, output):
-        return
-    click.echo(f"{name}: {record['state']} ({record['kind']})")
+    return record
+
+
+def _status_text(record: dict, output: str) -> str:
+    if output != "table":
+        return _formatted(record, output)
+    lines = [f"{record['name']}: {record['state']} ({record['kind']})"]
     if record["conditions"]:
         rows = [[c["type"], c["status"], c["reason"], (c["message"] or "")[:80]] for c in record["conditions"]]
-        click.echo(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
+        lines.append(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
     if record["pods"]:
-        click.echo()
         columns = ["replica", "rank", "pod", "phase", "restarts", "reason"]
-        click.echo(_table([c.upper() for c in columns], [[p[c] for c in columns] for p in record["pods"]]))
+        lines += ["", _table([c.upper() for c in columns], [[p[c] for c in columns] for p in record["pods"]])]
     else:
-        click.echo("no pods yet (the operator has not created them, or they were cleaned up)")
+        lines.append("no pods yet (the operator has not created them, or they were cleaned up)")
+    return "\n".join(lines)
 
 
 @cli.command("logs")
@@ -527,7 +547,8 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
         items.append({"namespace": meta.get("namespace", ""), "name": meta["name"], "kind": kind.kind,
                       "state": job_state(j), "nodes": nodes, "gpusPerNode": gpus,
                       "created": meta.get("creationTimestamp")})  # fmt: skip
-    if _emit({"items": items}, output):
+    if output != "table":
+        click.echo(_formatted({"items": items}, output))
         return
     if not items:
         click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {o['namespace']}"))

@@ -510,3 +510,20 @@ def test_logs_pass_kubectls_options_to_the_api(api):
     for bad, needle in ((["--since", "5 minutes"], "--since must be a duration"), (["-p", "-f"], "exclude")):
         res = run(api, "logs", "demo", *bad)
         assert res.exit_code == 2 and needle in res.output and res.output.count("error:") == 1
+
+
+def test_status_watch_prints_each_change_until_the_job_ends(api):
+    import threading
+    import time
+
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+
+    def finish() -> None:
+        time.sleep(1.0)
+        api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Succeeded"))
+
+    threading.Thread(target=finish, daemon=True).start()
+    res = run(api, "status", "demo", "--watch", "--poll-interval", "0.1")
+    assert res.exit_code == 0, res.output
+    heads = [line for line in res.output.splitlines() if line.startswith("demo: ")]
+    assert heads == ["demo: Running (PyTorchJob)", "demo: Succeeded (PyTorchJob)"]  # once per change, then it ends
