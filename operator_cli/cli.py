@@ -433,13 +433,56 @@ def _status_record(cluster, name: str) -> dict:
             for p in cluster.pods(name, kind_of(job))
         ],  # fmt: skip
     }
+    record["progress"] = _progress(cluster, kind_of(job), record["pods"])
     return record
+
+
+def _progress(cluster, kind, pods: list[dict]) -> dict | None:
+    """The newest ``progress {...}`` line of rank 0's log (trainer/progress.py), if there is one."""
+    import json
+
+    from trainer.progress import LOG_PREFIX
+
+    master = next((p for p in pods if p["rank"] == 0 and p["phase"] != "Pending"), None)
+    if master is None:
+        return None
+    try:
+        lines = list(cluster.log_lines(master["pod"], kind, tail_lines=500))
+    except CliError:  # no log yet, or no right to read it: status still shows the rest
+        return None
+    for line in reversed(lines):
+        at = line.find(LOG_PREFIX + "{")
+        if at >= 0:
+            try:
+                return json.loads(line[at + len(LOG_PREFIX) :])
+            except ValueError:
+                continue
+    return None
+
+
+def _progress_line(p: dict) -> str:
+    eta = p.get("eta_seconds")
+    parts = [f"step {p['step']}/{p['total']} ({p['percent']}%)"]
+    if eta is not None:
+        parts.append(
+            f"ETA {eta // 3600}h{eta % 3600 // 60:02d}m" if eta >= 3600 else f"ETA {eta // 60}m{eta % 60:02d}s"
+        )
+    if p.get("samples_per_second") is not None:
+        parts.append(f"{p['samples_per_second']:.1f} samples/s")
+    if p.get("loss") is not None:
+        parts.append(f"loss {p['loss']:.4f}")
+    if p.get("best"):
+        b = p["best"]
+        parts.append(f"best {b['metric']} {b['value']:.4f} at step {b['step']}")
+    return "progress: " + ", ".join(parts)
 
 
 def _status_text(record: dict, output: str) -> str:
     if output != "table":
         return _formatted(record, output)
     lines = [f"{record['name']}: {record['state']} ({record['kind']})"]
+    if record.get("progress"):
+        lines.append(_progress_line(record["progress"]))
     if record["conditions"]:
         rows = [[c["type"], c["status"], c["reason"], (c["message"] or "")[:80]] for c in record["conditions"]]
         lines.append(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))

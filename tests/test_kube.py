@@ -527,3 +527,32 @@ def test_status_watch_prints_each_change_until_the_job_ends(api):
     assert res.exit_code == 0, res.output
     heads = [line for line in res.output.splitlines() if line.startswith("demo: ")]
     assert heads == ["demo: Running (PyTorchJob)", "demo: Succeeded (PyTorchJob)"]  # once per change, then it ends
+
+
+PROGRESS_LOG = (
+    b"[rank 0] 10:00:00 INFO step 10/40 loss 0.5000\n"
+    b'[rank 0] 10:00:01 INFO progress {"best": {"metric": "ndcg@10", "step": 10, "value": 0.61}, "eta_seconds": 95, '
+    b'"loss": 0.25, "percent": 50, "samples_per_second": 16.0, "step": 20, "total": 40}\n'
+    b"[rank 0] 10:00:02 INFO something after it\n"
+)
+
+
+def test_status_shows_progress_from_rank_0s_log(api):
+    """The trainer's structured line, read from the master's log: step, ETA, speed, loss, best metric."""
+    import json
+
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Running"))
+    (
+        api.react("get", "/api/v1/namespaces/default/pods/demo-master-0/log")
+        << {"Content-Type": "text/plain"}
+        << PROGRESS_LOG
+    )
+    res = run(api, "status", "demo")
+    assert res.exit_code == 0, res.output
+    assert (
+        "progress: step 20/40 (50%), ETA 1m35s, 16.0 samples/s, loss 0.2500, best ndcg@10 0.6100 at step 10"
+        in res.output.splitlines()
+    )
+    record = json.loads(run(api, "status", "demo", "-o", "json").output)
+    assert record["progress"]["step"] == 20 and record["progress"]["best"]["value"] == 0.61

@@ -150,14 +150,20 @@ def test_status_logs_list_delete_of_a_trainjob(v2, config):
     node1 = next(line for line in res.output.splitlines() if line.startswith("node-1"))
     assert " 1 " in node1 and "Unschedulable: 0/3 nodes" in node1
 
-    for i, text in ((0, b"[rank 0] step 1\n"), (1, b"[rank 1] step 1\n")):
+    progress = b'[rank 0] INFO progress {"eta_seconds": 0, "percent": 100, "step": 40, "total": 40}'
+    for i, text in ((0, b"[rank 0] step 1\n" + progress + b"\n"), (1, b"[rank 1] step 1\n")):
         (
             v2.react("get", f"/api/v1/namespaces/default/pods/demo-node-0-{i}-abcde/log")
             << {"Content-Type": "text/plain"}
             << text
         )
     res = run(v2, "logs", "demo", "--all")
-    assert res.output.splitlines() == ["[node-0 rank 0] [rank 0] step 1", "[node-1 rank 1] [rank 1] step 1"]
+    assert res.output.splitlines() == [
+        "[node-0 rank 0] [rank 0] step 1",
+        f"[node-0 rank 0] {progress.decode()}",
+        "[node-1 rank 1] [rank 1] step 1",
+    ]
+    assert "progress: step 40/40 (100%), ETA 0m00s" in run(v2, "status", "demo").output  # from node 0's log
 
     pytorchjob = _trainjob("Running")
     pytorchjob.update(apiVersion="kubeflow.org/v1", kind="PyTorchJob", spec={"pytorchReplicaSpecs": {}})

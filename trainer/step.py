@@ -39,6 +39,7 @@ class TrainState:
     rng: dict | None = None  # a checkpoint's RNG streams, set as the last thing before the next step
     metrics: dict = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)  # perf_counter at the end of each step of this run
+    progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
 
 
 def accumulate_gradients(t: TrainState, feed: Iterator) -> float:

@@ -33,6 +33,7 @@ from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.model import autocast_for, build_model, choose_precision
 from trainer.preemption import Preempted, StopRequest
+from trainer.progress import Progress
 from trainer.step import TrainState, optimizer_step
 from trainer.tracking import Tracker
 from trainer.watchdog import PeerWatchdog
@@ -54,6 +55,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
     ):
         t = build(cfg, layout, device)
         _resume(t, cfg, layout, ckpt_dir)
+        t.progress = Progress(t.total_steps, t.step, enabled=layout.is_main)  # TrainJob status + log line
         split = _evaluate_before(t, cfg, layout, tracker)
         elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop, split, tracker)
         _record_speed(t, device, elapsed, losses)
@@ -221,6 +223,8 @@ def _evaluate(t: TrainState, cfg: TrainConfig, layout: Layout, split, tracker: T
     if layout.is_main:
         log.info("eval %s: %s", when, " ".join(f"{k}={v:.4f}" for k, v in result.items()))
     tracker.log(t.step, result, prefix="eval/")
+    if t.progress is not None:  # None only where a test drives the phases without run()
+        t.progress.evaluated(t.step, cfg.evaluation.metric, result)
     return result
 
 
@@ -237,6 +241,7 @@ def _report(t: TrainState, tracker: Tracker, loss: float, grad_norm: float) -> N
     recent = t.step_times[-11:]
     speed = (len(recent) - 1) * t.data.global_batch / (recent[-1] - recent[0]) if len(recent) > 1 else 0.0
     tracker.log(t.step, {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed}, "train/")
+    t.progress.step(t.step, loss, lr, speed)
 
 
 def _keep_if_best(t: TrainState, cfg: TrainConfig, layout: Layout, result: dict) -> None:
@@ -289,6 +294,7 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
         t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
         write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
         log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
+    t.progress.finish(t.step)
     D.barrier()
 
 

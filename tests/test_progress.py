@@ -1,0 +1,194 @@
+"""Progress into the TrainJob's status (trainer/progress.py) against a real local HTTPS server with its own CA:
+a token file that rotates, a server that stalls, one that answers 500, one whose certificate is not trusted."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import os
+import ssl
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trustme
+
+from trainer.progress import LOG_PREFIX, Progress
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, mode: str, cert: trustme.LeafCert):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.mode, self.requests = mode, []
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(context)
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.url = f"https://localhost:{self.server_address[1]}/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/demo/status"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append((time.monotonic(), self.headers.get("Authorization"), json.loads(body)))
+        if self.server.mode == "stall":
+            time.sleep(30)
+        code = 500 if self.server.mode == "500" else 200
+        self.send_response(code)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def tls(tmp_path):
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.crt"
+    ca.cert_pem.write_to_path(str(ca_file))
+    servers = []
+
+    def start(mode: str = "ok") -> tuple[_Server, dict[str, str]]:
+        server = _Server(mode, ca.issue_cert("localhost"))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        token = tmp_path / "token"
+        token.write_text("token-1")
+        env = {
+            "KUBEFLOW_TRAINER_SERVER_URL": server.url,
+            "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(ca_file),
+            "KUBEFLOW_TRAINER_SERVER_TOKEN": str(token),
+        }
+        return server, env
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _validates(body: dict) -> None:
+    """The body is what the Trainer's API accepts: kubeflow-trainer-api's request model, losslessly."""
+    from kubeflow_trainer_api.models.trainer_v1alpha1_update_train_job_status_request import (
+        TrainerV1alpha1UpdateTrainJobStatusRequest as Request,
+    )
+
+    parsed = Request.from_dict(body)
+    assert parsed.trainer_status is not None
+    again = parsed.to_dict()
+    assert again["trainerStatus"]["metrics"] == body["trainerStatus"]["metrics"]
+    assert again["trainerStatus"].get("progressPercentage") == body["trainerStatus"].get("progressPercentage")
+    assert again["trainerStatus"]["lastUpdatedTime"].tzinfo is not None  # RFC 3339 with its zone
+
+
+def _wait(predicate, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_throttled_posts_with_a_rotating_token_and_a_final_100(tls):
+    server, env = tls("ok")
+    progress = Progress(total_steps=100, start_step=0, env=env, interval=0.5)
+    for step in range(1, 41):  # 40 steps in a burst: one request, not 40
+        progress.step(step, loss=1.0 / step, lr=1e-5, samples_per_second=32.0)
+    _wait(lambda: len(server.requests) >= 1)
+    time.sleep(0.2)
+    assert len(server.requests) == 1
+    Path(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]).write_text("token-2")  # the projected token rotated
+    progress.evaluated(50, "ndcg@10", {"ndcg@10": 0.71, "mrr@10": 0.66})
+    _wait(lambda: len(server.requests) >= 2)
+    progress.step(60, loss=0.2, lr=1e-5, samples_per_second=32.0)
+    progress.finish(100)  # right after: the throttle would hold it, the final update is sent anyway
+    bodies = [b for _, _, b in server.requests]
+    assert [a for _, a, _ in server.requests][:2] == ["Bearer token-1", "Bearer token-2"]
+    assert server.requests[1][0] - server.requests[0][0] >= 0.45  # at most one request per interval
+    final = bodies[-1]["trainerStatus"]
+    assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
+    assert {"name": "eval_ndcg@10", "value": "0.71"} in final["metrics"]
+    assert bodies[0]["trainerStatus"]["progressPercentage"] < 100
+    for body in bodies:
+        _validates(body)
+
+
+@pytest.mark.parametrize("mode", ["stall", "500", "untrusted"])
+def test_a_bad_server_never_delays_a_step_nor_raises(mode, tls, tmp_path, caplog):
+    server, env = tls("ok" if mode == "untrusted" else mode)
+    if mode == "untrusted":  # a CA that did not sign the server's certificate
+        other = tmp_path / "other-ca.crt"
+        trustme.CA().cert_pem.write_to_path(str(other))
+        env["KUBEFLOW_TRAINER_SERVER_CA_CERT"] = str(other)
+    progress = Progress(total_steps=10, start_step=0, env=env, interval=0.1, timeout=1.0)
+    slowest = 0.0
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        for step in range(1, 10):
+            started = time.perf_counter()
+            progress.step(step, loss=0.5, lr=1e-5, samples_per_second=10.0)
+            slowest = max(slowest, time.perf_counter() - started)
+            time.sleep(0.05)
+        started = time.perf_counter()
+        progress.finish(10)
+        finishing = time.perf_counter() - started
+    assert slowest < 0.05, slowest  # a step hands its numbers over and goes on (a POST takes >= 1 s here)
+    assert finishing < 4.0  # the final update waits at most the request timeout, twice
+    warnings = [r.getMessage() for r in caplog.records if "could not report progress" in r.getMessage()]
+    assert warnings and len(warnings) == len(set(w.split(" (")[1].split(":")[0] for w in warnings))  # once per kind
+    if mode == "untrusted":
+        assert server.requests == []  # no byte of the token reached a server it could not verify
+
+
+def test_the_log_line_is_there_without_an_endpoint(caplog):
+    progress = Progress(total_steps=40, start_step=10, env={})
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        progress.step(20, loss=0.25, lr=2e-5, samples_per_second=16.0)
+        progress.evaluated(20, "ndcg@10", {"ndcg@10": 0.5})
+        progress.finish(40)
+    lines = [
+        json.loads(r.getMessage()[len(LOG_PREFIX) :]) for r in caplog.records if r.getMessage().startswith(LOG_PREFIX)
+    ]
+    assert lines[0]["step"] == 20 and lines[0]["total"] == 40 and lines[0]["percent"] == 50
+    assert lines[0]["eta_seconds"] is not None and lines[0]["loss"] == 0.25
+    assert lines[-1]["percent"] == 100 and lines[-1]["best"] == {"metric": "ndcg@10", "value": 0.5, "step": 20}
+
+
+@pytest.mark.slow
+def test_a_training_run_reports_and_survives_a_failing_endpoint(tls, tmp_path, tiny_model):
+    """The trainer itself, with the Trainer's variables set and an endpoint answering 500: it trains to the
+    end, warns once, logs its progress lines, and its last update says 100%."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT, write_triplets
+
+    server, env = tls("500")
+    data = write_triplets(tmp_path / "t.jsonl", 16)
+    cfg = {
+        "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
+        "data": {"train": {"path": str(data)}, "cache_dir": str(tmp_path / "cache")},
+        "training": {"per_device_batch_size": 4, "max_steps": 4, "log_every": 1},
+        "evaluation": {"after_training": False},
+        "output_dir": str(tmp_path / "out"),
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(tmp_path / "train.yaml")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    assert out.count("could not report progress") == 1 and "HTTPError" in out
+    assert out.count(LOG_PREFIX + "{") >= 5  # one per step (log_every 1) and the final one
+    assert server.requests and server.requests[-1][2]["trainerStatus"]["progressPercentage"] == 100
+    assert server.requests[-1][1] == "Bearer token-1"
