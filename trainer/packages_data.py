@@ -23,6 +23,8 @@ import sysconfig
 import warnings
 from pathlib import Path
 
+from trainer.quickstart_data import write_beir
+
 __all__ = ["HELDOUT", "build", "collect_package", "main"]
 
 HELDOUT = ["numpy", "scipy", "networkx", "sympy"]  # the ones installed are held out
@@ -86,19 +88,8 @@ def build(out: Path, heldout: list[str] | None = None, max_test_queries: int = 1
     with (out / "corpus.jsonl").open("w", encoding="utf-8") as f:
         for item in train:
             f.write(json.dumps({"_id": item["id"], "text": item["body"]}) + "\n")
-    beir = out / "beir"
-    (beir / "qrels").mkdir(parents=True, exist_ok=True)
     queries = rng.sample(test, min(max_test_queries, len(test)))
-    with (beir / "corpus.jsonl").open("w", encoding="utf-8") as f:
-        for item in test:
-            f.write(json.dumps({"_id": item["id"], "title": "", "text": item["body"]}) + "\n")
-    with (beir / "queries.jsonl").open("w", encoding="utf-8") as f:
-        for item in queries:
-            f.write(json.dumps({"_id": "q:" + item["id"], "text": item["summary"]}) + "\n")
-    with (beir / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        for item in queries:
-            f.write(f"q:{item['id']}\t{item['id']}\t1\n")
+    write_beir(out / "beir", [(i["id"], i["body"]) for i in test], [(i["id"], i["summary"]) for i in queries])
     counts = {"train": len(train), "test_corpus": len(test), "test_queries": len(queries), "heldout": held,
               "train_packages": sorted(set(packages) - set(held))}  # fmt: skip
     (out / "counts.json").write_text(json.dumps(counts, indent=2) + "\n")

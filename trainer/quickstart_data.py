@@ -19,7 +19,7 @@ import random
 import warnings
 from pathlib import Path
 
-__all__ = ["collect", "build", "main"]
+__all__ = ["collect", "build", "main", "write_beir"]
 
 TRAIN_MODULES = """
     argparse array ast asyncio base64 bisect bz2 calendar cmd codecs collections concurrent.futures
@@ -98,20 +98,25 @@ def build(out: Path, seed: int = 0, max_test_queries: int = 300) -> dict[str, in
     with (out / "train.jsonl").open("w", encoding="utf-8") as f:
         for row in train:
             f.write(json.dumps({k: row[k] for k in ("query", "positive", "negative")}) + "\n")
-    beir = out / "beir"
-    (beir / "qrels").mkdir(parents=True, exist_ok=True)
     queries = rng.sample(test, min(max_test_queries, len(test)))
+    # every test docstring body is a candidate, not only the queried ones
+    write_beir(out / "beir", [(r["id"], r["positive"]) for r in test], [(r["id"], r["query"]) for r in queries])
+    return {"train": len(train), "corpus": len(test), "queries": len(queries)}
+
+
+def write_beir(beir: Path, documents: list[tuple[str, str]], queries: list[tuple[str, str]]) -> None:
+    """A BEIR test split: ``documents`` as (id, text); each query as (id of its one relevant document, text)."""
+    (beir / "qrels").mkdir(parents=True, exist_ok=True)
     with (beir / "corpus.jsonl").open("w", encoding="utf-8") as f:
-        for row in test:  # every test docstring body is a candidate, not only the queried ones
-            f.write(json.dumps({"_id": row["id"], "title": "", "text": row["positive"]}) + "\n")
+        for doc_id, text in documents:
+            f.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
     with (beir / "queries.jsonl").open("w", encoding="utf-8") as f:
-        for row in queries:
-            f.write(json.dumps({"_id": "q:" + row["id"], "text": row["query"]}) + "\n")
+        for doc_id, text in queries:
+            f.write(json.dumps({"_id": "q:" + doc_id, "text": text}) + "\n")
     with (beir / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
         f.write("query-id\tcorpus-id\tscore\n")
-        for row in queries:
-            f.write(f"q:{row['id']}\t{row['id']}\t1\n")
-    return {"train": len(train), "corpus": len(test), "queries": len(queries)}
+        for doc_id, _ in queries:
+            f.write(f"q:{doc_id}\t{doc_id}\t1\n")
 
 
 def main() -> None:
