@@ -14,7 +14,7 @@ split (modules training never sees) by exact MaxSim:
   negatives (exact MaxSim, ranks 3-30, ratio 0.95): mining without a first training run.
 
 ``--data packages`` runs on ``trainer/packages_data.py``'s benchmark instead (docstrings of every
-installed package, numpy/scipy/networkx/sympy held out), with ``--limit`` training pairs.
+installed package, numpy and networkx held out), with ``--limit`` training pairs.
 
 ``mined-3`` costs one more training run and a mining pass; that is the price of its negatives, stated
 next to its figure. The paired difference per seed (same seed, same data order) is reported with
@@ -44,9 +44,11 @@ ARMS = {
 }
 
 
-def config(model: str, data: Path, beir: Path, arm: str, seed: int, steps: int, limit: int | None = None) -> dict:
+def config(
+    model: str, data: Path, beir: Path, arm: str, seed: int, steps: int, limit: int | None = None, doc_len: int = 128
+) -> dict:
     return {
-        "model": {"name_or_path": model, "query_length": 32, "document_length": 128},
+        "model": {"name_or_path": model, "query_length": 32, "document_length": doc_len},
         "data": {"train": {"path": str(data), "limit": limit}, "eval_beir": str(beir)},
         "training": {
             "per_device_batch_size": 32,
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
     parser.add_argument("--data", choices=["quickstart", "packages"], default="quickstart")
     parser.add_argument("--limit", type=int, help="use the first N training pairs")
+    parser.add_argument("--document-length", type=int, default=128, help="document tokens (training and evaluation)")
     parser.add_argument("--workdir", type=Path, help="keep every run here; runs already finished are reused")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (two benches side by side)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mining_quality.json")
@@ -98,13 +101,19 @@ def main() -> None:
                     )
                 else:
                     start = time.perf_counter()
-                    m = run_colbert_train(wd, 1, config(minilm(), data, beir, arm, seed, args.steps, args.limit), env)
+                    m = run_colbert_train(
+                        wd,
+                        1,
+                        config(minilm(), data, beir, arm, seed, args.steps, args.limit, args.document_length),
+                        env,
+                    )
                     wall = round(time.perf_counter() - start, 1)
                     (wd / "wall_seconds").write_text(str(wall))
                 runs[arm][seed] = {**{k: m["after"][k] for k in ("ndcg@10", "mrr@10")}, "steps": m["steps"],
                                    "wall_seconds": wall}  # fmt: skip
                 print(f"seed {seed} {arm:8s} nDCG@10 {m['after']['ndcg@10']:.4f} ({wall}s)", flush=True)
     result = {"commit": git_commit(), "data": args.data, "limit": args.limit, "steps": args.steps,
+              "document_length": args.document_length,
               "seeds": args.seeds, "runs": runs,
               "summary": summarize(runs, "bm25-1")}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
