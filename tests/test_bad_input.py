@@ -161,6 +161,7 @@ CONFIG_CASES = [
     # issue 21's leftovers: YAML's true is not a batch size of 1, .inf is not a number of epochs
     ("bool-for-int", (GOOD_CONFIG + "training: {per_device_batch_size: true}\n").encode(), "per_device_batch_size"),
     ("infinite-epochs", (GOOD_CONFIG + "training: {epochs: .inf}\n").encode(), "training.epochs"),
+    ("nel-in-config", "data:\n  train: {path: data/tr\x85ain.jsonl}\n".encode(), "U+0085"),
     ("mine-range-past-top-k", (GOOD_CONFIG + "mine: {top_k: 10, rank_range: [3, 30]}\n").encode(), "mine.top_k"),
 ]
 

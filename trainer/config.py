@@ -298,8 +298,43 @@ class MineConfig(_Strict):
         return self
 
 
+# The cross-field rules of TrainConfig._check that JSON Schema can state, for the chart's
+# values.schema.json (a Helm user gets the same refusal as the CLI; tests/test_chart.py checks both).
+_CROSS_FIELD_SCHEMA: dict[str, Any] = {
+    "allOf": [
+        {  # "set training.max_steps or training.epochs"
+            "not": {
+                "required": ["training"],
+                "properties": {
+                    "training": {
+                        "required": ["epochs"],
+                        "properties": {"epochs": {"type": "null"}, "max_steps": {"type": "null"}},
+                    }
+                },
+            }
+        },
+        *(
+            {  # "evaluation.<key> needs data.eval_beir"
+                "if": {
+                    "required": ["evaluation"],
+                    "properties": {
+                        "evaluation": {"required": [key], "properties": {key: {"not": {"enum": [None, False]}}}}
+                    },
+                },
+                "then": {
+                    "properties": {"data": {"required": ["eval_beir"], "properties": {"eval_beir": {"type": "string"}}}}
+                },
+            }
+            for key in ("before_training", "every_steps")
+        ),
+    ]
+}
+
+
 class TrainConfig(_Strict):
     """The whole training job, as written in ``train.yaml``."""
+
+    model_config = ConfigDict(**_Strict.model_config, json_schema_extra=_CROSS_FIELD_SCHEMA)
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig
@@ -451,8 +486,17 @@ _ConfigLoader.add_implicit_resolver(
 )
 
 
+_SILENT_BREAKS = re.compile("[\x85\u2028\u2029]")  # YAML 1.1 line breaks: a value would change, not fail
+
+
 def load_yaml(text: str, source: str = "config") -> Any:
     """Parse config YAML with :class:`_ConfigLoader`; every problem is a one-line :class:`ConfigError`."""
+    if found := _SILENT_BREAKS.search(text):
+        line = text.count("\n", 0, found.start()) + 1
+        raise ConfigError(
+            f"{source}: line {line} holds U+{ord(found.group()):04X}, a line break to YAML that would silently "
+            "change the value it is in; remove it"
+        )
     try:
         return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
     except ConfigError as e:
