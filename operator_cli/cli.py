@@ -601,6 +601,33 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
     click.echo(_table(["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
 
 
+@cli.command("doctor")
+@_namespace_option
+@cluster_options
+@click.option(
+    "--api",
+    type=click.Choice(["pytorchjob", "trainjob", "auto"]),
+    default="auto",
+    show_default=True,
+    help="The job API you will submit with; auto: whichever the cluster serves.",
+)
+@_output_option
+def doctor_cmd(api: str, output: str, **o) -> None:
+    """Check the cluster before a first submit: one line per check, OK/WARN/FAIL with a hint.
+
+    Exit code: 0 when every line is OK, 1 with a WARN, 2 with a FAIL."""
+    from operator_cli.doctor import LEVELS, run_checks
+
+    checks = run_checks(_cluster(o), api)
+    if output != "table":
+        click.echo(_formatted({"checks": [vars(c) for c in checks]}, output))
+    else:
+        click.echo(_table(["CHECK", "RESULT", "DETAIL", "HINT"], [[c.name, c.level, c.detail, c.hint] for c in checks]))
+    worst = max((LEVELS[c.level] for c in checks), default=0)
+    if worst:
+        raise SystemExit(worst)
+
+
 @cli.command("delete")
 @click.argument("name")
 @_namespace_option

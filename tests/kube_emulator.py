@@ -35,6 +35,8 @@ class _ApiServer(kmock.KubernetesEmulator):
     _versions = itertools.count(1000)
 
     async def _handle(self, request):
+        if request.resource is not None and request.resource.plural == "selfsubjectaccessreviews":
+            return await super(kmock.KubernetesEmulator, self)._handle(request)  # a question, never stored
         if request.subresource == "log" and request.name:  # the API server checks the container name
             refusal = self._bad_container(request)
             if refusal is not None:
@@ -72,6 +74,10 @@ class Emulator:
         namespaces: tuple[str, ...] = ("default", "ml"),
         with_v2: bool = False,
         runtimes: tuple[dict, ...] = (),
+        nodes: tuple[dict, ...] = (),
+        storage_classes: tuple[dict, ...] = (),
+        denied: tuple[str, ...] = (),
+        with_kueue: bool = False,
     ):
         """``with_crd``: serve PyTorchJobs (Training Operator v1); ``with_v2``: serve TrainJobs (Trainer v2),
         with ``runtimes`` as its ClusterTrainingRuntimes (get by name; kmock routes no cluster-scoped reads)."""
@@ -80,6 +86,7 @@ class Emulator:
         self.with_crd = with_crd
         self.with_v2 = with_v2
         self.runtimes = runtimes
+        self.nodes, self.storage_classes, self.denied, self.with_kueue = nodes, storage_classes, denied, with_kueue
         self.namespaces = namespaces
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
         self.thread.start()
@@ -110,7 +117,54 @@ class Emulator:
                 for rt in self.runtimes:
                     path = f"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/{rt['metadata']['name']}"
                     emu[f"get {path}"] << rt
+            # the cluster-scoped reads `doctor` makes, routed by hand like the namespaces below
+            served = [("pytorchjobs.kubeflow.org", "v1")] * self.with_crd
+            served += [("trainjobs.trainer.kubeflow.org", "v1alpha1")] * self.with_v2
+            for crd, version in served:
+                plural, group = crd.split(".", 1)
+                kind = {"pytorchjobs": "PyTorchJob", "trainjobs": "TrainJob"}[plural]
+                emu[f"get /apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}"] << {
+                    "apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "CustomResourceDefinition",
+                    "metadata": {"name": crd, "uid": str(uuid.uuid4()), "resourceVersion": "1"},
+                    "spec": {
+                        "group": group,
+                        "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+                        "scope": "Namespaced",
+                        "versions": [
+                            {
+                                "name": version,
+                                "served": True,
+                                "storage": True,
+                                "schema": {
+                                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                                },
+                            }
+                        ],  # fmt: skip
+                    },
+                    "status": {"storedVersions": [version]},
+                }
+            emu["get /api/v1/nodes"] << {"apiVersion": "v1", "kind": "NodeList", "items": list(self.nodes)}
+            emu["get /apis/storage.k8s.io/v1/storageclasses"] << {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClassList",
+                "items": list(self.storage_classes),
+            }
+            denied = self.denied
+
+            def review(req) -> dict:  # SelfSubjectAccessReview: allowed unless the test denies the resource
+                attrs = req.data["spec"]["resourceAttributes"]
+                allowed = attrs["resource"] not in denied
+                return {**req.data, "status": {"allowed": allowed, **({} if allowed else {"reason": "RBAC: denied"})}}
+
+            emu["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << 201 << review
+            if self.with_kueue:
+                emu.resources["kueue.x-k8s.io/v1beta1/localqueues"] = kmock.ResourceInfo(
+                    kind="LocalQueue", namespaced=True
+                )
             for res, kind, sub in (
+                ("apps/v1/deployments", "Deployment", set()),
+                ("v1/resourcequotas", "ResourceQuota", set()),
                 ("v1/configmaps", "ConfigMap", set()),
                 ("v1/pods", "Pod", {"log"}),
                 ("v1/secrets", "Secret", set()),

@@ -1,0 +1,268 @@
+"""``colbert-k8s doctor``: check a cluster before the first submit, one line per check, each with a hint.
+
+What a user would otherwise check one by one with kubectl: the job APIs' CRDs and their controller, a
+torch ClusterTrainingRuntime (Trainer v2), GPU nodes, a storage class that can serve ReadWriteMany,
+the namespace and its quota, Kueue queues, and whether this user may create what ``submit`` creates
+(SelfSubjectAccessReview). Every request goes through :class:`Cluster` (timeouts, one-line errors); a
+check the user may not read is a WARN, not a crash. The exit code is the worst line: 0 OK, 1 WARN, 2 FAIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from operator_cli import constants as C
+from operator_cli.errors import CliError
+from operator_cli.kube import KINDS, Cluster
+
+__all__ = ["Check", "LEVELS", "run_checks"]
+
+LEVELS = {"OK": 0, "WARN": 1, "FAIL": 2}
+# (namespace, Deployment) of each controller as its release manifests install it
+CONTROLLERS = {
+    "pytorchjob": ("kubeflow", "training-operator"),
+    "trainjob": ("kubeflow-system", "kubeflow-trainer-controller-manager"),
+}
+# provisioners whose volumes many nodes can mount read-write at once (the usual ones; others may too)
+RWX_PROVISIONERS = ("nfs", "cephfs", "efs.csi.aws.com", "filestore", "file.csi.azure.com", "azurefile", "lustre",
+                    "gpfs", "longhorn", "juicefs", "weka", "netapp", "portworx")  # fmt: skip
+GPU = "nvidia.com/gpu"
+
+
+@dataclass
+class Check:
+    name: str
+    level: str  # OK, WARN or FAIL
+    detail: str
+    hint: str = ""
+
+
+def run_checks(cluster: Cluster, api: str) -> list[Check]:
+    """Every check, in the order a first submit would trip on them. ``api``: pytorchjob, trainjob or auto."""
+    checks, served = _crds(cluster, api)
+    checks += [_controller(cluster, key) for key in served]
+    if "trainjob" in served:
+        checks.append(_runtime(cluster))
+    checks += [_gpus(cluster), _storage(cluster), _namespace(cluster), _queues(cluster)]
+    return checks + _access(cluster, served or ([api] if api != "auto" else ["pytorchjob"]))
+
+
+def _read(cluster: Cluster, fn, verb: str, kind: str, name: str | None = None, namespace: str | None = "") -> Any:
+    """One request; None when it is not there (404); CliError for the rest (403 included)."""
+    try:
+        result = cluster._c(fn, verb, kind, name, namespace=namespace)
+    except CliError as e:
+        if e.status == 404:
+            return None
+        raise
+    return result if isinstance(result, dict) or result is None else cluster.api.sanitize_for_serialization(result)
+
+
+def _guarded(name: str):
+    """A check that cannot read what it needs says so as a WARN, with the error's one line."""
+
+    def wrap(fn):
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except CliError as e:
+                return Check(name, "WARN", f"could not check: {e.message}", e.hint or "")
+
+        return inner
+
+    return wrap
+
+
+def _crds(cluster: Cluster, api: str) -> tuple[list[Check], list[str]]:
+    """A line per job API, and the APIs this job may use (served, and asked for or ``auto``)."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(cluster.api)
+    lines, served = {}, []
+    for key, kind in KINDS.items():
+        try:
+            crd = _read(cluster, lambda k=kind: ext.read_custom_resource_definition(k.crd), "get",
+                        "CustomResourceDefinition", kind.crd, None)  # fmt: skip
+        except CliError as e:
+            lines[key] = Check(f"{key} API", "WARN", f"could not check: {e.message}", e.hint or "")
+            continue
+        versions = [v["name"] for v in (crd or {}).get("spec", {}).get("versions", []) if v.get("served")]
+        if kind.version in versions:
+            lines[key] = Check(f"{key} API", "OK", f"{kind.crd} serves {', '.join(versions)}")
+            if api in (key, "auto"):
+                served.append(key)
+            continue
+        found = f"serves {', '.join(versions)}, not {kind.version}" if crd else "is not installed"
+        if api == key:
+            lines[key] = Check(f"{key} API", "FAIL", f"{kind.crd} {found}", f"install it with: {kind.install}")
+        else:
+            lines[key] = Check(f"{key} API", "OK", f"{kind.crd} {found} (not used)")
+    if api == "auto" and not served:
+        for key, line in lines.items():
+            detail = line.detail.removesuffix(" (not used)") + "; neither job API is served"
+            lines[key] = Check(line.name, "FAIL", detail, f"install Kubeflow Trainer v2: {C.TRAINER_V2_INSTALL}")
+    return list(lines.values()), served
+
+
+def _controller(cluster: Cluster, key: str) -> Check:
+    from kubernetes import client
+
+    ns, name = CONTROLLERS[key]
+    check = f"{key} controller"
+    apps = client.AppsV1Api(cluster.api)
+    try:
+        dep = _read(cluster, lambda: apps.read_namespaced_deployment(name, ns), "get", "Deployment", name, ns)
+    except CliError as e:
+        return Check(check, "WARN", f"could not check: {e.message}", e.hint or "")
+    if dep is None:
+        return Check(
+            check,
+            "WARN",
+            f"no Deployment {ns}/{name}",
+            "it may run under another name; check that its pods are Running",
+        )
+    ready, wanted = (dep.get("status") or {}).get("readyReplicas") or 0, (dep.get("spec") or {}).get("replicas", 1)
+    if ready < 1:
+        return Check(
+            check,
+            "FAIL",
+            f"Deployment {ns}/{name}: {ready}/{wanted} ready",
+            f"kubectl -n {ns} describe deployment {name}",
+        )  # noqa: E501
+    return Check(check, "OK", f"Deployment {ns}/{name}: {ready}/{wanted} ready")
+
+
+@_guarded("torch runtime")
+def _runtime(cluster: Cluster) -> Check:
+    try:
+        cluster._check_runtime(C.V2_DEFAULT_RUNTIME)
+    except CliError as e:
+        if e.status in (None, 404):
+            return Check("torch runtime", "FAIL", e.message, e.hint or "")
+        raise
+    return Check("torch runtime", "OK", f"ClusterTrainingRuntime {C.V2_DEFAULT_RUNTIME} runs torch")
+
+
+@_guarded("GPU nodes")
+def _gpus(cluster: Cluster) -> Check:
+    nodes = _read(cluster, lambda: cluster.core.list_node(), "list", "Node", namespace=None) or {}
+    gpu_nodes = []
+    for node in nodes.get("items", []):
+        count = int(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0) or 0)
+        if count:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            gpu_nodes.append((count, labels.get("nvidia.com/gpu.product", "unlabelled")))
+    if not gpu_nodes:
+        return Check(
+            "GPU nodes",
+            "WARN",
+            f"no node has allocatable {GPU}",
+            "CPU jobs only (--gpus-per-node 0); install the NVIDIA device plugin or GPU operator for GPUs",
+        )  # noqa: E501
+    products: dict[str, int] = {}
+    for count, product in gpu_nodes:
+        products[product] = products.get(product, 0) + count
+    detail = ", ".join(f"{n} x {p}" for p, n in sorted(products.items()))
+    return Check("GPU nodes", "OK", f"{len(gpu_nodes)} node(s): {detail}")
+
+
+@_guarded("ReadWriteMany storage")
+def _storage(cluster: Cluster) -> Check:
+    from kubernetes import client
+
+    storage = client.StorageV1Api(cluster.api)
+    classes = _read(cluster, lambda: storage.list_storage_class(), "list", "StorageClass", namespace=None) or {}
+    rwx = [
+        sc["metadata"]["name"]
+        for sc in classes.get("items", [])
+        if any(p in (sc.get("provisioner") or "").lower() for p in RWX_PROVISIONERS)
+    ]
+    if not rwx:
+        names = ", ".join(sc["metadata"]["name"] for sc in classes.get("items", [])) or "none"
+        return Check(
+            "ReadWriteMany storage",
+            "WARN",
+            f"no storage class known to serve ReadWriteMany (have: {names})",
+            "--nodes > 1 needs --pvc NAME of a shared volume, or --pod-local-storage",
+        )  # noqa: E501
+    return Check("ReadWriteMany storage", "OK", f"{', '.join(rwx)} (use --storage-class with --pvc-size)")
+
+
+@_guarded("namespace")
+def _namespace(cluster: Cluster) -> Check:
+    ns = _read(cluster, lambda: cluster.core.read_namespace(cluster.ns), "get", "Namespace", cluster.ns, None)
+    if ns is None:
+        return Check(
+            "namespace", "FAIL", f"namespace {cluster.ns!r} does not exist", f"kubectl create namespace {cluster.ns}"
+        )
+    quotas = (
+        _read(cluster, lambda: cluster.core.list_namespaced_resource_quota(cluster.ns), "list", "ResourceQuota") or {}
+    )
+    limits = []
+    for q in quotas.get("items", []):
+        hard, used = (q.get("status") or {}).get("hard") or {}, (q.get("status") or {}).get("used") or {}
+        for key in (f"requests.{GPU}", "requests.cpu", "requests.memory"):
+            if key in hard:
+                limits.append(f"{key} {used.get(key, '0')}/{hard[key]}")
+    return Check("namespace", "OK", f"{cluster.ns}" + (f"; quota {', '.join(limits)}" if limits else "; no quota"))
+
+
+@_guarded("Kueue queues")
+def _queues(cluster: Cluster) -> Check:
+    queues = _read(
+        cluster,
+        lambda: cluster.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", cluster.ns, "localqueues"),
+        "list",
+        "LocalQueue",
+    )
+    if queues is None:
+        return Check("Kueue queues", "OK", "Kueue is not installed (not needed)")
+    names = [q["metadata"]["name"] for q in queues.get("items", [])]
+    if not names:
+        return Check("Kueue queues", "OK", f"Kueue is installed; no LocalQueue in {cluster.ns} (--queue not needed)")
+    return Check("Kueue queues", "OK", f"LocalQueue(s) {', '.join(names)}: pass --queue NAME")
+
+
+def _access(cluster: Cluster, apis: list[str]) -> list[Check]:
+    """May this user create what ``submit`` creates? One SelfSubjectAccessReview per object kind."""
+    from kubernetes import client
+
+    auth = client.AuthorizationV1Api(cluster.api)
+    wanted = [("", "configmaps"), ("", "persistentvolumeclaims")]
+    wanted += [(KINDS[a].group, KINDS[a].plural) for a in apis]
+    out = []
+    for group, plural in wanted:
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {"namespace": cluster.ns, "verb": "create", "group": group, "resource": plural}
+            },  # noqa: E501
+        }
+        name = f"may create {plural}"
+        try:
+            review = cluster._c(
+                lambda b=body: auth.create_self_subject_access_review(b),
+                "create",
+                "SelfSubjectAccessReview",
+                namespace=None,
+            )  # noqa: E501
+        except CliError as e:
+            out.append(Check(name, "WARN", f"could not check: {e.message}", e.hint or ""))
+            continue
+        review = review if isinstance(review, dict) else cluster.api.sanitize_for_serialization(review)
+        status = review.get("status") or {}
+        if status.get("allowed"):
+            out.append(Check(name, "OK", f"create {plural} in {cluster.ns}: allowed"))
+        else:
+            why = status.get("reason") or "denied"
+            out.append(
+                Check(
+                    name,
+                    "FAIL",
+                    f"create {plural} in {cluster.ns}: {why}",
+                    "ask your cluster admin for a Role that allows it",
+                )
+            )  # noqa: E501
+    return out
