@@ -183,6 +183,33 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api,
 
 
 @pytest.mark.slow
+def test_a_killed_worker_is_retried_under_restart_policy_exit_code(tmp_path, tiny_model):
+    """With a claim the policy is ExitCode: a SIGKILLed worker (a signal) and its peer's lost-peer exit
+    (129) are retryable, so the job restarts and resumes from the claim's checkpoint."""
+    from trainer.checkpoint import list_checkpoints
+
+    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
+    proc = subprocess.Popen(
+        _local(wd, "--backoff-limit", "2", "--pvc-size", "1Gi"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while not any(s >= 8 for s, _ in list_checkpoints(wd / "output" / "checkpoints")):
+        assert proc.poll() is None and time.time() < deadline, "finished before it could be interrupted"
+        time.sleep(0.05)
+    _replica_proc(proc, "1").send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"replica \S+ ended with (signal 9|exit code 129); restarting", out), out[-3000:]
+    assert "permanent failure" not in out
+    assert re.search(r"resumed from \S+ at step (\d+)/24", out)
+    assert json.loads((wd / "output" / "metrics.json").read_text())["steps"] == 24
+
+
+@pytest.mark.slow
 def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
     """restartPolicy ExitCode (a claim holds the workspace): the trainer's exit 2 is permanent, so the
     job fails on its first attempt with the row's one line, and the restart budget is not burnt."""
