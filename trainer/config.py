@@ -34,6 +34,7 @@ __all__ = [
     "load_yaml",
     "Scale",
     "job_scale",
+    "micro_batches",
     "ModelConfig",
     "Columns",
     "DataSource",
@@ -151,6 +152,15 @@ LossConfig = Annotated[ContrastiveLoss | CachedContrastiveLoss | DistillationLos
 
 class TrainingConfig(_Strict):
     per_device_batch_size: int = Field(16, ge=1, description="Queries per process per optimizer step.")
+    global_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Queries per optimizer step on any world size (elastic jobs): each process then takes "
+        "global / world size of them, and a checkpoint resumes on another world size. For contrastive losses "
+        "it is the group of in-batch negatives, so it must divide by the world size (per_device_batch_size "
+        "is then unused); for distillation per_device_batch_size caps a micro-batch and accumulation fills "
+        "the rest.",
+    )
     learning_rate: float = Field(3e-5, gt=0, lt=1)
     weight_decay: float = Field(0.0, ge=0, description="Not applied to biases and LayerNorm weights.")
     epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
@@ -362,6 +372,11 @@ class TrainConfig(_Strict):
             raise ValueError("evaluation.every_steps needs data.eval_beir")
         if self.index is not None and not (self.index.corpus or self.data.eval_beir):
             raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
+        if self.training.global_batch_size is not None and self.training.gradient_accumulation_steps != 1:
+            raise ValueError(
+                "training.global_batch_size derives the accumulation steps itself: remove "
+                "training.gradient_accumulation_steps"
+            )
         if self.mine is not None and self.mine.teacher is None and self.loss.name == "distillation":
             raise ValueError("loss distillation with mine needs mine.teacher to score the mined documents")
         if self.mine is not None and self.mine.teacher is not None and self.loss.name != "distillation":
@@ -406,14 +421,40 @@ class Scale:
         )
 
 
+def micro_batches(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
+    """(queries per micro-batch per process, micro-batches per step) of ``cfg`` on ``world_size`` processes.
+
+    Without ``training.global_batch_size``: the config's own two numbers. With it, both are derived so that
+    every step still covers exactly that many queries: the same mathematics on any world size (issue 19).
+    Contrastive losses take their in-batch negatives from one micro-batch, so they never accumulate; the
+    distillation loss sums over micro-batches, so a micro-batch is capped by ``per_device_batch_size``."""
+    t = cfg.training
+    if t.global_batch_size is None:
+        return t.per_device_batch_size, t.gradient_accumulation_steps
+    g = t.global_batch_size
+    cap = t.per_device_batch_size if cfg.loss.name == "distillation" else g
+    for accumulation in range(1, g + 1):
+        if g % (world_size * accumulation) == 0 and g // (world_size * accumulation) <= cap:
+            return g // (world_size * accumulation), accumulation
+    fits = [
+        w for w in range(1, min(g, 4096) + 1) if any(g % (w * a) == 0 and g // (w * a) <= cap for a in range(1, g + 1))
+    ]
+    raise ConfigError(
+        f"training.global_batch_size {g} cannot be split over {world_size} processes"
+        + ("" if cap == g else f" in micro-batches of at most {cap} (training.per_device_batch_size)")
+        + f"; world sizes that work: {', '.join(map(str, fits[:16]))}{' ...' if len(fits) > 16 else ''}"
+    )
+
+
 def job_scale(cfg: TrainConfig, world_size: int) -> Scale:
     """The :class:`Scale` of ``cfg`` run by ``world_size`` processes."""
     t = cfg.training
     gather = t.gather_across_devices if t.gather_across_devices is not None else world_size > 1
+    per_device, accumulation = micro_batches(cfg, world_size)
     return Scale(
         world_size=world_size,
-        per_device=t.per_device_batch_size,
-        accumulation=t.gradient_accumulation_steps,
+        per_device=per_device,
+        accumulation=accumulation,
         docs_per_query=1 + (cfg.mine.negatives if cfg.mine else len(cfg.data.train.columns.negatives)),
         gather=gather,
         loss=cfg.loss.name,

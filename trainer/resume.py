@@ -35,6 +35,7 @@ __all__ = [
     "CheckpointError",
     "WeightsDiverged",
     "capture",
+    "derived_rng",
     "restore",
     "rng_state",
     "set_rng",
@@ -51,6 +52,7 @@ _MUST_MATCH = (
     ("model",),
     ("loss",),
     ("training", "per_device_batch_size"),
+    ("training", "global_batch_size"),
     ("training", "seed"),
     ("training", "gather_across_devices"),
     ("training", "gradient_accumulation_steps"),
@@ -65,6 +67,22 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def derived_rng(seed: int, step: int, rank: int, device: torch.device) -> dict[str, Any]:
+    """The streams of ``rank`` resuming at ``step`` on another world size than the checkpoint's: a
+    function of (seed, step, rank) alone, so every restart at that shape draws the same dropout."""
+    value = seed * 1_000_003 + step * 1009 + rank
+    cpu = torch.Generator().manual_seed(value).get_state()
+    python = random.Random(value).getstate()
+    state = {"torch": cpu, "python": python}
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            kept = torch.cuda.get_rng_state()
+            torch.cuda.manual_seed(value)
+            state["cuda"] = torch.cuda.get_rng_state()
+            torch.cuda.set_rng_state(kept)
     return state
 
 
@@ -112,13 +130,14 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
 
 
 def check_compatible(path: Path, state: dict, cfg, world_size: int) -> None:
-    """Refuse a checkpoint of another config or world size with one line, before touching the model."""
+    """Refuse a checkpoint of another config, or of another world size unless the config fixes the global
+    batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one line."""
     saved_ws = state.get("world_size", len(state.get("rng", [])))
-    if saved_ws != world_size:
+    if saved_ws != world_size and cfg.training.global_batch_size is None:
         raise CheckpointError(
             f"checkpoint {path} was written by a job of world size {saved_ws}, this job has {world_size}: "
-            f"its batch schedule and RNG streams are per rank; run with {saved_ws} processes, or start over "
-            "with a new output_dir (or checkpoint.resume: false)"
+            f"its per-device batch is per rank; run with {saved_ws} processes, set training.global_batch_size "
+            "(an elastic job), or start over with a new output_dir (or checkpoint.resume: false)"
         )
     now = cfg.model_dump(mode="json")
     for keys in _MUST_MATCH:
@@ -161,7 +180,7 @@ def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, sca
     scheduler.load_state_dict(state["scheduler"])
     if scaler.is_enabled() and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
-    rng = state["rng"][rank]
+    rng = state["rng"][rank] if len(state["rng"]) > rank else None  # another world size: derived_rng
     step, metrics = state["step"], dict(state.get("metrics", {}))
     state.clear()
     gc.collect()

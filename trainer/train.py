@@ -82,11 +82,10 @@ def build(cfg: TrainConfig, layout: Layout, device: torch.device) -> TrainState:
 
     distill = cfg.loss.name == "distillation"
     rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
-    scale = job_scale(cfg, layout.world_size)
+    scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
-    data = kind(rows, model, tcfg.per_device_batch_size, layout.world_size * tcfg.gradient_accumulation_steps,
-                tcfg.seed)  # fmt: skip
+    data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed)
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     log.info("scale: %s", scale.line())
     log.info("steps=%d (%d/epoch) mode=%s master=%s:%s", total_steps, data.steps_per_epoch, layout.mode,
@@ -111,7 +110,7 @@ def build(cfg: TrainConfig, layout: Layout, device: torch.device) -> TrainState:
         data=data,
         loss_fn=build_loss(cfg.loss, gather=scale.gather),
         total_steps=total_steps,
-        accumulation=tcfg.gradient_accumulation_steps,
+        accumulation=scale.accumulation,
         max_grad_norm=tcfg.max_grad_norm,
         metrics={
             "world_size": layout.world_size,
@@ -163,7 +162,13 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
     found = resume.load_for_job(ckpt_dir, cfg, layout.world_size)
     if found:
         path, state = found
+        written_by = state.get("world_size")
         t.step, saved, t.rng = resume.restore(path, state, layout.rank, t.model, t.optimizer, t.scheduler, t.scaler)
+        if written_by != layout.world_size:  # an elastic resume: the data position and the mathematics carry over
+            t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, D.device_for(layout))
+            log.info("world size %s -> %d at step %d (training.global_batch_size %d): the same batches, RNG "
+                     "streams derived from (seed, step, rank)", written_by, layout.world_size, t.step,
+                     cfg.training.global_batch_size)  # fmt: skip
         t.metrics.update(saved)  # e.g. the evaluation before training
         log.info("resumed from %s at step %d/%d", path, t.step, t.total_steps)
         del state, found

@@ -1,0 +1,109 @@
+"""Elastic jobs (issue 19, part 1): with training.global_batch_size a job has the same mathematics on any
+world size, and a checkpoint of W ranks resumes on W' ranks."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from tests.conftest import free_port, make_tiny_bert, write_triplets
+from tests.pods import last_log, start_pods, wait_pods
+from trainer.config import ConfigError, job_scale, micro_batches, parse_config
+
+
+def _cfg(loss: str = "contrastive", **training):
+    return parse_config(
+        {"data": {"train": {"path": "t"}}, "loss": {"name": loss}, "training": {"max_steps": 1, **training}}
+    )
+
+
+def test_the_global_batch_fixes_the_split_on_every_world_size():
+    cfg = _cfg(global_batch_size=32)
+    assert [micro_batches(cfg, w) for w in (1, 2, 4, 8)] == [(32, 1), (16, 1), (8, 1), (4, 1)]
+    assert {job_scale(cfg, w).global_batch for w in (1, 2, 4, 8)} == {32}
+    with pytest.raises(ConfigError) as e:
+        micro_batches(cfg, 3)
+    assert "cannot be split over 3 processes; world sizes that work: 1, 2, 4, 8, 16, 32" in str(e.value)
+    # distillation sums over micro-batches: a micro-batch is capped by per_device_batch_size, accumulation fills
+    distill = _cfg("distillation", global_batch_size=32, per_device_batch_size=8)
+    assert micro_batches(distill, 1) == (8, 4) and micro_batches(distill, 2) == (8, 2)
+    assert micro_batches(_cfg(per_device_batch_size=5), 3) == (5, 1)  # without it: the config's own numbers
+    with pytest.raises(ConfigError, match="remove training.gradient_accumulation_steps"):
+        _cfg(global_batch_size=32, gradient_accumulation_steps=2)
+
+
+def test_another_world_size_is_refused_without_a_global_batch(tmp_path):
+    from trainer.resume import CheckpointError, check_compatible
+
+    fixed, plain = _cfg(global_batch_size=8), _cfg()
+    state = {"world_size": 2, "config": fixed.model_dump(mode="json")}
+    check_compatible(tmp_path, state, fixed, 1)  # elastic: accepted
+    with pytest.raises(CheckpointError, match="set training.global_batch_size"):
+        check_compatible(tmp_path, {"world_size": 2, "config": plain.model_dump(mode="json")}, plain, 1)
+
+
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("elastic")
+    model = make_tiny_bert(tmp / "model", dropout=0.0)  # equal within float tolerance needs no masks
+    data = write_triplets(tmp / "train.jsonl", 96)
+    cfg = {
+        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": str(data)}},
+        "training": {"per_device_batch_size": 4, "global_batch_size": 8, "max_steps": STEPS, "learning_rate": 1e-3,
+                     "log_every": 1},
+        "checkpoint": {"every_steps": 3, "keep_last": 5},
+        "evaluation": {"after_training": False},
+        "distributed": {"peer_timeout_seconds": 10},
+        "output_dir": "out",
+    }  # fmt: skip
+    path = tmp / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return tmp, path
+
+
+def _weights(ws: Path) -> dict[str, torch.Tensor]:
+    return load_file(ws / "out" / "final-model" / "model.safetensors")
+
+
+def _close(a: dict, b: dict) -> float:
+    """||a - b|| / ||b|| over the whole model. Not per tensor: the attention key biases start at 0 and
+    their gradient is 0 in exact arithmetic (softmax ignores a shift), so Adam turns float noise there into
+    steps of ~1e-8 that are large next to a zero tensor and nothing next to the model."""
+    diff = sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in b) ** 0.5
+    return diff / sum(float(b[k].double().pow(2).sum()) for k in b) ** 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resume_on", [1, 4], ids=["2-to-1", "2-to-4"])
+def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resume_on):
+    tmp, config = setup
+    reference = [tmp_path / "ref" / f"pod-{r}" for r in range(2)]
+    assert wait_pods(start_pods(config, reference, free_port())) == [0, 0]
+    pods = [tmp_path / "run" / f"pod-{r}" for r in range(2)]
+    procs = start_pods(config, pods, free_port())
+    ckpts = pods[0] / "out" / "checkpoints"
+    deadline = time.time() + 240
+    while not (ckpts / "step-00000006").is_dir():
+        assert time.time() < deadline and all(p.poll() is None for p in procs), last_log(pods[0])[-2000:]
+        time.sleep(0.05)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+    wait_pods(procs)
+    # the job comes back on another number of processes; rank 0 keeps its pod (and its checkpoints)
+    again = [pods[0]] + [tmp_path / "run" / f"new-{r}" for r in range(1, resume_on)]
+    assert wait_pods(start_pods(config, again, free_port())) == [0] * resume_on, last_log(again[0])[-3000:]
+    log = last_log(again[0])
+    assert f"world size 2 -> {resume_on} at step " in log and "the same batches" in log
+    assert "global batch 8" in log
+    diff = _close(_weights(again[0]), _weights(reference[0]))
+    assert diff < 1e-5, diff
