@@ -628,6 +628,25 @@ def doctor_cmd(api: str, output: str, **o) -> None:
         raise SystemExit(worst)
 
 
+@cli.command("resize")
+@click.argument("name")
+@_namespace_option
+@cluster_options
+@click.option("--nodes", type=int, required=True, help="The new number of nodes (pods).")
+@click.option("--gpus-per-node", type=int, default=None, help="The new GPUs per node (default: unchanged).")
+def resize_cmd(name: str, nodes: int, gpus_per_node: int | None, **o) -> None:
+    """Run the job on another number of nodes: keep its storage and config, recreate it with the new shape.
+
+    The trainer resumes from the newest checkpoint. Needs a PVC workspace, and training.global_batch_size
+    in the config when the world size changes."""
+    from operator_cli.resize import resize
+
+    name = _job_name(name)
+    job = resize(_cluster(o), name, nodes, gpus_per_node)
+    click.echo(f"resized {job.get('kind', C.KIND)} {job['metadata'].get('namespace', '')}/{name} to {nodes} node(s); "
+               f"it resumes from its newest checkpoint (colbert-k8s logs {name} -f)")  # fmt: skip
+
+
 @cli.command("delete")
 @click.argument("name")
 @_namespace_option

@@ -7,10 +7,12 @@ What a real API server does that kmock alone does not, and how this file closes 
   the ownerReference PATCH that follows a job's create runs under test;
 * every update bumps ``resourceVersion``;
 * a pod's log is refused (400) for a container the pod does not have;
-* cluster-scoped reads (namespaces, ClusterTrainingRuntimes) are routed by hand below.
+* cluster-scoped reads (namespaces, ClusterTrainingRuntimes) are routed by hand below;
+* deleting an object deletes the objects it owns (ownerReferences), as the garbage collector does
+  (unless ``propagationPolicy: Orphan``);
 
 Not emulated: admission webhooks, CRD schema validation (the tests validate manifests against the
-Kubeflow SDK models instead), garbage collection by ownerReference, and the controllers.
+Kubeflow SDK models instead), finalizers' waits, and the controllers.
 """
 
 from __future__ import annotations
@@ -50,7 +52,26 @@ class _ApiServer(kmock.KubernetesEmulator):
                 meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 if request.namespace:
                     meta.setdefault("namespace", request.namespace)
-        return await super()._handle(request)
+        owner_uid = self._uid_of(request) if request.action == kmock.action.DELETE and request.name else None
+        response = await super()._handle(request)
+        if owner_uid and request.params.get("propagationPolicy") != "Orphan":
+            self._collect(owner_uid)
+        return response
+
+    def _uid_of(self, request) -> str | None:
+        for (res, ns, name), obj in self.objects.items():
+            if res == request.resource and ns == request.namespace and name == request.name and not obj.deleted:
+                return (obj.raw.get("metadata") or {}).get("uid")
+        return None
+
+    def _collect(self, owner_uid: str) -> None:
+        """The garbage collector: objects owned by a deleted object go with it (Background and Foreground)."""
+        for _, obj in list(self.objects.items()):
+            if obj.deleted:  # a soft-deleted object has no raw form
+                continue
+            refs = (obj.raw.get("metadata") or {}).get("ownerReferences") or []
+            if any(r.get("uid") == owner_uid for r in refs):
+                obj.delete()
 
     def _bad_container(self, request):
         from kmock._internal.k8s import KubernetesError

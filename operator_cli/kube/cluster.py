@@ -224,20 +224,21 @@ class Cluster:
         Every object is read first and deleted only if it carries this tool's managed-by label and
         belongs to this job: a same-named object made by someone else is left alone and reported."""
         kind = kind_of(self.get_own_job(name))
-        if not self._delete_one(kind.kind, name):
-            raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
-        removed = [f"{kind.kind} {name}"]
         extra = [("ConfigMap", f"{name}-config")]
         if not keep_storage:
             extra.append(("PersistentVolumeClaim", f"{name}-workspace"))
-        for kind, obj_name in extra:
-            meta = self._metadata(kind, obj_name)
+        found = {key: self._metadata(*key) for key in extra}  # before the job goes: GC takes what it owns
+        if not self._delete_one(kind.kind, name):
+            raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
+        removed = [f"{kind.kind} {name}"]
+        for (kind, obj_name), meta in found.items():
             if meta is None:
                 continue
             if not _ours(meta, name):
                 self.skipped.append(f"{kind} {obj_name} (not created by colbert-k8s for {name}; left alone)")
                 continue
-            if self._delete_one(kind, obj_name):
+            # an object the job owned may already be gone with it (Kubernetes' garbage collector): removed all the same
+            if self._delete_one(kind, obj_name) or self._metadata(kind, obj_name) is None:
                 removed.append(f"{kind} {obj_name}")
         return removed
 

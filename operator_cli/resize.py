@@ -1,0 +1,169 @@
+"""``colbert-k8s resize NAME --nodes N``: the same job on another number of nodes (or GPUs per node).
+
+A PyTorchJob's replica counts and a TrainJob's ``numNodes`` cannot be changed in place, so resize keeps
+the job's storage and ConfigMap, deletes the job object and creates it again with the new shape; the
+trainer resumes from the newest checkpoint on the claim. It refuses, before touching anything:
+
+* per-pod storage (an ``emptyDir`` workspace): the new pods would start from step 0;
+* a shape whose world size cannot hold ``training.global_batch_size``, or any other world size when the
+  config does not set it (the checkpoint would be refused), naming the world sizes that work.
+
+Order matters: the ConfigMap is owned by the job, so its ownerReference is dropped first (a foreground
+delete would take it along), and set to the new job's uid after the create.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from operator_cli import constants as C
+from operator_cli.errors import CliError
+from operator_cli.kube import Cluster, kind_of
+
+__all__ = ["resize"]
+
+
+def resize(cluster: Cluster, name: str, nodes: int, gpus_per_node: int | None, wait_seconds: float = 120) -> dict:
+    """Recreate job ``name`` with ``nodes`` nodes (and ``gpus_per_node``); returns the new job object."""
+    job = cluster.get_own_job(name)
+    kind = kind_of(job)
+    old_nodes, old_gpus = kind.nodes_and_gpus(job)
+    gpus = old_gpus if gpus_per_node is None else gpus_per_node
+    if not 1 <= nodes <= 1024 or not 0 <= gpus <= 16:
+        raise CliError(f"--nodes must be 1..1024 and --gpus-per-node 0..16, got {nodes} and {gpus}")
+    if not _workspace_claim(job):
+        raise CliError(
+            f"{kind.kind} {cluster.ns}/{name} keeps its checkpoints in each pod's emptyDir (--pod-local-storage): "
+            "recreating it would start over from step 0",
+            hint="resize needs a job whose /workspace is a PVC (--pvc or --pvc-size)",
+        )
+    _check_world_size(cluster, name, old_nodes * max(1, old_gpus), nodes * max(1, gpus))
+    new = _reshaped(job, nodes, gpus)
+    cm = f"{name}-config"
+    cluster._c(
+        lambda: cluster.core.patch_namespaced_config_map(cm, cluster.ns, {"metadata": {"ownerReferences": []}}),
+        "patch",
+        "ConfigMap",
+        cm,
+    )
+    cluster._delete_one(kind.kind, name)
+    deadline = time.monotonic() + wait_seconds
+    while _exists(cluster, name):
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"{kind.kind} {cluster.ns}/{name} is still being deleted after {wait_seconds:.0f}s",
+                hint=f"run `colbert-k8s resize {name} ...` again once it is gone; the storage and config are kept",
+            )
+        time.sleep(1)
+    return _create(cluster, new, cm)
+
+
+def _create(cluster: Cluster, job: dict, cm: str) -> dict:
+    created = cluster._create_one(job)
+    uid = (created.get("metadata") or {}).get("uid")
+    if uid:
+        k = kind_of(created)
+        owner = {"apiVersion": f"{k.group}/{k.version}", "kind": k.kind, "name": job["metadata"]["name"], "uid": uid,
+                 "blockOwnerDeletion": False}  # fmt: skip
+        cluster._c(
+            lambda: cluster.core.patch_namespaced_config_map(
+                cm, cluster.ns, {"metadata": {"ownerReferences": [owner]}}
+            ),
+            "patch",
+            "ConfigMap",
+            cm,
+        )
+    return created
+
+
+def _exists(cluster: Cluster, name: str) -> bool:
+    try:
+        cluster.get_job(name)
+        return True
+    except CliError as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def _volumes(obj: Any) -> list[dict]:
+    """Every ``volumes:`` list in the object, wherever the API keeps the pod template."""
+    found = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key == "volumes" and isinstance(value, list):
+                found += value
+            else:
+                found += _volumes(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            found += _volumes(item)
+    return found
+
+
+def _workspace_claim(job: dict) -> str | None:
+    workspace = next((v for v in _volumes(job.get("spec", {})) if v.get("name") == "workspace"), {})
+    return (workspace.get("persistentVolumeClaim") or {}).get("claimName")
+
+
+def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:
+    """The new world size can hold the config's global batch, and its checkpoint will be accepted."""
+    if old == new:
+        return
+    from operator_cli.spec import parse_training_config
+    from trainer.config import ConfigError, micro_batches
+
+    cm = f"{name}-config"
+    obj = cluster._c(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)
+    data = (obj if isinstance(obj, dict) else cluster.api.sanitize_for_serialization(obj)).get("data") or {}
+    cfg = parse_training_config(data.get(C.CONFIG_FILE, ""))
+    if cfg.training.global_batch_size is None:
+        raise CliError(
+            f"job {name} runs on {old} processes and its config does not set training.global_batch_size: its "
+            f"checkpoint would be refused on {new}",
+            hint="set training.global_batch_size (an elastic job) and submit it again, or keep the world size",
+        )
+    try:
+        micro_batches(cfg, new)
+    except ConfigError as e:
+        raise CliError(f"cannot resize job {name}: {e}") from None
+
+
+def _reshaped(job: dict, nodes: int, gpus: int) -> dict:
+    """The job as ``submit`` would have rendered it with the new shape: server fields dropped."""
+    meta = job["metadata"]
+    new = {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
+        "spec": copy.deepcopy(job["spec"]),
+    }
+    spec, nproc = new["spec"], max(1, gpus)
+    if job["kind"] == C.V2_KIND:
+        trainer = spec["trainer"]
+        trainer["numNodes"], trainer["numProcPerNode"] = nodes, nproc
+        _set_gpus(trainer.setdefault("resourcesPerNode", {}), gpus)
+        return new
+    replicas = spec["pytorchReplicaSpecs"]
+    spec["nprocPerNode"] = str(nproc)
+    if nodes > 1:
+        worker = replicas.get("Worker") or copy.deepcopy(replicas["Master"])
+        labels = worker["template"].setdefault("metadata", {}).setdefault("labels", {})
+        labels[C.LABEL_COMPONENT] = "worker"
+        worker["replicas"] = nodes - 1
+        replicas["Worker"] = worker
+    else:
+        replicas.pop("Worker", None)
+    for replica in replicas.values():
+        _set_gpus(replica["template"]["spec"]["containers"][0].setdefault("resources", {}), gpus)
+    return new
+
+
+def _set_gpus(resources: dict, gpus: int) -> None:
+    limits = resources.setdefault("limits", {})
+    if gpus:
+        limits["nvidia.com/gpu"] = gpus
+    else:
+        limits.pop("nvidia.com/gpu", None)
