@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from operator_cli import constants as C
-from operator_cli import rules
+from operator_cli import rules, show
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_envs, parse_toleration, read_config
@@ -340,12 +340,6 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
         sys.exit(wait_for_job(cluster, spec.name, poll_interval, timeout, click.echo))
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in [headers, *rows])
-
-
 def _namespace_option(fn):
     return click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'.")(fn)
 
@@ -373,15 +367,6 @@ def _output_option(fn):
     )(fn)
 
 
-def _formatted(record: dict, output: str) -> str:
-    """``record`` as JSON or YAML."""
-    if output == "json":
-        import json
-
-        return json.dumps(record, indent=2)
-    return to_yaml([record]).removeprefix("---\n").rstrip("\n")
-
-
 @cli.command("status")
 @click.argument("name")
 @_namespace_option
@@ -397,101 +382,14 @@ def status_cmd(name: str, output: str, watch: bool, poll_interval: float, **o) -
     cluster = _cluster(o)
     shown_before = None
     while True:
-        record = _status_record(cluster, name)
-        text = _status_text(record, output)
+        record = show.status_record(cluster, name)
+        text = show.status_text(record, output)
         if text != shown_before:
             click.echo(text if shown_before is None else "\n" + text)
             shown_before = text
         if not watch or record["state"] in ("Succeeded", "Failed"):
             return
         time.sleep(poll_interval)
-
-
-def _status_record(cluster, name: str) -> dict:
-    """What ``status`` shows, as one record (the table and -o json/yaml are printed from it)."""
-    from operator_cli.kube import job_state, kind_of
-
-    job = cluster.get_own_job(name)
-    record = {
-        "name": name,
-        "namespace": cluster.ns,
-        "kind": job.get("kind", C.KIND),
-        "state": job_state(job),
-        "conditions": [
-            {k: c.get(k, "") for k in ("type", "status", "reason", "message")}
-            for c in job.get("status", {}).get("conditions") or []
-        ],
-        "pods": [
-            {
-                "replica": p.replica,
-                "rank": p.rank,
-                "pod": p.name,
-                "phase": p.phase,
-                "restarts": p.restarts,
-                "reason": p.reason or "",
-            }
-            for p in cluster.pods(name, kind_of(job))
-        ],  # fmt: skip
-    }
-    record["progress"] = _progress(cluster, kind_of(job), record["pods"])
-    return record
-
-
-def _progress(cluster, kind, pods: list[dict]) -> dict | None:
-    """The newest ``progress {...}`` line of rank 0's log (trainer/progress.py), if there is one."""
-    import json
-
-    from trainer.progress import LOG_PREFIX
-
-    master = next((p for p in pods if p["rank"] == 0 and p["phase"] != "Pending"), None)
-    if master is None:
-        return None
-    try:
-        lines = list(cluster.log_lines(master["pod"], kind, tail_lines=500))
-    except CliError:  # no log yet, or no right to read it: status still shows the rest
-        return None
-    for line in reversed(lines):
-        at = line.find(LOG_PREFIX + "{")
-        if at >= 0:
-            try:
-                return json.loads(line[at + len(LOG_PREFIX) :])
-            except ValueError:
-                continue
-    return None
-
-
-def _progress_line(p: dict) -> str:
-    eta = p.get("eta_seconds")
-    parts = [f"step {p['step']}/{p['total']} ({p['percent']}%)"]
-    if eta is not None:
-        parts.append(
-            f"ETA {eta // 3600}h{eta % 3600 // 60:02d}m" if eta >= 3600 else f"ETA {eta // 60}m{eta % 60:02d}s"
-        )
-    if p.get("samples_per_second") is not None:
-        parts.append(f"{p['samples_per_second']:.1f} samples/s")
-    if p.get("loss") is not None:
-        parts.append(f"loss {p['loss']:.4f}")
-    if p.get("best"):
-        b = p["best"]
-        parts.append(f"best {b['metric']} {b['value']:.4f} at step {b['step']}")
-    return "progress: " + ", ".join(parts)
-
-
-def _status_text(record: dict, output: str) -> str:
-    if output != "table":
-        return _formatted(record, output)
-    lines = [f"{record['name']}: {record['state']} ({record['kind']})"]
-    if record.get("progress"):
-        lines.append(_progress_line(record["progress"]))
-    if record["conditions"]:
-        rows = [[c["type"], c["status"], c["reason"], (c["message"] or "")[:80]] for c in record["conditions"]]
-        lines.append(_table(["CONDITION", "STATUS", "REASON", "MESSAGE"], rows))
-    if record["pods"]:
-        columns = ["replica", "rank", "pod", "phase", "restarts", "reason"]
-        lines += ["", _table([c.upper() for c in columns], [[p[c] for c in columns] for p in record["pods"]])]
-    else:
-        lines.append("no pods yet (the operator has not created them, or they were cleaned up)")
-    return "\n".join(lines)
 
 
 @cli.command("logs")
@@ -561,18 +459,6 @@ def _seconds(duration: str | None) -> int | None:
     return max(1, h * 3600 + m * 60 + sec)
 
 
-def _age(ts: str | None) -> str:
-    if not ts:
-        return "-"
-    from datetime import datetime, timezone
-
-    seconds = int((datetime.now(timezone.utc) - datetime.fromisoformat(ts.replace("Z", "+00:00"))).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 @cli.command("list")
 @_namespace_option
 @click.option("-A", "--all-namespaces", is_flag=True)
@@ -591,14 +477,14 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
                       "state": job_state(j), "nodes": nodes, "gpusPerNode": gpus,
                       "created": meta.get("creationTimestamp")})  # fmt: skip
     if output != "table":
-        click.echo(_formatted({"items": items}, output))
+        click.echo(show.formatted({"items": items}, output))
         return
     if not items:
         click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {o['namespace']}"))
         return
-    rows = [[i["namespace"], i["name"], i["kind"], i["state"], i["nodes"], i["gpusPerNode"], _age(i["created"])]
+    rows = [[i["namespace"], i["name"], i["kind"], i["state"], i["nodes"], i["gpusPerNode"], show.age(i["created"])]
             for i in items]  # fmt: skip
-    click.echo(_table(["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
+    click.echo(show.table(["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
 
 
 @cli.command("doctor")
@@ -620,9 +506,11 @@ def doctor_cmd(api: str, output: str, **o) -> None:
 
     checks = run_checks(_cluster(o), api)
     if output != "table":
-        click.echo(_formatted({"checks": [vars(c) for c in checks]}, output))
+        click.echo(show.formatted({"checks": [vars(c) for c in checks]}, output))
     else:
-        click.echo(_table(["CHECK", "RESULT", "DETAIL", "HINT"], [[c.name, c.level, c.detail, c.hint] for c in checks]))
+        click.echo(
+            show.table(["CHECK", "RESULT", "DETAIL", "HINT"], [[c.name, c.level, c.detail, c.hint] for c in checks])
+        )
     worst = max((LEVELS[c.level] for c in checks), default=0)
     if worst:
         raise SystemExit(worst)
