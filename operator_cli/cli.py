@@ -1,8 +1,10 @@
 """``colbert-k8s``: render, submit, follow and delete ColBERT training jobs on Kubernetes.
 
+    colbert-k8s doctor             (is this cluster ready for a first job?)
     colbert-k8s submit --nodes 2 --gpus-per-node 8 --image REG/colbert-train:TAG --config train.yaml
-    colbert-k8s status NAME        colbert-k8s logs NAME -f --all
-    colbert-k8s list               colbert-k8s delete NAME
+    colbert-k8s status NAME -w     colbert-k8s logs NAME -f --all
+    colbert-k8s list -o json       colbert-k8s delete NAME
+    colbert-k8s resize NAME --nodes 4
     colbert-k8s render ...         colbert-k8s local ...   (the same job, on this machine)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit``

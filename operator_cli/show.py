@@ -1,5 +1,5 @@
-"""What the read commands print: a job's status record and progress, tables, and the same records as
-JSON or YAML (``-o``). The commands in ``cli.py`` fetch; this module only shapes what they got."""
+"""What the read commands print: a job's status record (its conditions, its pods, and its progress read
+from rank 0's log), tables, and the same records as JSON or YAML (``-o``), so both show the same fields."""
 
 from __future__ import annotations
 
