@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
+
+from operator_cli.local.run import free_port  # the one helper for a free port
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
@@ -28,12 +29,6 @@ def quickstart_data(out: Path) -> Path:
     if not (out / "train.jsonl").is_file():
         build(out)
     return out / "train.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(nproc: int) -> list[str]:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from operator_cli.local.run import free_port  # noqa: F401 (the tests' one helper for a port)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -60,15 +62,6 @@ def write_triplets(path: Path, n: int) -> Path:
     assert len(rows) == n
     path.write_text("".join(json.dumps({k: r[k] for k in ("query", "positive", "negative")}) + "\n" for r in rows))
     return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the tests' one helper for it)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -22,10 +22,11 @@ from operator_cli.podplan import plan_pods
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS
 
-__all__ = ["run_local"]
+__all__ = ["free_port", "run_local"]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now: a local job's rendezvous (the tests' and benches' too)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -101,7 +102,7 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     previous_term = signal.signal(signal.SIGTERM, _terminated)
     try:
         while True:
-            master, port = plan.master(network is not None, _free_port())  # the launcher's name, per namespace
+            master, port = plan.master(network is not None, free_port())  # the launcher's name, per namespace
             replicas = plan_replicas(objects, workdir, config_dir, master, port)
             if network:
                 for r in replicas:  # bind gloo/NCCL to the veth, as to a pod's eth0
