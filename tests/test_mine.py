@@ -288,3 +288,19 @@ def test_cross_encoder_scores_become_distillation_rows_and_train(tmp_path, tiny_
 def test_every_recipe_is_a_valid_config(recipe):
     cfg = load_config(Path(__file__).parents[1] / "recipes" / recipe)
     assert cfg.training.max_steps or cfg.training.epochs
+
+
+def test_the_packages_benchmark_holds_whole_packages_out(tmp_path):
+    """trainer/packages_data.py on two small installed packages: real docstrings, read with ast (nothing
+    imported), one package only in the held-out BEIR split, which the evaluation reads."""
+    from trainer.evaluate import load_beir
+    from trainer.packages_data import build
+
+    counts = build(tmp_path, heldout=["click"], max_test_queries=20, only=["click", "jinja2"])
+    assert counts["heldout"] == ["click"] and counts["train_packages"] == ["jinja2"]
+    assert counts["train"] > 50 and counts["test_corpus"] >= counts["test_queries"] == 20
+    rows = [json.loads(line) for line in (tmp_path / "train.jsonl").open()]
+    assert set(rows[0]) == {"query", "positive"}  # pairs only: mining brings the negatives
+    split = load_beir(str(tmp_path / "beir"), "test")
+    assert len(split.query_ids) == 20 and all(d.startswith("click.") for d in split.corpus_ids)
+    assert not any(r["positive"] in set(split.corpus) for r in rows)  # nothing held out leaks into training

@@ -69,10 +69,17 @@ def collect_package(name: str, root: Path) -> list[dict]:
     return items
 
 
-def build(out: Path, heldout: list[str] | None = None, max_test_queries: int = 1000, seed: int = 0) -> dict:
-    """Write the benchmark under ``out``; return its counts and the packages on each side."""
+def build(
+    out: Path,
+    heldout: list[str] | None = None,
+    max_test_queries: int = 1000,
+    seed: int = 0,
+    only: list[str] | None = None,
+) -> dict:
+    """Write the benchmark under ``out``; return its counts and the packages on each side (``only``: just
+    these installed packages, for a quick build)."""
     rng = random.Random(seed)
-    packages = _packages()
+    packages = {k: v for k, v in _packages().items() if only is None or k in only}
     held = [p for p in (heldout or HELDOUT) if p in packages]
     train, test, seen = [], [], set()
     for name, root in packages.items():
