@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--document-length", type=int, default=128, help="document tokens (training and evaluation)")
     parser.add_argument("--workdir", type=Path, help="keep every run here; runs already finished are reused")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (two benches side by side)")
+    parser.add_argument("--summarize-only", action="store_true", help="with --workdir: tabulate finished runs only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mining_quality.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_quality.png")
     args = parser.parse_args()
@@ -99,6 +100,8 @@ def main() -> None:
                         json.loads((wd / "out" / "metrics.json").read_text()),
                         float((wd / "wall_seconds").read_text()),
                     )
+                elif args.summarize_only:  # a run that did not finish is left out, and the table says n
+                    continue
                 else:
                     start = time.perf_counter()
                     m = run_colbert_train(
@@ -148,14 +151,15 @@ def summarize(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict
 
 def table(result: dict) -> str:
     lines = [
-        "| recipe | nDCG@10 mean ± std | gain over bm25-1 (paired mean, worst seed) | per seed | wall s |",
-        "|---|---|---|---|---|",
+        "| recipe | seeds | nDCG@10 mean ± std | gain over bm25-1 (paired mean, worst seed) | per seed | wall s |",
+        "|---|---|---|---|---|---|",
     ]
     for arm, s in result["summary"].items():
         seeds = ", ".join(f"{r['ndcg@10']:.4f}" for r in result["runs"][arm].values())
         gain = "baseline" if arm == "bm25-1" else f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
         wall = f"{s['wall_seconds_mean']:.0f}" if s["wall_seconds_mean"] else "(inside the arm above)"
-        lines.append(f"| {arm} | {s['mean']:.4f} ± {s['std']:.4f} | {gain} | {seeds} | {wall} |")
+        n = len(result["runs"][arm])
+        lines.append(f"| {arm} | {n} | {s['mean']:.4f} ± {s['std']:.4f} | {gain} | {seeds} | {wall} |")
     return "\n".join(lines)
 
 
