@@ -10,7 +10,8 @@ So liveness is measured apart from progress: a daemon thread on every rank bumps
 a client connection of its own) and reads everyone else's. A rank busy in a long step still beats,
 because the thread runs while the main thread waits in C++. A peer whose counter has not moved for
 ``peer_timeout_seconds`` of this process's clock (no clock comparison across nodes), or a store that
-stays unreachable as long (rank 0 is gone), ends this process with exit code 1 and one line.
+stays unreachable as long (rank 0 is gone), ends this process with exit code 129 (retryable,
+trainer/errors.py) and one line.
 """
 
 from __future__ import annotations
