@@ -173,13 +173,16 @@ def plot(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for x, arm in enumerate(arms):
         values = [r["ndcg@10"] for r in result["runs"][arm].values()]
-        ax.bar(x, result["summary"][arm]["mean"], color="#9ecae1" if arm.startswith("bm25") else "#3182bd")
+        bm25 = arm.startswith("bm25") or arm.endswith("round 1")  # a first round mines with BM25
+        ax.bar(x, result["summary"][arm]["mean"], color="#9ecae1" if bm25 else "#3182bd")
         ax.scatter([x] * len(values), values, color="black", zorder=3, s=14)
     ax.set_xticks(range(len(arms)), arms)
     low = min(r["ndcg@10"] for a in arms for r in result["runs"][a].values())
     ax.set_ylim(low - 0.03, None)
     ax.set_ylabel("held-out nDCG@10 (exact MaxSim)")
-    ax.set_title(f"{result['data']}: {result['steps']} steps each, seeds {result['seeds']} (dots), {result['commit']}")
+    ax.set_title(
+        f"{result['data']}: {result['steps']} steps each; a dot per seed; light: BM25 negatives ({result['commit']})"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
