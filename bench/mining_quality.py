@@ -181,7 +181,9 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylim(low - 0.03, None)
     ax.set_ylabel("held-out nDCG@10 (exact MaxSim)")
     ax.set_title(
-        f"{result['data']}: {result['steps']} steps each; a dot per seed; light: BM25 negatives ({result['commit']})"
+        f"{result['data']}: {result['steps']} optimizer steps each, commit {result['commit']}\n"
+        "a dot per seed; light bars: negatives from BM25",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
