@@ -10,7 +10,6 @@ check the user may not read is a WARN, not a crash. The exit code is the worst l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
@@ -48,17 +47,6 @@ def run_checks(cluster: Cluster, api: str) -> list[Check]:
     return checks + _access(cluster, served or ([api] if api != "auto" else ["pytorchjob"]))
 
 
-def _read(cluster: Cluster, fn, verb: str, kind: str, name: str | None = None, namespace: str | None = "") -> Any:
-    """One request; None when it is not there (404); CliError for the rest (403 included)."""
-    try:
-        result = cluster._c(fn, verb, kind, name, namespace=namespace)
-    except CliError as e:
-        if e.status == 404:
-            return None
-        raise
-    return result if isinstance(result, dict) or result is None else cluster.api.sanitize_for_serialization(result)
-
-
 def _guarded(name: str):
     """A check that cannot read what it needs says so as a WARN, with the error's one line."""
 
@@ -82,7 +70,7 @@ def _crds(cluster: Cluster, api: str) -> tuple[list[Check], list[str]]:
     lines, served = {}, []
     for key, kind in KINDS.items():
         try:
-            crd = _read(cluster, lambda k=kind: ext.read_custom_resource_definition(k.crd), "get",
+            crd = cluster.read(lambda k=kind: ext.read_custom_resource_definition(k.crd), "get",
                         "CustomResourceDefinition", kind.crd, None)  # fmt: skip
         except CliError as e:
             lines[key] = Check(f"{key} API", "WARN", f"could not check: {e.message}", e.hint or "")
@@ -112,7 +100,7 @@ def _controller(cluster: Cluster, key: str) -> Check:
     check = f"{key} controller"
     apps = client.AppsV1Api(cluster.api)
     try:
-        dep = _read(cluster, lambda: apps.read_namespaced_deployment(name, ns), "get", "Deployment", name, ns)
+        dep = cluster.read(lambda: apps.read_namespaced_deployment(name, ns), "get", "Deployment", name, ns)
     except CliError as e:
         return Check(check, "WARN", f"could not check: {e.message}", e.hint or "")
     if dep is None:
@@ -146,7 +134,7 @@ def _runtime(cluster: Cluster) -> Check:
 
 @_guarded("GPU nodes")
 def _gpus(cluster: Cluster) -> Check:
-    nodes = _read(cluster, lambda: cluster.core.list_node(), "list", "Node", namespace=None) or {}
+    nodes = cluster.read(lambda: cluster.core.list_node(), "list", "Node", namespace=None) or {}
     gpu_nodes = []
     for node in nodes.get("items", []):
         count = int(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0) or 0)
@@ -172,7 +160,7 @@ def _storage(cluster: Cluster) -> Check:
     from kubernetes import client
 
     storage = client.StorageV1Api(cluster.api)
-    classes = _read(cluster, lambda: storage.list_storage_class(), "list", "StorageClass", namespace=None) or {}
+    classes = cluster.read(lambda: storage.list_storage_class(), "list", "StorageClass", namespace=None) or {}
     rwx = [
         sc["metadata"]["name"]
         for sc in classes.get("items", [])
@@ -191,13 +179,13 @@ def _storage(cluster: Cluster) -> Check:
 
 @_guarded("namespace")
 def _namespace(cluster: Cluster) -> Check:
-    ns = _read(cluster, lambda: cluster.core.read_namespace(cluster.ns), "get", "Namespace", cluster.ns, None)
+    ns = cluster.read(lambda: cluster.core.read_namespace(cluster.ns), "get", "Namespace", cluster.ns, None)
     if ns is None:
         return Check(
             "namespace", "FAIL", f"namespace {cluster.ns!r} does not exist", f"kubectl create namespace {cluster.ns}"
         )
     quotas = (
-        _read(cluster, lambda: cluster.core.list_namespaced_resource_quota(cluster.ns), "list", "ResourceQuota") or {}
+        cluster.read(lambda: cluster.core.list_namespaced_resource_quota(cluster.ns), "list", "ResourceQuota") or {}
     )
     limits = []
     for q in quotas.get("items", []):
@@ -210,8 +198,7 @@ def _namespace(cluster: Cluster) -> Check:
 
 @_guarded("Kueue queues")
 def _queues(cluster: Cluster) -> Check:
-    queues = _read(
-        cluster,
+    queues = cluster.read(
         lambda: cluster.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", cluster.ns, "localqueues"),
         "list",
         "LocalQueue",

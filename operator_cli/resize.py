@@ -42,12 +42,7 @@ def resize(cluster: Cluster, name: str, nodes: int, gpus_per_node: int | None, w
     _check_world_size(cluster, name, old_nodes * max(1, old_gpus), nodes * max(1, gpus))
     new = _reshaped(job, nodes, gpus)
     cm = f"{name}-config"
-    cluster._c(
-        lambda: cluster.core.patch_namespaced_config_map(cm, cluster.ns, {"metadata": {"ownerReferences": []}}),
-        "patch",
-        "ConfigMap",
-        cm,
-    )
+    cluster.own_config_map(cm, None)
     cluster._delete_one(kind.kind, name)
     deadline = time.monotonic() + wait_seconds
     while _exists(cluster, name):
@@ -57,24 +52,8 @@ def resize(cluster: Cluster, name: str, nodes: int, gpus_per_node: int | None, w
                 hint=f"run `colbert-k8s resize {name} ...` again once it is gone; the storage and config are kept",
             )
         time.sleep(1)
-    return _create(cluster, new, cm)
-
-
-def _create(cluster: Cluster, job: dict, cm: str) -> dict:
-    created = cluster._create_one(job)
-    uid = (created.get("metadata") or {}).get("uid")
-    if uid:
-        k = kind_of(created)
-        owner = {"apiVersion": f"{k.group}/{k.version}", "kind": k.kind, "name": job["metadata"]["name"], "uid": uid,
-                 "blockOwnerDeletion": False}  # fmt: skip
-        cluster._c(
-            lambda: cluster.core.patch_namespaced_config_map(
-                cm, cluster.ns, {"metadata": {"ownerReferences": [owner]}}
-            ),
-            "patch",
-            "ConfigMap",
-            cm,
-        )
+    created = cluster._create_one(new)
+    cluster.own_config_map(cm, created)
     return created
 
 
@@ -116,8 +95,8 @@ def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:
     from trainer.config import ConfigError, micro_batches
 
     cm = f"{name}-config"
-    obj = cluster._c(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)
-    data = (obj if isinstance(obj, dict) else cluster.api.sanitize_for_serialization(obj)).get("data") or {}
+    obj = cluster.read(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)
+    data = (obj or {}).get("data") or {}
     cfg = parse_training_config(data.get(C.CONFIG_FILE, ""))
     if cfg.training.global_batch_size is None:
         raise CliError(

@@ -41,6 +41,31 @@ class Cluster:
     def _c(self, fn, verb, kind, name=None, namespace: str | None = "") -> Any:
         return call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host, self.timeout)
 
+    def read(self, fn, verb: str, kind: str, name: str | None = None, namespace: str | None = "") -> dict | None:
+        """One read as a plain dict; None when the object (or the resource) is not there (404)."""
+        try:
+            obj = self._c(fn, verb, kind, name, namespace=namespace)
+        except CliError as e:
+            if e.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, dict) or obj is None else self.api.sanitize_for_serialization(obj)
+
+    def own_config_map(self, cm: str, job: dict[str, Any] | None) -> None:
+        """Make ``job`` the ConfigMap's owner, so Kubernetes removes it with the job; ``None`` disowns it
+        (before the job is deleted and recreated, which would otherwise take the ConfigMap along)."""
+        owners = []
+        if job is not None:
+            k = kind_of(job)
+            owners = [{"apiVersion": f"{k.group}/{k.version}", "kind": k.kind, "name": job["metadata"]["name"],
+                       "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]  # fmt: skip
+        self._c(
+            lambda: self.core.patch_namespaced_config_map(cm, self.ns, {"metadata": {"ownerReferences": owners}}),
+            "patch",
+            "ConfigMap",
+            cm,
+        )
+
     # ---- preflight -------------------------------------------------------------------------
     def serves(self, kind: JobKind) -> bool:
         """Whether the API server serves this kind's CRD (a 404 on listing it means no)."""
@@ -199,23 +224,8 @@ class Cluster:
                 e.message += f"; rolled back {', '.join(rolled)}"
             raise
         job = created[-1]
-        uid = job.get("metadata", {}).get("uid")
-        if uid:  # let Kubernetes GC the ConfigMap with the job (the workspace PVC is kept: it holds the model)
-            k = kind_of(job)
-            owner = {
-                "apiVersion": f"{k.group}/{k.version}",
-                "kind": k.kind,
-                "name": job["metadata"]["name"],
-                "uid": uid,
-                "blockOwnerDeletion": False,
-            }
-            cm = objects[0]["metadata"]["name"]
-            self._c(
-                lambda: self.core.patch_namespaced_config_map(cm, self.ns, {"metadata": {"ownerReferences": [owner]}}),
-                "patch",
-                "ConfigMap",
-                cm,
-            )
+        if job.get("metadata", {}).get("uid"):  # the ConfigMap goes with the job (the PVC stays: it holds the model)
+            self.own_config_map(objects[0]["metadata"]["name"], job)
         return created
 
     def delete_job(self, name: str, keep_storage: bool) -> list[str]:
@@ -243,18 +253,12 @@ class Cluster:
         return removed
 
     def _metadata(self, kind: str, name: str) -> dict[str, Any] | None:
-        read = {
+        fn = {
             "ConfigMap": lambda: self.core.read_namespaced_config_map(name, self.ns),
             "PersistentVolumeClaim": lambda: self.core.read_namespaced_persistent_volume_claim(name, self.ns),
         }[kind]
-        try:
-            obj = self._c(read, "get", kind, name)
-        except CliError as e:
-            if e.status == 404:
-                return None
-            raise
-        obj = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
-        return obj.get("metadata") or {}
+        obj = self.read(fn, "get", kind, name)
+        return None if obj is None else obj.get("metadata") or {}
 
     # ---- read ------------------------------------------------------------------------------
     def get_own_job(self, name: str) -> dict[str, Any]:
