@@ -421,6 +421,18 @@ class Scale:
         )
 
 
+def _split(global_batch: int, world_size: int, cap: int) -> tuple[int, int] | None:
+    """(micro-batch, accumulation) with the fewest micro-batches of at most ``cap`` that cover the
+    global batch exactly on ``world_size`` processes; None when there is none."""
+    if global_batch % world_size:
+        return None
+    share = global_batch // world_size  # each process's queries per step
+    for accumulation in range(1, share + 1):
+        if share % accumulation == 0 and share // accumulation <= cap:
+            return share // accumulation, accumulation
+    return None
+
+
 def micro_batches(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
     """(queries per micro-batch per process, micro-batches per step) of ``cfg`` on ``world_size`` processes.
 
@@ -433,12 +445,9 @@ def micro_batches(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
         return t.per_device_batch_size, t.gradient_accumulation_steps
     g = t.global_batch_size
     cap = t.per_device_batch_size if cfg.loss.name == "distillation" else g
-    for accumulation in range(1, g + 1):
-        if g % (world_size * accumulation) == 0 and g // (world_size * accumulation) <= cap:
-            return g // (world_size * accumulation), accumulation
-    fits = [
-        w for w in range(1, min(g, 4096) + 1) if any(g % (w * a) == 0 and g // (w * a) <= cap for a in range(1, g + 1))
-    ]
+    if (split := _split(g, world_size, cap)) is not None:
+        return split
+    fits = [w for w in range(1, min(g, 4096) + 1) if _split(g, w, cap) is not None]
     raise ConfigError(
         f"training.global_batch_size {g} cannot be split over {world_size} processes"
         + ("" if cap == g else f" in micro-batches of at most {cap} (training.per_device_batch_size)")
