@@ -126,7 +126,8 @@ def launch_torchrun(launch: Launch, argv: list[str]) -> int:
     }
     try:
         code = child.wait()
-        return job_exit_code(code, [int(p.read_text()) for p in exit_dir.glob("*.code") if p.read_text().isdigit()])
+        said = [p.read_text() for p in exit_dir.glob("*.code")]
+        return job_exit_code(code, [int(text) for text in said if text.isdigit()])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
