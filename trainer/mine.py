@@ -17,8 +17,10 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -237,11 +239,12 @@ def choose_negatives(
 # ---- the phase -------------------------------------------------------------------------------------
 
 
-def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, model=None) -> Path:
+def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[], Any] = lambda: None) -> Path:
     """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
 
-    ``model`` is the ColBERT model to retrieve with (None: BM25). Parts already written on every node
-    are kept; the result is renamed into place only once whole."""
+    ``load_model`` gives the ColBERT model to retrieve with (None: BM25); it is called only when some
+    part is still to be mined, so a restarted job that finds its rows loads no model for them. Parts
+    already written on every node are kept; the result is renamed into place only once whole."""
     final = out_dir / "train.parquet"
     writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
     if all(D.gather_objects(final.is_file() or not writes)):
@@ -259,12 +262,13 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, model=None) -> Path:
     parts = [out_dir / f"part-{i:05d}.parquet" for i in range(len(chunks))]
     todo = [i for i, part in enumerate(parts) if not all(D.gather_objects(part.is_file() or not writes))]
     log.info(
-        "mine: %d rows, %d distinct queries, %d documents; %d of %d parts to do (retriever %s)",
+        "mine: %d rows, %d distinct queries, %d documents; %d of %d parts to do",
         len(pairs.rows), len(pairs.queries), len(pairs.corpus), len(todo), len(parts),
-        "bm25" if model is None else "model",
     )  # fmt: skip
     show = layout.is_main
     if todo:
+        model = load_model()
+        log.info("mine: retrieving with %s", "BM25" if model is None else "the model (exact MaxSim)")
         retriever = (
             Bm25Retriever(pairs.corpus, show)
             if model is None

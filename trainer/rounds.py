@@ -49,9 +49,8 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                 log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / "metrics.json")
             else:
                 log.info("round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.retriever)
-                model = _mining_model(cfg, layout, device, previous)
-                mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", model)
-                del model
+                load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
+                mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", load)
                 rcfg = rcfg.model_copy(
                     update={
                         "data": rcfg.data.model_copy(
