@@ -24,20 +24,26 @@ if __package__ in (None, ""):
 import yaml
 
 from bench.common import ENV, ROOT, git_commit, minilm, quickstart_data
+from operator_cli import constants as C
+from operator_cli.local import plan_replicas
 from operator_cli.local.run import free_port
+from operator_cli.render import render
+from operator_cli.spec import JobSpec
 
 
-def _pods(config: Path, workspaces: list[Path]) -> list[subprocess.Popen]:
-    """Processes started as the Training Operator starts pods (RANK, WORLD_SIZE, MASTER_*), one each."""
-    port, world, procs = free_port(), len(workspaces), []
-    for rank, ws in enumerate(workspaces):
-        ws.mkdir(parents=True, exist_ok=True)
-        env = {**ENV, "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": "1"}  # fmt: skip
-        log = open(ws / "log.txt", "a")  # noqa: SIM115 (closed with the process)
-        procs.append(subprocess.Popen([sys.executable, "-m", "trainer", "--config", str(config)], cwd=ws, env=env,
+def _pods(root: Path, text: str, nodes: int) -> tuple[list[subprocess.Popen], Path]:
+    """The job's pods as `colbert-k8s local` replays them (the launcher's own environment, one workspace
+    per pod); returns the processes and the master's workspace, the same for every number of nodes."""
+    spec = JobSpec(name="elastic", config_text=text, nodes=nodes, gpus_per_node=0, pod_local_storage=True)
+    (root / "config").mkdir(parents=True, exist_ok=True)
+    (root / "config" / C.CONFIG_FILE).write_text(text)
+    procs, replicas = [], plan_replicas(render(spec), root / "ws", root / "config", "127.0.0.1", free_port())
+    for r in replicas:
+        r.cwd.mkdir(parents=True, exist_ok=True)
+        log = open(r.cwd / "log.txt", "a")  # noqa: SIM115 (closed with the process)
+        procs.append(subprocess.Popen(r.command, cwd=r.cwd, env={**ENV, **r.env, "OMP_NUM_THREADS": "1"},
                                       stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
-    return procs
+    return procs, replicas[0].cwd
 
 
 def _losses(ws: Path) -> dict[int, float]:
@@ -66,22 +72,20 @@ def main() -> None:
         "evaluation": {"after_training": False},
         "output_dir": "out",
     }
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    config = args.workdir / "train.yaml"
-    config.write_text(yaml.safe_dump(cfg))
-    ref = [args.workdir / "uninterrupted" / f"pod-{r}" for r in range(2)]
-    assert [p.wait() for p in _pods(config, ref)] == [0, 0], (ref[0] / "log.txt").read_text()[-2000:]
-    run = [args.workdir / "resumed" / f"pod-{r}" for r in range(2)]
-    procs = _pods(config, run)
-    target = run[0] / "out" / "checkpoints" / f"step-{args.stop_after:08d}"
+    text = yaml.safe_dump(cfg)
+    procs, ref = _pods(args.workdir / "uninterrupted", text, 2)
+    assert [p.wait() for p in procs] == [0, 0], (ref / "log.txt").read_text()[-2000:]
+    procs, run = _pods(args.workdir / "resumed", text, 2)
+    target = run / "out" / "checkpoints" / f"step-{args.stop_after:08d}"
     while not target.is_dir():
-        assert all(p.poll() is None for p in procs), (run[0] / "log.txt").read_text()[-2000:]
+        assert all(p.poll() is None for p in procs), (run / "log.txt").read_text()[-2000:]
         time.sleep(0.1)
     for p in procs:
         p.send_signal(signal.SIGKILL)
         p.wait()
-    assert _pods(config, run[:1])[0].wait() == 0, (run[0] / "log.txt").read_text()[-2000:]  # 1 process now
-    a, b = _losses(ref[0]), _losses(run[0])
+    procs, again = _pods(args.workdir / "resumed", text, 1)  # 1 process now; the master keeps its workspace
+    assert again == run and procs[0].wait() == 0, (run / "log.txt").read_text()[-2000:]
+    a, b = _losses(ref), _losses(run)
     result = {"commit": git_commit(), "stop_after": args.stop_after, "uninterrupted": a, "resumed": b,
               "before_resume_identical": all(a[s] == b[s] for s in a if s <= args.stop_after)}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
