@@ -304,3 +304,21 @@ def test_the_packages_benchmark_holds_whole_packages_out(tmp_path):
     split = load_beir(str(tmp_path / "beir"), "test")
     assert len(split.query_ids) == 20 and all(d.startswith("click.") for d in split.corpus_ids)
     assert not any(r["positive"] in set(split.corpus) for r in rows)  # nothing held out leaks into training
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [(None, "not found; give a .jsonl file or a BEIR directory"), ("{oops\n", "line 1: not JSON"),
+     ('{"title": "t"}\n', "line 1: needs a non-empty 'text'"), ("\n", "holds no document")],
+    ids=["missing", "not-json", "no-text", "empty"],
+)  # fmt: skip
+def test_a_bad_mining_corpus_is_one_line(tmp_path, content, needle):
+    from trainer.data import DataError
+    from trainer.mine import load_pairs
+
+    corpus = tmp_path / "corpus.jsonl"
+    if content is not None:
+        corpus.write_text(content)
+    with pytest.raises(DataError) as e:
+        load_pairs(_pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}], corpus=str(corpus)))
+    assert needle in str(e.value) and "\n" not in str(e.value)
