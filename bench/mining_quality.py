@@ -11,7 +11,10 @@ split (modules training never sees) by exact MaxSim:
 * ``mined-3``: two rounds; round 1 is ``bm25-3``, round 2 mines three negatives with round 1's
   model (exact MaxSim, ranks 3-30, ratio 0.95) and trains the base model again for the same steps;
 * ``model-3``: one round; the base model itself (all-MiniLM-L6-v2 with a new projection) mines three
-  negatives (exact MaxSim, ranks 3-30, ratio 0.95): mining without a first training run.
+  negatives (exact MaxSim, ranks 3-30, ratio 0.95): mining without a first training run;
+* ``model-7``: as ``model-3`` with seven negatives from ranks 3-50: twice the documents per step;
+* ``model-3-wide``: as ``model-3``, mining among the first 4,000 documents of the training corpus
+  (``mine.corpus``) instead of the training rows' own positives: a wider pool of the same packages.
 
 ``--data packages`` runs on ``trainer/packages_data.py``'s benchmark instead (docstrings of every
 installed package, numpy and networkx held out), with ``--limit`` training pairs.
@@ -41,12 +44,29 @@ ARMS = {
     "bm25-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
     "mined-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95, "rounds": 2},
     "model-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
-}
+    "model-7": {"retriever": "model", "negatives": 7, "rank_range": [3, 50], "max_score_ratio": 0.95},
+    "model-3-wide": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
+                     "corpus_size": 4000},
+}  # fmt: skip
+
+
+def mine_corpus(data: Path, size: int) -> Path:
+    """A BEIR directory holding the first ``size`` documents of the training corpus (``mine.corpus``)."""
+    out = data.parent / f"mine-corpus-{size}"
+    if not (out / "corpus.jsonl").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        with open(data.parent / "corpus.jsonl") as f:
+            lines = [next(f) for _ in range(size)]
+        (out / "corpus.jsonl").write_text("".join(lines))
+    return out
 
 
 def config(
     model: str, data: Path, beir: Path, arm: str, seed: int, steps: int, limit: int | None = None, doc_len: int = 128
 ) -> dict:
+    mine = {"top_k": 100, **ARMS[arm]}
+    if size := mine.pop("corpus_size", None):
+        mine["corpus"] = str(mine_corpus(data, size))
     return {
         "model": {"name_or_path": model, "query_length": 32, "document_length": doc_len},
         "data": {"train": {"path": str(data), "limit": limit}, "eval_beir": str(beir)},
@@ -60,7 +80,7 @@ def config(
         },
         "checkpoint": {"every_steps": 1000},
         "evaluation": {"after_training": True},
-        "mine": {"top_k": 100, **ARMS[arm]},
+        "mine": mine,
     }
 
 

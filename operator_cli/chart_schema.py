@@ -75,6 +75,7 @@ def build() -> dict[str, Any]:
             "api": {"enum": list(APIS)},
             "runtime": _str("dns1123"),
             "nodes": {"type": "integer", "minimum": 1, "maximum": 1024},
+            "elastic": {"type": "string", "pattern": "^$|^[0-9]{1,4}:[0-9]{1,4}$"},
             "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": 16},
             "image": _obj(
                 {

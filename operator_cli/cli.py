@@ -23,7 +23,15 @@ from operator_cli import constants as C
 from operator_cli import rules, show
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
-from operator_cli.spec import JobSpec, generate_name, parse_pairs, parse_secret_envs, parse_toleration, read_config
+from operator_cli.spec import (
+    JobSpec,
+    generate_name,
+    parse_elastic,
+    parse_pairs,
+    parse_secret_envs,
+    parse_toleration,
+    read_config,
+)
 
 __all__ = ["main", "cli", "job_options", "build_spec", "cluster_options"]
 
@@ -103,7 +111,15 @@ def job_options(fn):
         click.option("--name", help="Job name (DNS-1035). Default: colbert-<random>."),
         click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'."),
         click.option(
-            "--nodes", default=D["nodes"], show_default=True, type=int, help="Pods: 1 Master + (nodes-1) Workers."
+            "--nodes",
+            type=int,
+            help=f"Pods: 1 Master + (nodes-1) Workers. Default: {D['nodes']}, or MAX with --elastic.",
+        ),
+        click.option(
+            "--elastic",
+            metavar="MIN:MAX",
+            help="Elastic PyTorchJob: train on any MIN..MAX nodes; a lost node's survivors go on from the "
+            "newest checkpoint (needs a PVC and training.global_batch_size).",
         ),
         click.option(
             "--gpus-per-node",
@@ -193,11 +209,13 @@ def build_spec(o: dict) -> JobSpec:
     if o["api"] == "auto":
         raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
     secret_env = parse_secret_envs(o["secret_env"])
+    elastic = parse_elastic(o["elastic"]) if o.get("elastic") is not None else None
+    nodes = o["nodes"] if o["nodes"] is not None else elastic[1] if elastic else D["nodes"]
     return JobSpec(
         name=generate_name() if o["name"] is None else o["name"],
         config_text=read_config(o["config"]),
         namespace=_default_namespace(o) if o["namespace"] is None else o["namespace"],  # -n "" is refused
-        nodes=o["nodes"],
+        nodes=nodes,
         gpus_per_node=o["gpus_per_node"],
         image=o["image"],
         cpu=o["cpu"],
@@ -224,6 +242,7 @@ def build_spec(o: dict) -> JobSpec:
         runtime=o["runtime"],
         labels=parse_pairs(o["label"], "--label"),
         annotations=parse_pairs(o["annotation"], "--annotation"),
+        elastic=elastic,
     )
 
 
@@ -233,6 +252,8 @@ def _scale_line(spec: JobSpec) -> str:
 
     unit = "GPU" if spec.gpus_per_node else "CPU process"
     layout = f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s)"
+    if spec.elastic:
+        layout += f", elastic {spec.elastic[0]}..{spec.elastic[1]} node(s)"
     return f"{layout}; {job_scale(spec.train_config, spec.world_size).line()}"
 
 

@@ -13,6 +13,9 @@ PyTorchJob      MASTER_ADDR/PORT, WORLD_SIZE (= pods x nproc), RANK (= pod      
                 PET_NODE_RANK, PYTHONUNBUFFERED                                  (23456)
 TrainJob        PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,  ``<job>-node-0-0.<job>``,
                 PET_MASTER_PORT only                                             29500
+elastic         (Workers only) PET_RDZV_ENDPOINT, PET_RDZV_BACKEND=c10d,         ``<job>-worker-0``, the
+PyTorchJob      PET_NNODES=MIN:MAX, PET_MAX_RESTARTS; no MASTER_*, RANK,         container port; its
+                WORLD_SIZE or PET_NPROC_PER_NODE (the manifest sets the last)    agent hosts the store
 ==============  ===============================================================  ====================
 """
 
@@ -37,6 +40,8 @@ class PodPlan:
     restart_policy: str
     backoff_limit: int
     nproc: str  # as the launcher passes it (PET_NPROC_PER_NODE)
+    elastic: tuple[int, int] | None = None  # elasticPolicy's (minReplicas, maxReplicas)
+    max_restarts: int | None = None  # elasticPolicy.maxRestarts: torchrun's worker-group restarts
 
     @property
     def v2(self) -> bool:
@@ -52,6 +57,19 @@ class PodPlan:
         return self.hosts[0], free_port
 
     def launcher_env(self, index: int, master_addr: str, master_port: int) -> dict[str, str]:
+        if self.elastic:
+            env = {
+                "PYTHONUNBUFFERED": "1",
+                "PET_RDZV_ENDPOINT": f"{master_addr}:{master_port}",
+                "PET_RDZV_BACKEND": "c10d",
+                "PET_NNODES": f"{self.elastic[0]}:{self.elastic[1]}",
+                # On a cluster the agent whose host name is the endpoint's (worker-0) hosts the store; here
+                # every replica's address is local, so which one hosts it is said outright.
+                "PET_RDZV_CONF": f"is_host={'true' if index == 0 else 'false'}",
+            }
+            if self.max_restarts is not None:
+                env["PET_MAX_RESTARTS"] = str(self.max_restarts)
+            return env
         pet = {
             "PET_MASTER_ADDR": master_addr,
             "PET_MASTER_PORT": str(master_port),
@@ -80,6 +98,8 @@ def plan_pods(objects: list[dict[str, Any]]) -> PodPlan:
 def _pytorchjob(job: dict[str, Any]) -> PodPlan:
     name = job["metadata"]["name"]
     specs = job["spec"]["pytorchReplicaSpecs"]
+    if policy := job["spec"].get("elasticPolicy"):
+        return _elastic_pytorchjob(job, policy)
     master = specs["Master"]["template"]
     container = next(c for c in master["spec"]["containers"] if c["name"] == C.CONTAINER)
     workers = specs.get("Worker", {}).get("replicas", 0)
@@ -93,6 +113,27 @@ def _pytorchjob(job: dict[str, Any]) -> PodPlan:
         restart_policy=specs["Master"].get("restartPolicy", "OnFailure"),
         backoff_limit=int(job["spec"].get("runPolicy", {}).get("backoffLimit", 0)),
         nproc=str(job["spec"].get("nprocPerNode", "auto")),
+    )
+
+
+def _elastic_pytorchjob(job: dict[str, Any], policy: dict[str, Any]) -> PodPlan:
+    """Workers only: every pod runs torchrun's elastic agent; node ranks come from the rendezvous."""
+    name = job["metadata"]["name"]
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    count = int(worker.get("replicas", 1))
+    container = next(c for c in worker["template"]["spec"]["containers"] if c["name"] == C.CONTAINER)
+    return PodPlan(
+        kind=C.KIND,
+        name=name,
+        hosts=[f"{name}-worker-{i}" for i in range(count)],
+        replica_names=[f"worker-{i}" for i in range(count)],
+        pod_spec=worker["template"]["spec"],
+        container=container,
+        restart_policy=worker.get("restartPolicy", "OnFailure"),
+        backoff_limit=int(job["spec"].get("runPolicy", {}).get("backoffLimit", 0)),
+        nproc=str(job["spec"].get("nprocPerNode", "auto")),
+        elastic=(int(policy.get("minReplicas", count)), int(policy.get("maxReplicas", count))),
+        max_restarts=policy.get("maxRestarts"),
     )
 
 

@@ -6,7 +6,8 @@ trainer resumes from the newest checkpoint on the claim. It refuses, before touc
 
 * per-pod storage (an ``emptyDir`` workspace): the new pods would start from step 0;
 * a shape whose world size cannot hold ``training.global_batch_size``, or any other world size when the
-  config does not set it (the checkpoint would be refused), naming the world sizes that work.
+  config does not set it (the checkpoint would be refused), naming the world sizes that work;
+* for an elastic job (``elasticPolicy``), a node count outside its MIN..MAX.
 
 Order matters: the ConfigMap is owned by the job, so its ownerReference is dropped first (a foreground
 delete would take it along), and set to the new job's uid after the create.
@@ -127,7 +128,18 @@ def _reshaped(job: dict, nodes: int, gpus: int) -> dict:
         return new
     replicas = spec["pytorchReplicaSpecs"]
     spec["nprocPerNode"] = str(nproc)
-    if nodes > 1:
+    if elastic := spec.get("elasticPolicy"):  # Workers only; torchrun reads the process count from the env
+        low, high = elastic.get("minReplicas", 1), elastic.get("maxReplicas", nodes)
+        if not low <= nodes <= high:
+            raise CliError(
+                f"job {job['metadata']['name']} is elastic on {low}..{high} nodes; --nodes {nodes} is outside it",
+                hint="pick a node count within that range",
+            )
+        replicas["Worker"]["replicas"] = nodes
+        for var in replicas["Worker"]["template"]["spec"]["containers"][0].get("env", []):
+            if var["name"] == "PET_NPROC_PER_NODE":
+                var["value"] = str(nproc)
+    elif nodes > 1:
         worker = replicas.get("Worker") or copy.deepcopy(replicas["Master"])
         labels = worker["template"].setdefault("metadata", {}).setdefault("labels", {})
         labels[C.LABEL_COMPONENT] = "worker"

@@ -34,6 +34,7 @@ __all__ = [
     "parse_toleration",
     "parse_secret_env",
     "parse_secret_envs",
+    "parse_elastic",
     "generate_name",
     "shown",
     "read_config",
@@ -140,6 +141,17 @@ def parse_secret_envs(values: tuple[str, ...] | list[str]) -> dict[str, SecretRe
     return out
 
 
+def parse_elastic(raw: str) -> tuple[int, int]:
+    """``--elastic MIN:MAX`` -> ``(MIN, MAX)``: the node counts the job may shrink to and grow to."""
+    low, sep, high = raw.partition(":")
+    if not (sep and low.isdigit() and high.isdigit()):
+        raise CliError(f"--elastic must be MIN:MAX node counts like 1:4, got {shown(raw)}")
+    low_n, high_n = int(low), int(high)
+    if not 1 <= low_n <= high_n <= 1024:
+        raise CliError(f"--elastic {low_n}:{high_n} must have 1 <= MIN <= MAX <= 1024")
+    return low_n, high_n
+
+
 def generate_name(prefix: str = "colbert") -> str:
     alphabet = string.ascii_lowercase + string.digits
     return f"{prefix}-{''.join(secrets.choice(alphabet) for _ in range(5))}"
@@ -188,6 +200,8 @@ class JobSpec:
     """The ClusterTrainingRuntime a TrainJob references (trainjob only)."""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    elastic: tuple[int, int] | None = None
+    """(MIN, MAX) nodes: a PyTorchJob ``elasticPolicy``; torchrun's agents re-form the group on MIN..MAX nodes."""
 
     def __post_init__(self) -> None:
         if not rules.full("dns1035", self.name):
@@ -293,6 +307,7 @@ class JobSpec:
         if self.nccl and self.gpus_per_node == 0:
             raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
         self._check_api()
+        self._check_elastic()
 
     def _check_api(self) -> None:
         if self.api not in APIS:
@@ -306,6 +321,39 @@ class JobSpec:
                 hint="use a ClusterTrainingRuntime whose pod template sets it (--runtime NAME), "
                 "or Kueue's --label kueue.x-k8s.io/priority-class=NAME",
             )
+
+    def _check_elastic(self) -> None:
+        """An elastic job must resume on any node count in MIN..MAX: shared checkpoints, one mathematics."""
+        if self.elastic is None:
+            return
+        low, high = self.elastic
+        flag = f"--elastic {low}:{high}"
+        if self.api == "trainjob":
+            raise CliError(
+                f"{flag}: a TrainJob (Kubeflow Trainer v2.3.0) has no elastic policy (KEP-2903 is a proposal)",
+                hint="use --api pytorchjob: its elasticPolicy runs torchrun's elastic agents",
+            )
+        if not low <= self.nodes <= high:
+            raise CliError(f"{flag}: --nodes {self.nodes} (the pods asked for at start) must be within {low}..{high}")
+        if not self.claim_name:
+            raise CliError(
+                f"{flag} needs shared storage: a group re-formed without a node must find that node's checkpoints",
+                hint="add --pvc-size 50Gi (a new ReadWriteMany claim) or --pvc NAME",
+            )
+        from trainer.config import ConfigError, micro_batches
+
+        cfg = self.train_config
+        if cfg.training.global_batch_size is None:
+            raise CliError(
+                f"{flag} needs training.global_batch_size in the config: it fixes the batch, and so the "
+                "mathematics, on every node count",
+                hint="set training.global_batch_size to per_device_batch_size x the processes you train on now",
+            )
+        for nodes in range(low, high + 1):
+            try:
+                micro_batches(cfg, nodes * self.nproc_per_node)
+            except ConfigError as e:
+                raise CliError(f"{flag}: {nodes} node(s) x {self.nproc_per_node} process(es): {e}") from None
 
     @staticmethod
     def _check_labels(labels: dict[str, str], flag: str) -> None:
@@ -332,6 +380,8 @@ class JobSpec:
         """The pods' host names: the operator's <job>-master-0/-worker-i, or JobSet's <job>-node-0-i."""
         if self.api == "trainjob":
             return [f"{self.name}-node-0-{i}" for i in range(self.nodes)]
+        if self.elastic:  # Workers only: the operator's rendezvous endpoint is <job>-worker-0
+            return [f"{self.name}-worker-{i}" for i in range(max(self.nodes, self.elastic[1]))]
         return [f"{self.name}-master-0"] + [f"{self.name}-worker-{i}" for i in range(self.nodes - 1)]
 
     @property

@@ -401,3 +401,51 @@ def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):
 def test_a_config_just_under_the_limit_and_with_tabs_is_accepted():
     ok = {**CONFIG, "tracking": {"run_name": "tab\there"}, "model": {"name_or_path": "m/" + "x" * 1_000_000}}
     assert helm_render({"config": ok})
+
+
+ELASTIC_CONFIG = {**CONFIG, "training": {**CONFIG["training"], "global_batch_size": 24, "per_device_batch_size": 4}}
+
+
+def test_elastic_chart_equals_cli():
+    spec = JobSpec(name="job", config_text=yaml.safe_dump(ELASTIC_CONFIG), nodes=3, gpus_per_node=2, pvc="ckpt",
+                   elastic=(2, 4))  # fmt: skip
+    from_helm = helm_render(
+        {"nodes": 3, "gpusPerNode": 2, "persistence": {"existingClaim": "ckpt"}, "elastic": "2:4",
+         "config": ELASTIC_CONFIG}
+    )  # fmt: skip
+    validate_all(from_helm)
+    assert "elasticPolicy" in from_helm[-1]["spec"]
+    assert _normalise(from_helm) == _normalise(render(spec))
+
+
+ELASTIC_VALUES = {
+    "nodes": 4, "gpusPerNode": 2, "persistence": {"size": "1Gi"}, "elastic": "2:4", "config": ELASTIC_CONFIG
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "over,needle,cli",
+    [
+        ({"api": "trainjob"}, "a TrainJob (Kubeflow Trainer v2.3.0) has no elastic policy", {"api": "trainjob"}),
+        ({"persistence": {"podLocal": True}}, "needs shared storage", {"pvc_size": None, "pod_local_storage": True}),
+        ({"nodes": 5}, "must be within 2..4", {"nodes": 5}),
+        ({"config": CONFIG}, "needs config.training.global_batch_size", {"config_text": yaml.safe_dump(CONFIG)}),
+        ({"gpusPerNode": 3}, "3 node(s) x 3 process(es): training.global_batch_size 24 cannot be split over 9",
+         {"gpus_per_node": 3}),
+        ({"elastic": "4:2"}, "1 <= MIN <= MAX <= 1024", {"elastic": (4, 2)}),
+        ({"elastic": "two"}, "elastic", None),
+    ],
+    ids=["trainjob", "per-pod-storage", "nodes-outside", "no-global-batch", "does-not-split", "backwards",
+         "not-min-max"],
+)  # fmt: skip
+def test_elastic_chart_refuses_what_the_cli_refuses(over, needle, cli):
+    with pytest.raises(helm_python.HelmError) as e:
+        helm_render({**ELASTIC_VALUES, **over})
+    assert needle in str(e.value), str(e.value)
+    if cli is not None:
+        from operator_cli.errors import CliError
+
+        base = dict(name="job", config_text=yaml.safe_dump(ELASTIC_CONFIG), nodes=4, gpus_per_node=2, pvc_size="1Gi",
+                    elastic=(2, 4))  # fmt: skip
+        with pytest.raises(CliError):
+            JobSpec(**{**base, **cli})

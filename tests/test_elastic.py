@@ -3,7 +3,12 @@ world size, and a checkpoint of W ranks resumes on W' ranks."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -107,3 +112,60 @@ def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resu
     assert "global batch 8" in log
     diff = _close(_weights(again[0]), _weights(reference[0]))
     assert diff < 1e-5, diff
+
+
+@pytest.mark.slow
+def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp_path, tiny_model):
+    """``local --elastic 1:3``: three replicas, each torchrun's elastic agent (dropout on). After a checkpoint
+    one replica dies for good: every process of it is SIGKILLed at once, as when its node goes, and local
+    does not start it again. The survivors' agents re-form the group on two nodes, the trainer resumes at
+    world size 2 from the newest checkpoint and finishes; no human in between."""
+    import psutil
+
+    from tests.conftest import ROOT
+    from trainer.checkpoint import list_checkpoints, load_checkpoint
+
+    steps = 60
+    (tmp_path / "data").mkdir()
+    write_triplets(tmp_path / "data" / "train.jsonl", 120)
+    cfg = {
+        "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48},
+        "data": {"train": {"path": "data/train.jsonl"}},
+        "training": {"per_device_batch_size": 4, "global_batch_size": 12, "max_steps": steps, "learning_rate": 1e-3,
+                     "log_every": 1},
+        "checkpoint": {"every_steps": 3},
+        "evaluation": {"after_training": False},
+        "output_dir": "output",
+    }  # fmt: skip
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"),
+           "--name", "tiny", "--elastic", "1:3", "--gpus-per-node", "0", "--pvc-size", "1Gi",
+           "--workdir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = psutil.Process(proc.pid)
+    try:
+        ckpts = tmp_path / "output" / "checkpoints"
+        deadline = time.time() + 300
+        while not any(s >= 6 for s, _ in list_checkpoints(ckpts)):
+            assert proc.poll() is None and time.time() < deadline, "finished (or hung) before a node could be lost"
+            time.sleep(0.05)
+        # worker-2: not worker-0, whose agent hosts the rendezvous store (on a cluster as here)
+        node = next(p for p in job.children() if p.environ().get("HOSTNAME") == "tiny-worker-2")
+        for p in [node, *node.children(recursive=True)]:
+            p.kill()
+        out, _ = proc.communicate(timeout=480)
+    finally:  # a hung job must not outlive the test (torchrun's workers run in sessions of their own)
+        for p in [*job.children(recursive=True), job] if proc.poll() is None else []:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert "replica worker-2 was killed (SIGKILL): a node gone for good, not started again; 2 of 3" in out
+    went_on = re.search(r"world size 3 -> 2 at step (\d+)", out)
+    assert went_on, out[-4000:]
+    step = int(went_on.group(1))
+    assert step >= 6 and step % 3 == 0
+    assert f"resumed from output/checkpoints/step-{step:08d} at step {step}/{steps}" in out
+    assert "world size 2 x per-device batch 6 x accumulation 1 = global batch 12" in out
+    assert json.loads((tmp_path / "output" / "metrics.json").read_text())["steps"] == steps
+    last_step, last = list_checkpoints(ckpts)[-1]
+    assert last_step > step and load_checkpoint(last)["world_size"] == 2

@@ -108,6 +108,32 @@ def test_torchrun_args_multi_node():
     assert resolve({}, 4).torchrun_args() == ["--nnodes=1", "--nproc_per_node=4", "--standalone"]
 
 
+# What the Training Operator v1.9.4 injects into a Worker of an elastic PyTorchJob (no Master: no
+# MASTER_*, RANK, WORLD_SIZE, PET_NODE_RANK); PET_NPROC_PER_NODE is the manifest's own.
+ELASTIC = {
+    "PYTHONUNBUFFERED": "0",
+    "PET_RDZV_ENDPOINT": "job-worker-0:23456",
+    "PET_RDZV_BACKEND": "c10d",
+    "PET_NNODES": "1:3",
+    "PET_MAX_RESTARTS": "3",
+    "PET_NPROC_PER_NODE": "8",
+}
+
+
+def test_an_elastic_worker_starts_torchs_elastic_agent():
+    plan = resolve(ELASTIC, 8)
+    assert isinstance(plan, Launch) and plan.mode == "elastic"
+    assert plan.torchrun_args() == [
+        "--nnodes=1:3",
+        "--nproc_per_node=8",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=job-worker-0:23456",
+        "--max_restarts=3",
+    ]
+    local = resolve({**ELASTIC, "PET_RDZV_CONF": "is_host=false"}, 0)  # colbert-k8s local says who hosts the store
+    assert "--rdzv_conf=is_host=false" in local.torchrun_args()
+
+
 BAD = [
     ("rank-ge-world", {"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, 0, "RANK=2 must be below WORLD_SIZE=2"),
     ("no-master-addr", {"RANK": "0", "WORLD_SIZE": "2"}, 0, "MASTER_ADDR is not set"),
@@ -133,6 +159,10 @@ BAD = [
         "PET_MASTER_ADDR is not set",
     ),
     ("nproc-beyond-gpus", {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "8"}, 4, "PET_NPROC_PER_NODE=8 but only 4 GPU"),
+    ("rdzv-no-port", {**ELASTIC, "PET_RDZV_ENDPOINT": "job-worker-0"}, 0, "PET_RDZV_ENDPOINT='job-worker-0' must be"),
+    ("rdzv-backwards", {**ELASTIC, "PET_NNODES": "3:1"}, 0, "PET_NNODES='3:1' must be N or MIN:MAX"),
+    ("rdzv-etcd", {**ELASTIC, "PET_RDZV_BACKEND": "etcd"}, 0, "only c10d is supported"),
+    ("rdzv-restarts", {**ELASTIC, "PET_MAX_RESTARTS": "many"}, 0, "PET_MAX_RESTARTS='many' is not an integer"),
 ]
 
 

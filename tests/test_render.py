@@ -162,6 +162,63 @@ def test_bad_options_are_refused(name, kw, message):
     assert "hf_abc123" not in e.value.message + (e.value.hint or "")
 
 
+ELASTIC_CONFIG = CONFIG + "training: {global_batch_size: 24, per_device_batch_size: 4}\n"
+
+
+def test_elastic_renders_workers_only_with_an_elastic_policy():
+    """What the Training Operator v1.9.4 needs for torchrun's agents: Workers only (its rendezvous endpoint is
+    <job>-worker-0), elasticPolicy with c10d, and PET_NPROC_PER_NODE, which it injects only with a Master."""
+    from operator_cli.podplan import plan_pods
+
+    objects = render(_spec(config_text=ELASTIC_CONFIG, elastic=(2, 4), nodes=3, gpus_per_node=2, pvc="ws"))
+    validate_all(objects)
+    job = objects[-1]["spec"]
+    assert list(job["pytorchReplicaSpecs"]) == ["Worker"] and job["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert job["elasticPolicy"] == {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3}
+    env = job["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "PET_NPROC_PER_NODE", "value": "2"} in env
+    plan = plan_pods(objects)
+    assert plan.hosts == ["job-worker-0", "job-worker-1", "job-worker-2"] and plan.elastic == (2, 4)
+    pod = plan.launcher_env(1, "job-worker-0", 23456)
+    assert pod["PET_RDZV_ENDPOINT"] == "job-worker-0:23456" and pod["PET_NNODES"] == "2:4"
+    assert not {"MASTER_ADDR", "RANK", "WORLD_SIZE", "PET_NODE_RANK"} & set(pod)
+
+
+ELASTIC_BAD = [
+    ("trainjob", dict(api="trainjob"), "a TrainJob (Kubeflow Trainer v2.3.0) has no elastic policy"),
+    ("no-claim", dict(pvc=None, pod_local_storage=True), "needs shared storage"),
+    ("nodes-outside", dict(nodes=5), "--nodes 5 (the pods asked for at start) must be within 2..4"),
+    ("no-global-batch", dict(config_text=CONFIG), "needs training.global_batch_size"),
+    (
+        "world-size-that-does-not-split",  # 24 over 3 nodes x 3 processes = 9
+        dict(gpus_per_node=3),
+        "3 node(s) x 3 process(es): training.global_batch_size 24 cannot be split over 9 processes; world sizes "
+        "that work: 1, 2, 3, 4, 6, 8, 12, 24",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,kw,message", ELASTIC_BAD, ids=[c[0] for c in ELASTIC_BAD])
+def test_elastic_refusals(name, kw, message):
+    base = dict(config_text=ELASTIC_CONFIG, elastic=(2, 4), nodes=4, gpus_per_node=2, pvc="ws")
+    with pytest.raises(CliError) as e:
+        _spec(**{**base, **kw})
+    assert message in e.value.message, e.value.message
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [("3", "--elastic must be MIN:MAX"), ("a:b", "--elastic must be MIN:MAX"), ("4:2", "1 <= MIN <= MAX <= 1024"),
+     ("0:2", "1 <= MIN <= MAX"), ("1:2000", "MAX <= 1024")],
+)  # fmt: skip
+def test_elastic_flag_is_min_colon_max(raw, message):
+    from operator_cli.spec import parse_elastic
+
+    assert parse_elastic("1:4") == (1, 4)
+    with pytest.raises(CliError, match=message):
+        parse_elastic(raw)
+
+
 def test_longest_allowed_name_fits():
     name = "a" * (63 - len("-worker-10"))
     objects = render(_spec(name=name, nodes=12, pvc="ws"))

@@ -100,3 +100,23 @@ def test_refusals_are_one_line_and_touch_nothing(api, tmp_path, text, storage, a
 def test_a_job_that_does_not_exist(api):
     res = run(api, "resize", "ghost", "--nodes", "2")
     assert res.exit_code == 1 and "not found" in res.output and res.output.count("error:") == 1
+
+
+def test_an_elastic_job_is_resized_within_its_range_only(tmp_path):
+    """An elastic PyTorchJob has Workers only: resize sets their count (and the manifest's PET_NPROC_PER_NODE)
+    within MIN..MAX, and refuses a count outside it before touching anything."""
+    with Emulator(tmp_path, with_crd=True) as emu:
+        cfg = tmp_path / "train.yaml"
+        cfg.write_text(ELASTIC)
+        res = run(emu, "submit", "--config", str(cfg), "--name", "demo", "--elastic", "1:2", "--nodes", "2",
+                  "--gpus-per-node", "0", "--pvc-size", "10Gi", "--api", "pytorchjob")  # fmt: skip
+        assert res.exit_code == 0, res.output
+        before = _job(emu, "pytorchjobs")
+        res = run(emu, "resize", "demo", "--nodes", "4")
+        assert res.exit_code == 2 and "is elastic on 1..2 nodes; --nodes 4 is outside it" in res.output, res.output
+        assert _job(emu, "pytorchjobs") == before
+        assert run(emu, "resize", "demo", "--nodes", "1", "--gpus-per-node", "2").exit_code == 0
+        job = _job(emu, "pytorchjobs")["spec"]
+        assert list(job["pytorchReplicaSpecs"]) == ["Worker"] and job["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+        env = job["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "PET_NPROC_PER_NODE", "value": "2"} in env and job["elasticPolicy"]["maxReplicas"] == 2

@@ -119,7 +119,14 @@ def launch_torchrun(launch: Launch, argv: list[str]) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch.torchrun_args(), "-m", "trainer", *argv]
     log.info("launch mode %s: %s", launch.mode, " ".join(cmd))
     exit_dir = Path(tempfile.mkdtemp(prefix="colbert-exit-"))
-    child = subprocess.Popen(cmd, env={**os.environ, EXIT_DIR_ENV: str(exit_dir)})
+    env = {**os.environ, EXIT_DIR_ENV: str(exit_dir)}
+    if launch.mode == "elastic":
+        # Each agent counts its own restarts, and the workers' shared store is prefixed by that count: after
+        # a restart for a failure on one node and for a membership change on another, the two sides wait in
+        # init_process_group under different prefixes, forever (pytorch/pytorch#135712; seen here in
+        # tests/test_elastic.py). A store of the round's own, hosted by its rank 0, has no such count.
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    child = subprocess.Popen(cmd, env=env)
     previous = {
         sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
         for sig in (signal.SIGTERM, signal.SIGINT)

@@ -10,6 +10,7 @@ how it was started          variables                                    what we
 a torchrun child            LOCAL_RANK, RANK, WORLD_SIZE, MASTER_*       trust them
 PyTorchJob, 1 proc per pod  RANK (= pod index), WORLD_SIZE, MASTER_*     one process, rank = RANK
 PyTorchJob, nproc > 1       PET_NPROC_PER_NODE > 1 (RANK is a *node*)    start torchrun from PET_*
+elastic PyTorchJob          PET_RDZV_ENDPOINT, PET_NNODES=min:max        torchrun's elastic agent (c10d)
 TrainJob (Trainer v2)       PET_* only                                   start torchrun from PET_*
 ``docker run --gpus all``   nothing; GPUs visible                        torchrun, 1 proc per GPU
 laptop / CI                 nothing                                      one process
@@ -61,11 +62,21 @@ class Launch:
     master_addr: str | None
     master_port: int | None
     mode: str
+    rdzv_endpoint: str | None = None  # elastic: the c10d rendezvous; node ranks come from it
+    rdzv_backend: str = "c10d"
+    rdzv_conf: str | None = None
+    max_restarts: int | None = None
 
     def torchrun_args(self) -> list[str]:
         """Arguments for ``python -m torch.distributed.run``, before the script."""
         args = [f"--nnodes={self.nnodes}", f"--nproc_per_node={self.nproc_per_node}"]
-        if self.master_addr is None:
+        if self.rdzv_endpoint is not None:
+            args += [f"--rdzv_backend={self.rdzv_backend}", f"--rdzv_endpoint={self.rdzv_endpoint}"]
+            if self.rdzv_conf:
+                args.append(f"--rdzv_conf={self.rdzv_conf}")
+            if self.max_restarts is not None:
+                args.append(f"--max_restarts={self.max_restarts}")
+        elif self.master_addr is None:
             args.append("--standalone")
         else:
             args += [
@@ -111,6 +122,34 @@ def _master(env: Mapping[str, str], world_size: int, prefix: str = "") -> tuple[
     return addr, port
 
 
+def _elastic(env: Mapping[str, str], endpoint: str) -> Launch:
+    host, sep, port = endpoint.rpartition(":")
+    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535):
+        raise EnvError(f"PET_RDZV_ENDPOINT={endpoint!r} must be HOST:PORT (the rendezvous, e.g. <job>-worker-0:23456)")
+    nnodes = env.get("PET_NNODES", "1")
+    low, _, high = nnodes.partition(":")
+    if not (low.isdigit() and (high or low).isdigit() and 1 <= int(low) <= int(high or low)):
+        raise EnvError(f"PET_NNODES={nnodes!r} must be N or MIN:MAX with 1 <= MIN <= MAX")
+    backend = env.get("PET_RDZV_BACKEND") or "c10d"
+    if backend != "c10d":
+        raise EnvError(f"PET_RDZV_BACKEND={backend!r}: only c10d is supported (elasticPolicy.rdzvBackend: c10d)")
+    nproc = env.get("PET_NPROC_PER_NODE")
+    if nproc is not None and not (_is_int(nproc) and int(nproc) >= 1) and nproc not in ("auto", "gpu", "cpu"):
+        raise EnvError(f"PET_NPROC_PER_NODE={nproc!r} must be a positive integer or auto")
+    return Launch(
+        nnodes,
+        nproc or "auto",
+        0,
+        None,
+        None,
+        mode="elastic",
+        rdzv_endpoint=endpoint,
+        rdzv_backend=backend,
+        rdzv_conf=env.get("PET_RDZV_CONF") or None,
+        max_restarts=_int(env, "PET_MAX_RESTARTS"),
+    )
+
+
 def resolve(env: Mapping[str, str], gpu_count: int = 0) -> Layout | Launch:
     """Decide how this process runs from its environment.
 
@@ -134,6 +173,10 @@ def resolve(env: Mapping[str, str], gpu_count: int = 0) -> Layout | Launch:
         _check_local_rank(local_rank, gpu_count)
         addr, port = _master(env, world_size)
         return Layout(rank, world_size, local_rank, addr, port, mode="torchrun")
+
+    # 2a. An elastic PyTorchJob (Workers only, elasticPolicy): torchrun's agents rendezvous at the endpoint.
+    if endpoint := env.get("PET_RDZV_ENDPOINT"):
+        return _elastic(env, endpoint)
 
     nproc_raw = env.get("PET_NPROC_PER_NODE")
     nproc = _int(env, "PET_NPROC_PER_NODE", minimum=1) if _is_int(nproc_raw) else None

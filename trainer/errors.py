@@ -38,7 +38,7 @@ def peer_failure(e: BaseException) -> str | None:
         first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
         return (
             f"a peer left the job during a collective ({first[:200]}); exiting so the operator "
-            "restarts the job from its newest checkpoint"
+            "(or, in an elastic job, torchrun's agent) restarts the job from its newest checkpoint"
         )
     return None
 

@@ -31,7 +31,8 @@ class JobKind:
             gpus = trainer.get("resourcesPerNode", {}).get("limits", {}).get("nvidia.com/gpu", 0)
             return int(trainer.get("numNodes", 1) or 1), int(gpus or 0)
         replicas = spec.get("pytorchReplicaSpecs", {})
-        containers = replicas.get("Master", {}).get("template", {}).get("spec", {}).get("containers", [{}])
+        first = replicas.get("Master") or replicas.get("Worker") or {}  # an elastic job has Workers only
+        containers = first.get("template", {}).get("spec", {}).get("containers", [{}])
         gpus = containers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
         return sum(r.get("replicas", 0) for r in replicas.values()), int(gpus or 0)
 

@@ -24,13 +24,17 @@ kubelet do:
   kubelet restarts the failed container and its peers then fail on the broken collective; here
   the replicas are restarted together, which is the same outcome without the wait for a timeout.
 
+* **elastic PyTorchJobs** (``elasticPolicy``): every replica runs torchrun's elastic agent; a replica is
+  restarted alone, and one killed with SIGKILL is a node gone for good (see :mod:`.elastic`).
+
 Whatever it cannot honour (GPUs that are not here, node selectors, the image...) is reported in one
 line. ``--isolate-network`` runs each replica in its own network namespace (see ``netns.py``).
 
 * :mod:`.replicas`: the processes a manifest asks for (env, command, working dir);
 * :mod:`.workspaces`: /workspace as a shared PVC or one emptyDir per pod;
 * :mod:`.processes`: start, pump output, stop with a grace period, wait for the first failure;
-* :mod:`.run`: the kubelet's restart loop and the closing summary.
+* :mod:`.run`: the kubelet's restart loop and the closing summary;
+* :mod:`.elastic`: an elastic job's replicas, each restarted alone or gone for good.
 """
 
 from operator_cli.local.replicas import Replica, plan_replicas

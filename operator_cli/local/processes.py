@@ -13,7 +13,7 @@ import click
 from operator_cli.lines import text_lines
 from operator_cli.local.replicas import Replica
 
-__all__ = ["start", "stop", "wait_any_failure"]
+__all__ = ["kill_group", "start", "stop", "wait_any_failure"]
 
 
 def _pump(replica: Replica, lock: threading.Lock) -> None:
@@ -63,6 +63,14 @@ def stop(replicas: list[Replica], grace: float = 10.0) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(r.proc.pid, signal.SIGKILL)
                 r.proc.wait()
+
+
+def kill_group(replica: Replica) -> None:
+    """SIGKILL whatever is left of a replica whose first process ended, as a container's end does."""
+    try:
+        os.killpg(replica.proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def wait_any_failure(replicas: list[Replica]) -> Replica | None:

@@ -85,7 +85,7 @@ def plan_replicas(
     replicas = []
     for index, (host, replica) in enumerate(zip(plan.hosts, plan.replica_names)):
         workspace = workdir if shared else pod_workspace(workdir, host)
-        env = {**base, **plan.launcher_env(index, master_addr, master_port)}
+        env = {**base, **plan.launcher_env(index, master_addr, master_port), "HOSTNAME": host}  # as in a pod
         for var in container.get("env", []):
             if "value" in var:
                 env[var["name"]] = local_path(var["value"], workspace)

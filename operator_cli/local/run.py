@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from operator_cli import constants as C
+from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, stop, wait_any_failure
 from operator_cli.local.replicas import Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage
@@ -101,13 +102,23 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     replicas: list[Replica] = []
     previous_term = signal.signal(signal.SIGTERM, _terminated)
     try:
-        while True:
+        wrap = (lambda r: network.wrap(r.host, r.command)) if network else (lambda r: r.command)
+
+        def new_replicas() -> list[Replica]:
             master, port = plan.master(network is not None, free_port())  # the launcher's name, per namespace
-            replicas = plan_replicas(objects, workdir, config_dir, master, port)
+            made = plan_replicas(objects, workdir, config_dir, master, port)
             if network:
-                for r in replicas:  # bind gloo/NCCL to the veth, as to a pod's eth0
+                for r in made:  # bind gloo/NCCL to the veth, as to a pod's eth0
                     r.env.update(GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
-            wrap = (lambda r: network.wrap(r.host, r.command)) if network else (lambda r: r.command)
+            return made
+
+        if plan.elastic:  # torchrun's agents restart and re-form the group; the kubelet's part is per pod
+            replicas = new_replicas()
+            if (code := replay_elastic(plan, replicas, wrap)) == 0:
+                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, 0, time.time() - started)
+            return code
+        while True:
+            replicas = new_replicas()
             threads = start(replicas, wrap)
             failed = wait_any_failure(replicas)
             if failed is None:

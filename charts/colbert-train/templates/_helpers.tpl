@@ -9,6 +9,9 @@ its longest pod name to fit in 63 characters: "<name>-worker-<i>" for a PyTorchJ
 {{- fail (printf "release name %q must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)" $name) -}}
 {{- end -}}
 {{- $longest := ternary (printf "%s-worker-%d" $name (sub (int .Values.nodes) 2)) (printf "%s-master-0" $name) (gt (int .Values.nodes) 1) -}}
+{{- with .Values.elastic -}}{{/* Workers only, up to MAX of them */}}
+{{- $longest = printf "%s-worker-%d" $name (sub (max (int $.Values.nodes) (int (splitList ":" .| last))) 1) -}}
+{{- end -}}
 {{- if eq (.Values.api | default "pytorchjob") "trainjob" -}}
 {{- $longest = printf "%s-node-0-%d" $name (sub (int .Values.nodes) 1) -}}
 {{- end -}}
@@ -259,6 +262,11 @@ spec:
           protocol: TCP
       env:
         {{- include "colbert-train.env" $root | nindent 8 }}
+        {{- if $root.Values.elastic }}
+        # The operator injects no PET_NPROC_PER_NODE into a job without a Master: torchrun reads it here.
+        - name: PET_NPROC_PER_NODE
+          value: {{ max 1 (int $root.Values.gpusPerNode) | toString | quote }}
+        {{- end }}
       {{- if include "colbert-train.hasResources" $root }}
       resources:
         {{- include "colbert-train.resources" $root | nindent 8 }}
@@ -269,6 +277,42 @@ spec:
         {{- include "colbert-train.volumeMounts" $root | nindent 8 }}
   volumes:
     {{- include "colbert-train.volumes" $root | nindent 4 }}
+{{- end -}}
+
+{{/*
+An elastic job's (MIN, MAX), checked as JobSpec._check_elastic checks it; empty when not elastic.
+Every node count in MIN..MAX must split config.training.global_batch_size (for every loss a split exists
+exactly when the processes divide it: trainer.config._split).
+*/}}
+{{- define "colbert-train.elastic" -}}
+{{- with .Values.elastic -}}
+{{- $low := int (splitList ":" . | first) -}}
+{{- $high := int (splitList ":" . | last) -}}
+{{- $flag := printf "elastic %s" . -}}
+{{- if or (lt $low 1) (gt $low $high) (gt $high 1024) -}}
+{{- fail (printf "%s must have 1 <= MIN <= MAX <= 1024" $flag) -}}
+{{- end -}}
+{{- if eq $.Values.api "trainjob" -}}
+{{- fail (printf "%s: a TrainJob (Kubeflow Trainer v2.3.0) has no elastic policy (KEP-2903 is a proposal); use api: pytorchjob" $flag) -}}
+{{- end -}}
+{{- if or (lt (int $.Values.nodes) $low) (gt (int $.Values.nodes) $high) -}}
+{{- fail (printf "%s: nodes %d (the pods asked for at start) must be within %d..%d" $flag (int $.Values.nodes) $low $high) -}}
+{{- end -}}
+{{- if not (or $.Values.persistence.existingClaim $.Values.persistence.size) -}}
+{{- fail (printf "%s needs shared storage: a group re-formed without a node must find that node's checkpoints; set persistence.size or persistence.existingClaim" $flag) -}}
+{{- end -}}
+{{- $global := int ((($.Values.config).training | default dict).global_batch_size | default 0) -}}
+{{- if not $global -}}
+{{- fail (printf "%s needs config.training.global_batch_size: it fixes the batch, and so the mathematics, on every node count" $flag) -}}
+{{- end -}}
+{{- $nproc := max 1 (int $.Values.gpusPerNode) -}}
+{{- range $n := untilStep $low (add $high 1 | int) 1 -}}
+{{- if mod $global (mul $n $nproc) -}}
+{{- fail (printf "%s: %d node(s) x %d process(es): training.global_batch_size %d cannot be split over %d processes" $flag $n $nproc $global (mul $n $nproc)) -}}
+{{- end -}}
+{{- end -}}
+{{- printf "%d:%d" $low $high -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
