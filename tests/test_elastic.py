@@ -169,3 +169,29 @@ def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp
     assert json.loads((tmp_path / "output" / "metrics.json").read_text())["steps"] == steps
     last_step, last = list_checkpoints(ckpts)[-1]
     assert last_step > step and load_checkpoint(last)["world_size"] == 2
+
+
+def test_elastic_workers_get_a_store_of_their_round(monkeypatch):
+    """torchrun's agents each count their own restarts and prefix the shared store with that count: after a
+    failure on one node and a membership change on another, the workers wait under different prefixes
+    forever (pytorch/pytorch#135712, a hang seen in the test above). The launcher turns the sharing off."""
+    import trainer.cli as trainer_cli
+    from trainer.env import resolve
+
+    seen = {}
+
+    class Child:
+        def __init__(self, cmd, env):
+            seen.update(cmd=cmd, env=env)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(trainer_cli.subprocess, "Popen", Child)
+    elastic = {"PET_RDZV_ENDPOINT": "job-worker-0:23456", "PET_NNODES": "1:3", "PET_NPROC_PER_NODE": "1"}
+    assert trainer_cli.launch_torchrun(resolve(elastic, 0), ["--config", "c.yaml"]) == 0
+    assert seen["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "--rdzv_endpoint=job-worker-0:23456" in seen["cmd"]
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    trainer_cli.launch_torchrun(resolve({}, 4), ["--config", "c.yaml"])  # not elastic: torch's default
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in seen["env"]
