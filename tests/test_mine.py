@@ -322,3 +322,25 @@ def test_a_bad_mining_corpus_is_one_line(tmp_path, content, needle):
     with pytest.raises(DataError) as e:
         load_pairs(_pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}], corpus=str(corpus)))
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_plaid_mining_shards_the_index_over_ranks_and_finds_what_exact_maxsim_finds(tmp_path, tiny_model):
+    """retriever: plaid (corpora beyond what exact MaxSim holds): each of 2 ranks indexes its share and the
+    lists are merged. PLAID approximates MaxSim, and a random tiny model scores documents nearly alike, so
+    the sampled negatives agree only in part: 18 of 48 here, where two unrelated samples of 2 from ranks 2-12
+    of 47 documents would share about 2."""
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    tables = {}
+    for retriever, world in (("model", 1), ("plaid", 2)):
+        ws = tmp_path / retriever
+        ws.mkdir()
+        res = _trainer(_job(ws, tiny_model, data, retriever=retriever, nbits=8), ws, world)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        assert not list((ws / "out" / "mined" / "round-1").glob(".plaid-*"))  # the indexes are removed
+        tables[retriever] = pq.read_table(ws / "out" / "mined" / "round-1" / "train.parquet")
+    exact, plaid = (tables[r].to_pylist() for r in ("model", "plaid"))
+    assert len(plaid) >= 12 and all(row["positive"] not in row["negatives"] for row in plaid)
+    assert all(len(row["negatives"]) == 2 for row in plaid)
+    agree = sum(len(set(a["negatives"]) & set(b["negatives"])) for a, b in zip(exact, plaid))
+    assert agree >= 0.25 * 2 * len(exact), agree

@@ -254,11 +254,13 @@ class MineConfig(_Strict):
         description="The documents to mine from: a .jsonl with a `text` (and optional `title`) per line, or a "
         "BEIR directory (its corpus.jsonl). Default: every distinct positive of data.train.",
     )
-    retriever: Literal["model", "bm25"] = Field(
+    retriever: Literal["model", "plaid", "bm25"] = Field(
         "model",
-        description="First round: exact MaxSim with model.name_or_path, sharded over all ranks, or BM25 (bm25s). "
-        "Later rounds always mine with the model trained in the round before.",
+        description="First round: exact MaxSim with model.name_or_path, sharded over all ranks; plaid: the same "
+        "model through a PLAID index of each rank's share (corpora beyond ~1M documents); or BM25 (bm25s). "
+        "Later rounds mine with the model trained in the round before, through PLAID if it is plaid.",
     )
+    nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits (retriever: plaid).")
     top_k: int = Field(100, ge=1, le=1000, description="Documents retrieved per query.")
     rank_range: list[int] = Field(
         default_factory=lambda: [3, 30],

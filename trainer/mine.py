@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,6 +178,55 @@ class ModelRetriever:
         return _merge(D.gather_objects((best_v, best_i, positive_scores)), keep)
 
 
+class PlaidRetriever:
+    """Beyond what exact MaxSim holds in memory (about 1M documents on GPUs, ``docs/mining.md``): each rank
+    builds a PLAID index (PyLate's fast-plaid) of its share of the corpus, the same fixed chunks as
+    :class:`ModelRetriever`, answers every query from it, and the per-rank top-k lists are merged.
+
+    Candidates carry PLAID's scores (MaxSim over compressed embeddings); the positives' scores, which
+    ``max_score_ratio`` divides by, are exact, computed by the rank whose share holds the positive."""
+
+    def __init__(self, model, corpus: list[str], batch_size: int, device, show: bool, nbits: int, folder: Path):
+        from pylate import indexes
+
+        self.model, self.corpus, self.batch_size, self.device = model, corpus, batch_size, device
+        starts = list(range(0, len(corpus), _DOC_CHUNK))[D.rank() :: D.world_size()]
+        self.ids = [i for s in starts for i in range(s, min(s + _DOC_CHUNK, len(corpus)))]
+        self.index = None
+        model.eval()
+        if self.ids:  # a rank past the last chunk holds nothing
+            docs = model.encode([corpus[i] for i in self.ids], is_query=False, batch_size=batch_size,
+                                show_progress_bar=show)  # fmt: skip
+            self.index = indexes.PLAID(index_folder=str(folder), index_name=f"rank-{D.rank()}", override=True,
+                                       nbits=nbits, show_progress=False)  # fmt: skip
+            self.index.add_documents(documents_ids=[str(i) for i in self.ids], documents_embeddings=docs)
+
+    @torch.no_grad()
+    def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
+        from pylate.scores import colbert_scores
+
+        keep = k + max(len(p) for p in positives)
+        found: list[Candidates] = [[] for _ in queries]
+        if self.index is not None:
+            q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
+            for qi, hits in enumerate(self.index(q, k=min(keep, len(self.ids)))):
+                found[qi] = [(int(h["id"]), float(h["score"])) for h in hits]
+        positive_scores: list[dict[int, float]] = [{} for _ in queries]
+        owned = set(self.ids)
+        held = sorted({p for pos in positives for p in pos} & owned)
+        if held:
+            q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
+            d_emb, d_mask = embed_texts(self.model, [self.corpus[p] for p in held], False, self.batch_size,
+                                        self.model.document_length, self.device)  # fmt: skip
+            scores = colbert_scores(q_emb, d_emb, documents_mask=d_mask.float()).cpu()
+            column = {p: j for j, p in enumerate(held)}
+            for qi, pos in enumerate(positives):
+                positive_scores[qi].update({p: float(scores[qi, column[p]]) for p in pos if p in column})
+        values = [[v for _, v in f] for f in found]
+        ids = [[i for i, _ in f] for f in found]
+        return _merge(D.gather_objects((values, ids, positive_scores)), keep)
+
+
 class Bm25Retriever:
     """BM25 (the ``bm25s`` library) over the whole corpus on every rank; each rank answers every
     world-size-th query and the answers are gathered."""
@@ -266,14 +316,18 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
         len(pairs.rows), len(pairs.queries), len(pairs.corpus), len(todo), len(parts),
     )  # fmt: skip
     show = layout.is_main
+    plaid_dir = out_dir / f".plaid-{layout.rank}"  # this rank's index of its share (retriever: plaid), removed after
     if todo:
         model = load_model()
-        log.info("mine: retrieving with %s", "BM25" if model is None else "the model (exact MaxSim)")
-        retriever = (
-            Bm25Retriever(pairs.corpus, show)
-            if model is None
-            else ModelRetriever(model, pairs.corpus, mcfg.batch_size, next(model.parameters()).device, show)
-        )
+        plaid = model is not None and mcfg.retriever == "plaid"
+        log.info("mine: retrieving with %s", "BM25" if model is None else "PLAID" if plaid else "exact MaxSim")
+        if model is None:
+            retriever = Bm25Retriever(pairs.corpus, show)
+        elif plaid:
+            device = next(model.parameters()).device
+            retriever = PlaidRetriever(model, pairs.corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
+        else:
+            retriever = ModelRetriever(model, pairs.corpus, mcfg.batch_size, next(model.parameters()).device, show)
         rows_of = _rows_by_query(pairs)
         teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
         for i in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
@@ -287,6 +341,7 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
             if writes:
                 with replacing(parts[i]) as tmp:
                     pq.write_table(table, tmp)
+        shutil.rmtree(plaid_dir, ignore_errors=True)
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
         raise MiningError(
