@@ -114,22 +114,14 @@ def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resu
     assert diff < 1e-5, diff
 
 
-@pytest.mark.slow
-def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp_path, tiny_model):
-    """``local --elastic 1:3``: three replicas, each torchrun's elastic agent (dropout on). After a checkpoint
-    one replica dies for good: every process of it is SIGKILLed at once, as when its node goes, and local
-    does not start it again. The survivors' agents re-form the group on two nodes, the trainer resumes at
-    world size 2 from the newest checkpoint and finishes; no human in between."""
-    import psutil
-
+def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Popen, Path]:
+    """``colbert-k8s local --elastic 1:3`` on three replicas (dropout on), a checkpoint every 3 steps."""
     from tests.conftest import ROOT
-    from trainer.checkpoint import list_checkpoints, load_checkpoint
 
-    steps = 60
     (tmp_path / "data").mkdir()
     write_triplets(tmp_path / "data" / "train.jsonl", 120)
     cfg = {
-        "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48},
+        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
         "data": {"train": {"path": "data/train.jsonl"}},
         "training": {"per_device_batch_size": 4, "global_batch_size": 12, "max_steps": steps, "learning_rate": 1e-3,
                      "log_every": 1},
@@ -142,22 +134,46 @@ def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp
            "--name", "tiny", "--elastic", "1:3", "--gpus-per-node", "0", "--pvc-size", "1Gi",
            "--workdir", str(tmp_path)]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, tmp_path / "output" / "checkpoints"
+
+
+def _after_a_checkpoint(proc: subprocess.Popen, ckpts: Path, act) -> str:
+    """Once step 6 is checkpointed, ``act(replica worker-2's first process)``; the job's output. A job that
+    hangs or fails does not outlive the test (torchrun's workers run in sessions of their own)."""
+    import psutil
+
+    from trainer.checkpoint import list_checkpoints
+
     job = psutil.Process(proc.pid)
     try:
-        ckpts = tmp_path / "output" / "checkpoints"
         deadline = time.time() + 300
         while not any(s >= 6 for s, _ in list_checkpoints(ckpts)):
             assert proc.poll() is None and time.time() < deadline, "finished (or hung) before a node could be lost"
             time.sleep(0.05)
         # worker-2: not worker-0, whose agent hosts the rendezvous store (on a cluster as here)
-        node = next(p for p in job.children() if p.environ().get("HOSTNAME") == "tiny-worker-2")
-        for p in [node, *node.children(recursive=True)]:
-            p.kill()
-        out, _ = proc.communicate(timeout=480)
-    finally:  # a hung job must not outlive the test (torchrun's workers run in sessions of their own)
+        act(next(p for p in job.children() if p.environ().get("HOSTNAME") == "tiny-worker-2"))
+        return proc.communicate(timeout=480)[0]
+    finally:
         for p in [*job.children(recursive=True), job] if proc.poll() is None else []:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
+
+
+@pytest.mark.slow
+def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp_path, tiny_model):
+    """After a checkpoint one replica dies for good: every process of it is SIGKILLed at once, as when its
+    node goes, and local does not start it again. The survivors' agents re-form the group on two nodes, the
+    trainer resumes at world size 2 from the newest checkpoint and finishes; no human in between."""
+    from trainer.checkpoint import list_checkpoints, load_checkpoint
+
+    steps = 60
+    proc, ckpts = _elastic_job(tmp_path, tiny_model, steps)
+
+    def node_dies(first):
+        for p in [first, *first.children(recursive=True)]:
+            p.kill()
+
+    out = _after_a_checkpoint(proc, ckpts, node_dies)
     assert proc.returncode == 0, out[-4000:]
     assert "replica worker-2 was killed (SIGKILL): a node gone for good, not started again; 2 of 3" in out
     went_on = re.search(r"world size 3 -> 2 at step (\d+)", out)
@@ -169,6 +185,27 @@ def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp
     assert json.loads((tmp_path / "output" / "metrics.json").read_text())["steps"] == steps
     last_step, last = list_checkpoints(ckpts)[-1]
     assert last_step > step and load_checkpoint(last)["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_an_elastic_replica_that_stops_is_started_again_and_the_group_regrows(tmp_path, tiny_model):
+    """SIGTERM to one replica (an eviction): torchrun passes it on, every rank checkpoints the step it
+    stopped at (the stop is agreed collectively), local starts that replica again alone, its agent rejoins,
+    and the group of three resumes from that step and finishes, with its pod restart counted."""
+    from trainer.checkpoint import list_checkpoints, load_checkpoint
+
+    steps = 60
+    proc, ckpts = _elastic_job(tmp_path, tiny_model, steps)
+    out = _after_a_checkpoint(proc, ckpts, lambda first: first.send_signal(signal.SIGTERM))
+    assert proc.returncode == 0, out[-4000:]
+    assert "local: replica worker-2 ended with exit code 143; restarting it (1/3)" in out
+    stopped = {int(s) for s in re.findall(r"stopped by SIGTERM after step (\d+)", out)}
+    assert len(stopped) == 1, out[-4000:]
+    step = stopped.pop()
+    assert out.count(f"resumed from output/checkpoints/step-{step:08d} at step {step}/{steps}") == 3  # three ranks
+    assert f"job tiny succeeded: {steps} steps" in out and "1 restart(s)" in out
+    last_step, last = list_checkpoints(ckpts)[-1]
+    assert last_step > step and load_checkpoint(last)["world_size"] == 3
 
 
 def test_elastic_workers_get_a_store_of_their_round(monkeypatch):

@@ -31,8 +31,8 @@ from operator_cli.podplan import PodPlan
 __all__ = ["replay_elastic"]
 
 
-def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> int:
-    """Run the replicas until the job ends; 0 when it succeeded, 1 when it failed."""
+def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> tuple[int, int]:
+    """Run the replicas until the job ends: (0 when it succeeded, 1 when it failed; replica restarts)."""
     low, high = plan.elastic
     live = {r.replica: r for r in replicas}
     done: set[str] = set()
@@ -56,7 +56,7 @@ def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> in
                 )
                 if len(live) < low:
                     click.echo(f"error: job {plan.name} failed: fewer than {low} node(s) are left", err=True)
-                    return 1
+                    return 1, restarts
                 continue
             why = f"signal {-code}" if code < 0 else f"exit code {code}"
             if (plan.restart_policy == "ExitCode" and 1 <= code <= 127) or restarts >= plan.backoff_limit:
@@ -65,7 +65,7 @@ def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> in
                     f"({'a permanent failure' if code <= 127 else f'backoffLimit {plan.backoff_limit} is used up'})",
                     err=True,
                 )
-                return 1
+                return 1, restarts
             restarts += 1
             click.echo(
                 f"local: replica {r.replica} ended with {why}; restarting it ({restarts}/{plan.backoff_limit}); "
@@ -77,5 +77,5 @@ def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> in
         if live and set(live) <= done:
             for t in threads:
                 t.join(timeout=5)
-            return 0
+            return 0, restarts
         time.sleep(0.2)

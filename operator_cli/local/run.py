@@ -114,8 +114,9 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
 
         if plan.elastic:  # torchrun's agents restart and re-form the group; the kubelet's part is per pod
             replicas = new_replicas()
-            if (code := replay_elastic(plan, replicas, wrap)) == 0:
-                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, 0, time.time() - started)
+            code, restarts = replay_elastic(plan, replicas, wrap)
+            if code == 0:
+                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
             return code
         while True:
             replicas = new_replicas()
