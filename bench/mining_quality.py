@@ -52,10 +52,12 @@ ARMS = {
 
 def mine_corpus(data: Path, size: int) -> Path:
     """A BEIR directory holding the first ``size`` documents of the training corpus (``mine.corpus``)."""
-    out = data.parent / f"mine-corpus-{size}"
+    out, source = data.parent / f"mine-corpus-{size}", data.parent / "corpus.jsonl"
+    if not source.is_file():
+        raise SystemExit(f"a wide arm mines from {source}, which this data set has not: use --data packages")
     if not (out / "corpus.jsonl").is_file():
         out.mkdir(parents=True, exist_ok=True)
-        with open(data.parent / "corpus.jsonl") as f:
+        with open(source) as f:
             lines = [next(f) for _ in range(size)]
         (out / "corpus.jsonl").write_text("".join(lines))
     return out

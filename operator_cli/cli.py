@@ -209,7 +209,7 @@ def build_spec(o: dict) -> JobSpec:
     if o["api"] == "auto":
         raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
     secret_env = parse_secret_envs(o["secret_env"])
-    elastic = parse_elastic(o["elastic"]) if o.get("elastic") is not None else None
+    elastic = parse_elastic(o["elastic"]) if o["elastic"] is not None else None
     nodes = o["nodes"] if o["nodes"] is not None else elastic[1] if elastic else D["nodes"]
     return JobSpec(
         name=generate_name() if o["name"] is None else o["name"],

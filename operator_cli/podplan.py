@@ -96,44 +96,27 @@ def plan_pods(objects: list[dict[str, Any]]) -> PodPlan:
 
 
 def _pytorchjob(job: dict[str, Any]) -> PodPlan:
+    """Master + Workers; or, with ``elasticPolicy``, Workers only, every pod running torchrun's elastic agent
+    (node ranks then come from the rendezvous)."""
     name = job["metadata"]["name"]
-    specs = job["spec"]["pytorchReplicaSpecs"]
-    if policy := job["spec"].get("elasticPolicy"):
-        return _elastic_pytorchjob(job, policy)
-    master = specs["Master"]["template"]
-    container = next(c for c in master["spec"]["containers"] if c["name"] == C.CONTAINER)
-    workers = specs.get("Worker", {}).get("replicas", 0)
+    spec = job["spec"]
+    specs = spec["pytorchReplicaSpecs"]
+    policy = spec.get("elasticPolicy")
+    workers = int(specs.get("Worker", {}).get("replicas", 0))
+    first = specs["Worker" if policy else "Master"]  # the pod template every replica shares
+    replica_names = ([] if policy else ["master-0"]) + [f"worker-{i}" for i in range(workers)]
     return PodPlan(
         kind=C.KIND,
         name=name,
-        hosts=[f"{name}-master-0"] + [f"{name}-worker-{i}" for i in range(workers)],
-        replica_names=["master-0"] + [f"worker-{i}" for i in range(workers)],
-        pod_spec=master["spec"],
-        container=container,
-        restart_policy=specs["Master"].get("restartPolicy", "OnFailure"),
-        backoff_limit=int(job["spec"].get("runPolicy", {}).get("backoffLimit", 0)),
-        nproc=str(job["spec"].get("nprocPerNode", "auto")),
-    )
-
-
-def _elastic_pytorchjob(job: dict[str, Any], policy: dict[str, Any]) -> PodPlan:
-    """Workers only: every pod runs torchrun's elastic agent; node ranks come from the rendezvous."""
-    name = job["metadata"]["name"]
-    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
-    count = int(worker.get("replicas", 1))
-    container = next(c for c in worker["template"]["spec"]["containers"] if c["name"] == C.CONTAINER)
-    return PodPlan(
-        kind=C.KIND,
-        name=name,
-        hosts=[f"{name}-worker-{i}" for i in range(count)],
-        replica_names=[f"worker-{i}" for i in range(count)],
-        pod_spec=worker["template"]["spec"],
-        container=container,
-        restart_policy=worker.get("restartPolicy", "OnFailure"),
-        backoff_limit=int(job["spec"].get("runPolicy", {}).get("backoffLimit", 0)),
-        nproc=str(job["spec"].get("nprocPerNode", "auto")),
-        elastic=(int(policy.get("minReplicas", count)), int(policy.get("maxReplicas", count))),
-        max_restarts=policy.get("maxRestarts"),
+        hosts=[f"{name}-{r}" for r in replica_names],
+        replica_names=replica_names,
+        pod_spec=first["template"]["spec"],
+        container=next(c for c in first["template"]["spec"]["containers"] if c["name"] == C.CONTAINER),
+        restart_policy=first.get("restartPolicy", "OnFailure"),
+        backoff_limit=int(spec.get("runPolicy", {}).get("backoffLimit", 0)),
+        nproc=str(spec.get("nprocPerNode", "auto")),
+        elastic=(int(policy.get("minReplicas", workers)), int(policy.get("maxReplicas", workers))) if policy else None,
+        max_restarts=policy.get("maxRestarts") if policy else None,
     )
 
 

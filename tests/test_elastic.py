@@ -117,19 +117,10 @@ def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resu
 def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Popen, Path]:
     """``colbert-k8s local --elastic 1:3`` on three replicas (dropout on), a checkpoint every 3 steps."""
     from tests.conftest import ROOT
+    from tests.test_local import _workdir
 
-    (tmp_path / "data").mkdir()
-    write_triplets(tmp_path / "data" / "train.jsonl", 120)
-    cfg = {
-        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
-        "data": {"train": {"path": "data/train.jsonl"}},
-        "training": {"per_device_batch_size": 4, "global_batch_size": 12, "max_steps": steps, "learning_rate": 1e-3,
-                     "log_every": 1},
-        "checkpoint": {"every_steps": 3},
-        "evaluation": {"after_training": False},
-        "output_dir": "output",
-    }  # fmt: skip
-    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
+    over = {"training.global_batch_size": 12, "training.max_steps": steps, "checkpoint.every_steps": 3}
+    _workdir(tmp_path, model, 120, over)
     cmd = [sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"),
            "--name", "tiny", "--elastic", "1:3", "--gpus-per-node", "0", "--pvc-size", "1Gi",
            "--workdir", str(tmp_path)]  # fmt: skip

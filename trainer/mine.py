@@ -130,6 +130,12 @@ def _read_corpus(path: str) -> list[str]:
 Candidates = list[tuple[int, float]]  # (document index, score), best first
 
 
+def _my_chunks(documents: int) -> list[int]:
+    """The first document of each fixed chunk this rank holds: chunks dealt round-robin, so the same chunks
+    are encoded with the same shapes on any world size."""
+    return list(range(0, documents, _DOC_CHUNK))[D.rank() :: D.world_size()]
+
+
 class ModelRetriever:
     """Exact MaxSim of the model being trained. The corpus is cut into fixed chunks of ``_DOC_CHUNK``
     documents, dealt round-robin to the ranks; each rank encodes its chunks once (fp16, trimmed to the
@@ -140,7 +146,7 @@ class ModelRetriever:
 
     def __init__(self, model, corpus: list[str], batch_size: int, device: torch.device, show: bool):
         self.model, self.batch_size, self.device = model, batch_size, device
-        starts = list(range(0, len(corpus), _DOC_CHUNK))[D.rank() :: D.world_size()]
+        starts = _my_chunks(len(corpus))
         self.chunks: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         model.eval()
         for start in tqdm(starts, desc="mine: encode corpus", disable=not show, unit="chunk"):
@@ -190,8 +196,7 @@ class PlaidRetriever:
         from pylate import indexes
 
         self.model, self.corpus, self.batch_size, self.device = model, corpus, batch_size, device
-        starts = list(range(0, len(corpus), _DOC_CHUNK))[D.rank() :: D.world_size()]
-        self.ids = [i for s in starts for i in range(s, min(s + _DOC_CHUNK, len(corpus)))]
+        self.ids = [i for s in _my_chunks(len(corpus)) for i in range(s, min(s + _DOC_CHUNK, len(corpus)))]
         self.index = None
         model.eval()
         if self.ids:  # a rank past the last chunk holds nothing
@@ -323,11 +328,13 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
         log.info("mine: retrieving with %s", "BM25" if model is None else "PLAID" if plaid else "exact MaxSim")
         if model is None:
             retriever = Bm25Retriever(pairs.corpus, show)
-        elif plaid:
-            device = next(model.parameters()).device
-            retriever = PlaidRetriever(model, pairs.corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
         else:
-            retriever = ModelRetriever(model, pairs.corpus, mcfg.batch_size, next(model.parameters()).device, show)
+            device = next(model.parameters()).device
+            retriever = (
+                PlaidRetriever(model, pairs.corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
+                if plaid
+                else ModelRetriever(model, pairs.corpus, mcfg.batch_size, device, show)
+            )
         rows_of = _rows_by_query(pairs)
         teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
         for i in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
@@ -341,7 +348,7 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
             if writes:
                 with replacing(parts[i]) as tmp:
                     pq.write_table(table, tmp)
-        shutil.rmtree(plaid_dir, ignore_errors=True)
+    shutil.rmtree(plaid_dir, ignore_errors=True)  # also one a killed run left behind
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
         raise MiningError(

@@ -66,7 +66,9 @@ def stop(replicas: list[Replica], grace: float = 10.0) -> None:
 
 
 def kill_group(replica: Replica) -> None:
-    """SIGKILL whatever is left of a replica whose first process ended, as a container's end does."""
+    """SIGKILL what is left of a replica's process group once its first process ended: the launcher and
+    torchrun's agent. Not the agent's workers, which torchrun starts in sessions of their own: a container's
+    end would take them too, a process group's does not (they end on their peers' broken collectives)."""
     try:
         os.killpg(replica.proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
