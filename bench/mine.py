@@ -1,5 +1,5 @@
-"""How long and how much memory mining takes: BM25 at 10k queries x 100k documents, exact MaxSim measured
-on a sample and scaled, both through the production retrievers of ``trainer/mine.py``, one process.
+"""How long and how much memory mining takes: BM25 at 10k queries x 100k documents, exact MaxSim and PLAID
+measured on a sample and scaled, all through the production retrievers of ``trainer/mine.py``, one process.
 
     python bench/mine.py --out bench/results/mine.json
 
@@ -46,10 +46,16 @@ def texts(n_docs: int, n_queries: int, seed: int = 0) -> tuple[list[str], list[s
 
 
 def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
-    """Run in a fresh process: build the retriever, search every query, report seconds and peak RSS."""
+    """Run in a fresh process: build the retriever, search every query, report seconds and peak RSS.
+
+    ``model`` and ``plaid`` both encode the documents while they build; PLAID's index time is that
+    encoding plus its k-means and compression, and its search also encodes the queries' positives, whose
+    exact scores the mining filter divides by."""
+    import tempfile
+
     import torch
 
-    from trainer.mine import Bm25Retriever, ModelRetriever
+    from trainer.mine import Bm25Retriever, ModelRetriever, PlaidRetriever
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     docs, queries = texts(n_docs, n_queries)
@@ -62,7 +68,11 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
         from trainer.model import build_model
 
         model = build_model(ModelConfig(name_or_path=minilm(), query_length=32, document_length=128), "cpu")
-        retriever = ModelRetriever(model, docs, 64, torch.device("cpu"), show=False)
+        if kind == "model":
+            retriever = ModelRetriever(model, docs, 64, torch.device("cpu"), show=False)
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="bench-plaid-"))
+            retriever = PlaidRetriever(model, docs, 64, torch.device("cpu"), False, nbits=2, folder=folder)
     built = time.perf_counter() - start
     start = time.perf_counter()
     for i in range(0, n_queries, 1024):
@@ -109,7 +119,7 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", choices=["bm25", "model"])
+    parser.add_argument("--child", choices=["bm25", "model", "plaid"])
     parser.add_argument("--documents", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=10_000)
     parser.add_argument("--model-documents", type=int, default=4096, help="exact MaxSim sample: documents")
@@ -122,13 +132,15 @@ def main() -> None:
         return
     bm25 = run_child("bm25", args.documents, args.queries, args.top_k)
     model = run_child("model", args.model_documents, args.model_queries, args.top_k)
-    result = {"commit": git_commit(), "bm25": bm25, "model_sample": model, "model_scaled": extrapolate(model)}
+    plaid = run_child("plaid", args.model_documents, args.model_queries, args.top_k)
+    result = {"commit": git_commit(), "bm25": bm25, "model_sample": model, "plaid_sample": plaid,
+              "model_scaled": extrapolate(model)}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    b, m, x = bm25, model, result["model_scaled"]
+    x = result["model_scaled"]
     print("| retriever | queries x documents | index | search | per query | per document (index) | peak RSS |")
     print("|---|---|---|---|---|---|---|")
-    for r in (b, m):
+    for r in (bm25, model, plaid):
         print(f"| {r['kind']} | {r['queries']:,} x {r['documents']:,} | {r['index_seconds']:.1f} s | "
               f"{r['search_seconds']:.1f} s | {1000 * r['search_seconds'] / r['queries']:.2f} ms | "
               f"{1e6 * r['index_seconds'] / r['documents']:.0f} µs | {r['peak_rss_mb']:,} MiB |")  # fmt: skip

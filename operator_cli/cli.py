@@ -453,7 +453,7 @@ def logs_cmd(
         from operator_cli.kube import kind_of
 
         kind = kind_of(job)
-        pods = [p for p in cluster.pods(name, kind) if want is None or p.rank == want]
+        pods = [p for p in cluster.pods(job) if want is None or p.rank == want]
         if not pods:
             raise CliError(
                 f"no pod{'' if want is None else f' of rank {want}'} for job {name} yet",

@@ -30,7 +30,7 @@ def wait_for_job(cluster: Cluster, name: str, poll_interval: float, timeout: flo
             last = state
         if state in ("Succeeded", "Failed"):
             if state == "Failed":
-                for pod in cluster.pods(name, kind_of(job)):
+                for pod in cluster.pods(job):
                     if pod.reason:
                         echo(f"  {pod.replica}: {pod.reason}", err=True)
             return 0 if state == "Succeeded" else 1
@@ -47,15 +47,15 @@ def wait_for_job(cluster: Cluster, name: str, poll_interval: float, timeout: flo
 def follow_logs(
     cluster: Cluster, name: str, want: int | None, poll_interval: float, echo: Echo, query: dict | None = None
 ) -> None:
-    kind = kind_of(cluster.get_job(name))
-    _follow(cluster, name, kind, want, poll_interval, echo, query or {})
+    _follow(cluster, cluster.get_job(name), want, poll_interval, echo, query or {})
 
 
-def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: float, echo: Echo, query: dict) -> None:
+def _follow(cluster: Cluster, job: dict, want: int | None, poll_interval: float, echo: Echo, query: dict) -> None:
     """Follow each wanted pod in its own thread; re-attach after a restart; stop when the job ends.
 
     ``query`` (--tail, --since, --timestamps) shapes the first attach to a pod; after a restart the new
     container's log is followed from its start, as kubectl would show it."""
+    name, kind = job["metadata"]["name"], kind_of(job)
     lock = threading.Lock()
     seen_restarts: dict[str, int] = {}
     threads: dict[str, threading.Thread] = {}
@@ -70,7 +70,7 @@ def _follow(cluster: Cluster, name: str, kind, want: int | None, poll_interval: 
             pass  # the container is restarting; the poller re-attaches
 
     while True:
-        for pod in cluster.pods(name, kind):
+        for pod in cluster.pods(job):
             if want is not None and pod.rank != want:
                 continue
             alive = threads.get(pod.name)

@@ -295,6 +295,27 @@ def test_logs_are_prefixed_by_replica_and_rank(api):
     assert "[master-0 rank 0] [rank 0] done" in res.output and res.exit_code == 0
 
 
+def test_an_elastic_jobs_pods_count_from_worker_0(api):
+    """A job of Workers only (``--elastic``) has no Master: worker-0 is rank 0 in status and logs --rank."""
+    job = _job_with_status("Running")
+    job["spec"]["pytorchReplicaSpecs"] = {"Worker": {**job["spec"]["pytorchReplicaSpecs"]["Master"], "replicas": 2}}
+    job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 2, "rdzvBackend": "c10d"}
+    api.add("kubeflow.org/v1/pytorchjobs", "default", job)
+    for i in (0, 1):
+        api.add("v1/pods", "default", _pod(f"demo-worker-{i}", "worker", i, "Running"))
+        (
+            api.react("get", f"/api/v1/namespaces/default/pods/demo-worker-{i}/log")
+            << {"Content-Type": "text/plain"}
+            << f"[rank {i}] step 1\n".encode()
+        )
+    import json
+
+    record = json.loads(run(api, "status", "demo", "-o", "json").output)
+    assert {p["replica"]: p["rank"] for p in record["pods"]} == {"worker-0": 0, "worker-1": 1}
+    assert run(api, "logs", "demo").output.splitlines() == ["[worker-0 rank 0] [rank 0] step 1"]
+    assert run(api, "logs", "demo", "--rank", "1").output.splitlines() == ["[worker-1 rank 1] [rank 1] step 1"]
+
+
 def test_list_shows_only_this_tools_jobs(api):
     api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
     other = _job_with_status("Running")

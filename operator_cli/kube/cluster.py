@@ -11,7 +11,7 @@ from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import KINDS, JobKind, kind_of
+from operator_cli.kube.kinds import KINDS, JobKind, kind_of, masterless
 from operator_cli.kube.pods import PodInfo, pod_rank, pod_reason
 from operator_cli.kube.transport import call
 from operator_cli.lines import text_lines
@@ -319,17 +319,21 @@ class Cluster:
         # the selector is applied again here: an API that ignores it must not make us list other tools' jobs
         return [j for j in items if (j.get("metadata", {}).get("labels") or {}).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY]
 
-    def pods(self, job: str, kind: JobKind | None = None) -> list[PodInfo]:
-        """The job's pods (the operator's for a PyTorchJob, the JobSet's for a TrainJob), by node rank."""
-        label = (kind or KINDS["pytorchjob"]).pod_selector
-        selector = f"{label}={job}"
+    def pods(self, job: dict[str, Any]) -> list[PodInfo]:
+        """The job's pods (the operator's for a PyTorchJob, the JobSet's for a TrainJob), by node rank.
+
+        Takes the job object, not its name: its kind says which label finds the pods, and its replica
+        specs how they are numbered (a job of Workers only counts from worker-0)."""
+        name, no_master = job["metadata"]["name"], masterless(job)
+        label = kind_of(job).pod_selector
+        selector = f"{label}={name}"
         res = self._c(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "list", "Pod")
         events = self._events()
         out = []
         for pod in res.items:
-            if (pod.metadata.labels or {}).get(label) != job:
+            if (pod.metadata.labels or {}).get(label) != name:
                 continue
-            replica, rank = pod_rank(pod)
+            replica, rank = pod_rank(pod, no_master)
             statuses = (pod.status.container_statuses or []) if pod.status else []
             restarts = sum(cs.restart_count or 0 for cs in statuses)
             phase = (pod.status.phase if pod.status else None) or "Unknown"

@@ -7,7 +7,7 @@ from typing import Any
 
 from operator_cli import constants as C
 
-__all__ = ["JobKind", "KINDS", "kind_of", "job_state"]
+__all__ = ["JobKind", "KINDS", "kind_of", "job_state", "masterless"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,12 @@ KINDS = {
 
 def kind_of(job: dict[str, Any]) -> JobKind:
     return KINDS["trainjob"] if job.get("kind") == C.V2_KIND else KINDS["pytorchjob"]
+
+
+def masterless(job: dict[str, Any]) -> bool:
+    """A PyTorchJob of Workers only (an elastic one): its pods count from worker-0 = 0, not Master = 0."""
+    replicas = job.get("spec", {}).get("pytorchReplicaSpecs")
+    return bool(replicas) and "Master" not in replicas
 
 
 def job_state(job: dict[str, Any]) -> str:

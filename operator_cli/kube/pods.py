@@ -13,13 +13,15 @@ __all__ = ["PodInfo", "pod_rank", "pod_reason"]
 class PodInfo:
     name: str
     replica: str  # master-0, worker-1, ...
-    rank: int  # node rank: the pod index (Master 0, Worker i -> i+1)
+    rank: int  # node rank: the pod index (Master 0, Worker i -> i+1; Worker i -> i in a job of Workers only)
     phase: str
     restarts: int
     reason: str | None  # why it is pending or failing, in one line
 
 
-def pod_rank(pod) -> tuple[str, int]:
+def pod_rank(pod, masterless: bool = False) -> tuple[str, int]:
+    """(replica name, node rank). An elastic job's node ranks come from its rendezvous; its pods are
+    numbered by their Worker index, which is what ``logs --rank`` selects."""
     labels = pod.metadata.labels or {}
     if C.JOBSET_NAME_LABEL in labels:  # a TrainJob's pod: node rank = the Job's completion index
         index = labels.get(C.JOB_COMPLETION_INDEX_LABEL)
@@ -33,7 +35,7 @@ def pod_rank(pod) -> tuple[str, int]:
         parts = pod.metadata.name.rsplit("-", 2)
         rtype = parts[-2] if len(parts) == 3 else "pod"
         index = int(parts[-1]) if parts[-1].isdigit() else 0
-    return f"{rtype}-{index}", (0 if rtype == "master" else index + 1)
+    return f"{rtype}-{index}", (0 if rtype == "master" else index + (0 if masterless else 1))
 
 
 def pod_reason(pod, events: list) -> str | None:
