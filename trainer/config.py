@@ -266,8 +266,9 @@ class MineConfig(_Strict):
         default_factory=lambda: [3, 30],
         min_length=2,
         max_length=2,
-        description="Sample negatives from these ranks (1-based, inclusive), counted after the query's "
-        "positives are removed: the first few are often unlabelled positives.",
+        description="Sample negatives from these ranks (1-based, inclusive) of the top_k, counted after the "
+        "query's positives and the candidates above max_score_ratio are removed: the first few left are still "
+        "often unlabelled positives.",
     )
     max_score_ratio: float = Field(
         0.95,
