@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -75,6 +76,35 @@ def test_replica_env_matches_the_operator(tmp_path):
         assert r.env["FOO"] == "bar" and r.env["HF_HOME"] == str(tmp_path / "ws" / ".cache" / "huggingface")
         assert r.command == ["colbert-train", "--config", str(tmp_path / "cfg" / "train.yaml")]
         assert r.cwd == tmp_path / "ws"
+
+
+def test_a_replicas_end_takes_the_workers_in_sessions_of_their_own(tmp_path):
+    """As a container's end does: torchrun's workers run in sessions of their own, so killing the agent's
+    process group leaves them training alone. kill_group finds them by the replica's tag and kills them."""
+    from operator_cli.local.processes import kill_group, start
+
+    spec = JobSpec(name="job", config_text="data: {train: {path: x}}\n", nodes=2, gpus_per_node=0, pvc="ws")
+    leader, other = plan_replicas(render(spec), tmp_path / "ws", tmp_path / "cfg", "127.0.0.1", 23456)
+    script = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+        "print(p.pid, flush=True); time.sleep(120)"
+    )
+    others = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=other.env)]
+    start([leader], lambda r: [sys.executable, "-c", script])
+    deadline = time.time() + 30
+    while not (pids := [p.pid for p in psutil.Process(leader.proc.pid).children()]) and time.time() < deadline:
+        time.sleep(0.1)
+    worker = psutil.Process(pids[0])
+    assert worker.pid != leader.proc.pid and os.getsid(worker.pid) != os.getsid(leader.proc.pid)
+    leader.proc.kill()  # the agent dies first; its worker lives on in its own session
+    leader.proc.wait()
+    assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE
+    kill_group(leader)
+    worker.wait(timeout=10)  # raises if it is still alive
+    assert others[0].poll() is None  # another replica's processes are not touched
+    others[0].kill()
+    others[0].wait()
 
 
 def test_gpu_job_world_size_counts_processes(tmp_path):

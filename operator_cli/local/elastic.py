@@ -46,7 +46,7 @@ def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> tu
             if code == 0:
                 done.add(r.replica)
                 continue
-            kill_group(r)  # the container is gone: its launcher and agent with it (see kill_group)
+            kill_group(r)  # the container is gone, and every process it started with it
             del live[r.replica]
             if code == -signal.SIGKILL:
                 click.echo(

@@ -48,7 +48,8 @@ def start(replicas: list[Replica], wrap) -> list[threading.Thread]:
 
 
 def stop(replicas: list[Replica], grace: float = 10.0) -> None:
-    """SIGTERM each replica's whole process group (torchrun and its children), then SIGKILL."""
+    """SIGTERM each replica's process group (the launcher and torchrun's agent, which passes it on to its
+    workers), then SIGKILL after ``grace``, and whatever is left of the replica with it (:func:`kill_group`)."""
     for r in replicas:
         if r.proc and r.proc.poll() is None:
             try:
@@ -61,18 +62,38 @@ def stop(replicas: list[Replica], grace: float = 10.0) -> None:
             try:
                 r.proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                os.killpg(r.proc.pid, signal.SIGKILL)
-                r.proc.wait()
+                pass
+            kill_group(r)
+            r.proc.wait()
 
 
 def kill_group(replica: Replica) -> None:
-    """SIGKILL what is left of a replica's process group once its first process ended: the launcher and
-    torchrun's agent. Not the agent's workers, which torchrun starts in sessions of their own: a container's
-    end would take them too, a process group's does not (they end on their peers' broken collectives)."""
+    """SIGKILL every process the replica started, as a container's end does: its process group (the
+    launcher and torchrun's agent) and torchrun's workers, which run in sessions of their own and would
+    otherwise train on alone. They are found by the replica's tag in their environment (``/proc``)."""
     try:
         os.killpg(replica.proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in _tagged(replica.tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _tagged(tag: bytes) -> list[int]:
+    """The processes whose environment holds ``tag``, this one excluded."""
+    found = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if tag in f.read().split(b"\0"):
+                        found.append(int(entry.name))
+            except OSError:  # gone, or another user's
+                continue
+    return found
 
 
 def wait_any_failure(replicas: list[Replica]) -> Replica | None:

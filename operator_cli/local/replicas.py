@@ -21,6 +21,7 @@ from operator_cli.podplan import PodPlan, plan_pods
 
 __all__ = ["Replica", "plan_replicas", "unsupported"]
 
+POD_TAG = "COLBERT_K8S_LOCAL_POD"  # in every process a replica starts: what its container would hold
 _DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 
 
@@ -35,6 +36,11 @@ class Replica:
     env: dict[str, str]
     cwd: Path
     proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def tag(self) -> bytes:
+        """The ``NAME=value`` entry every process of this replica inherits, whatever session it is in."""
+        return f"{POD_TAG}={self.env[POD_TAG]}".encode()
 
 
 def unsupported(plan: PodPlan, gpus_here: int) -> list[str]:
@@ -86,6 +92,7 @@ def plan_replicas(
     for index, (host, replica) in enumerate(zip(plan.hosts, plan.replica_names)):
         workspace = workdir if shared else pod_workspace(workdir, host)
         env = {**base, **plan.launcher_env(index, master_addr, master_port), "HOSTNAME": host}  # as in a pod
+        env[POD_TAG] = f"{os.getpid()}-{replica}"  # this run's replica: kill_group finds its processes by it
         for var in container.get("env", []):
             if "value" in var:
                 env[var["name"]] = local_path(var["value"], workspace)
