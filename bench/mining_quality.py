@@ -14,7 +14,9 @@ split (modules training never sees) by exact MaxSim:
   negatives (exact MaxSim, ranks 3-30, ratio 0.95): mining without a first training run;
 * ``model-7``: as ``model-3`` with seven negatives from ranks 3-50: twice the documents per step;
 * ``model-3-wide``: as ``model-3``, mining among the first 4,000 documents of the training corpus
-  (``mine.corpus``) instead of the training rows' own positives: a wider pool of the same packages.
+  (``mine.corpus``) instead of the training rows' own positives: a wider pool of the same packages;
+* ``model-3-c30``: as ``model-3``, dropping the rows whose positive the base model ranks below 30
+  (``mine.positive_within``, consistency filtering): fewer, cleaner rows for the same steps.
 
 ``--data packages`` runs on ``trainer/packages_data.py``'s benchmark instead (docstrings of every
 installed package, numpy and networkx held out), with ``--limit`` training pairs.
@@ -47,6 +49,8 @@ ARMS = {
     "model-7": {"retriever": "model", "negatives": 7, "rank_range": [3, 50], "max_score_ratio": 0.95},
     "model-3-wide": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
                      "corpus_size": 4000},
+    "model-3-c30": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
+                    "positive_within": 30},
 }  # fmt: skip
 
 

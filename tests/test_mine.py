@@ -56,6 +56,14 @@ def test_a_positive_ranked_below_the_window_still_gets_negatives_from_below_it()
         assert chosen is not None and {d for d, _ in chosen} <= {6, 7, 8}
 
 
+def test_positive_within_drops_the_rows_whose_positive_the_retriever_cannot_find():
+    cands = [(1, 9.0), (2, 8.5), (3, 8.0), (4, 7.5), (5, 6.0), (6, 5.0), (7, 4.0), (8, 3.0)]
+    # the positive scores 7.0: four documents above it, so it ranks 5th
+    assert _choose(cands, {99}, 7.0, _cfg(positive_within=4), random.Random(0)) is None
+    assert _choose(cands, {99}, 7.0, _cfg(positive_within=5), random.Random(0)) is not None
+    assert _choose(cands, {99}, 7.0, _cfg(), random.Random(0)) is not None  # default: every row is kept
+
+
 def _choose(*args):
     from trainer.mine import choose_negatives
 
@@ -72,6 +80,10 @@ def _choose(*args):
         ({"rank_range": [5, 6], "negatives": 3}, "holds 2 ranks, fewer than mine.negatives (3)"),
         ({"rank_range": [0, 6]}, "1 <= low <= high"),
         ({"retriever": "splade"}, "mine.retriever"),
+        (
+            {"top_k": 50, "rank_range": [3, 30], "positive_within": 60},
+            "mine.positive_within 60 is beyond mine.top_k 50",
+        ),
     ],
 )
 def test_bad_mining_configs_are_one_line(mine, needle, tmp_path):

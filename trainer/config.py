@@ -277,6 +277,14 @@ class MineConfig(_Strict):
         description="Skip a candidate scoring above this fraction of the positive's score (a likely false "
         "negative), as sentence-transformers' mine_hard_negatives does with its relative margin.",
     )
+    positive_within: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Drop a row whose positive the retriever ranks below this (consistency filtering, as in "
+        "GTR and Promptagator): a pair the model cannot find among its top documents is often vague or "
+        "mislabelled. Default: keep every row.",
+    )
     negatives: int = Field(3, ge=1, le=64, description="Negatives per (query, positive) row.")
     rounds: int = Field(
         1,
@@ -302,6 +310,11 @@ class MineConfig(_Strict):
             raise ValueError(
                 f"mine.rank_range ends at rank {high} but mine.top_k retrieves only {self.top_k} documents; "
                 f"raise mine.top_k to at least {high} or lower the range"
+            )
+        if self.positive_within is not None and self.positive_within > self.top_k:
+            raise ValueError(
+                f"mine.positive_within {self.positive_within} is beyond mine.top_k {self.top_k}: the retriever "
+                f"ranks only that many; raise mine.top_k or lower mine.positive_within"
             )
         if high - low + 1 < self.negatives:
             raise ValueError(

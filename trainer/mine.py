@@ -286,9 +286,12 @@ def choose_negatives(
     before it drop every row whose positive the retriever ranks below the window: the queries the model
     gets wrong, which are the ones it has most to learn from (41% of the packages benchmark's rows with
     the base model, ``docs/mining.md``)."""
+    others = [c for c in candidates[: cfg.top_k + len(positives)] if c[0] not in positives]
+    if cfg.positive_within is not None and sum(s > positive_score for _, s in others) >= cfg.positive_within:
+        return None  # the retriever ranks the positive below positive_within: consistency filtering
     threshold = cfg.max_score_ratio * positive_score if positive_score > 0 else float("inf")  # a ratio of a
     # non-positive score says nothing about false negatives
-    ranked = [c for c in candidates[: cfg.top_k + len(positives)] if c[0] not in positives and c[1] <= threshold]
+    ranked = [c for c in others if c[1] <= threshold]
     low, high = cfg.rank_range
     window = ranked[low - 1 : high]
     if len(window) < cfg.negatives:
@@ -358,7 +361,8 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
         raise MiningError(
             f"mining kept no row: every query had fewer than mine.negatives ({mcfg.negatives}) candidates in "
-            f"mine.rank_range below mine.max_score_ratio x its positive's score; widen the range or add documents"
+            f"mine.rank_range below mine.max_score_ratio x its positive's score, or its positive ranked below "
+            f"mine.positive_within; widen the range, raise positive_within or add documents"
         )
     if layout.is_main:
         stats.update(rows_in=len(pairs.rows), seconds=round(time.perf_counter() - started, 1))
