@@ -64,7 +64,7 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
     if kind == "bm25":
         retriever = Bm25Retriever(docs, show=False)
     else:
-        from trainer.config import ModelConfig
+        from trainer.config import MineConfig, ModelConfig
         from trainer.model import build_model
 
         model = build_model(ModelConfig(name_or_path=minilm(), query_length=32, document_length=128), "cpu")
@@ -72,12 +72,17 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
             retriever = ModelRetriever(model, docs, 64, torch.device("cpu"), show=False)
         else:
             folder = Path(tempfile.mkdtemp(prefix="bench-plaid-"))
-            retriever = PlaidRetriever(model, docs, 64, torch.device("cpu"), False, nbits=2, folder=folder)
+            nbits = MineConfig.model_fields["nbits"].default  # what a user gets
+            retriever = PlaidRetriever(model, docs, 64, torch.device("cpu"), False, nbits=nbits, folder=folder)
     built = time.perf_counter() - start
     start = time.perf_counter()
     for i in range(0, n_queries, 1024):
         retriever.search(queries[i : i + 1024], positives[i : i + 1024], top_k)
     searched = time.perf_counter() - start
+    if kind == "plaid":
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
     peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
     out = {"kind": kind, "documents": n_docs, "queries": n_queries, "index_seconds": round(built, 2),
            "search_seconds": round(searched, 2), "peak_rss_mb": peak}  # fmt: skip
@@ -100,6 +105,9 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
     """Exact MaxSim cost as a formula of the sample: scoring is queries x documents x q_tokens x d_tokens
     x dim x 2 FLOPs; encoding is per text. Scaled linearly from the measured sample on this CPU, and by
     FLOPs to GPUs (40% of an H100's bf16 peak for the scoring matmuls, which is optimistic for MaxSim)."""
+    from trainer.config import MineConfig
+
+    nbits = MineConfig.model_fields["nbits"].default
     d_tokens = model["document_tokens_mean"]
     pairs = model["documents"] * model["queries"]
     encode_per_doc = model["index_seconds"] / model["documents"]
@@ -114,6 +122,8 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
         "cpu_hours_10k_x_100k": cpu_10k_100k / 3600,
         "h100_hours_1m_x_10m_scoring_at_40pct": gpu_flops / (0.4 * H100_BF16_DENSE) / 3600,
         "embeddings_gb_10m_documents_fp16": 1e7 * d_tokens * dim * 2 / 1e9,
+        # PLAID keeps per token a centroid id (4 bytes) and dim x nbits bits of residual (mine.nbits)
+        "plaid_index_gb_10m_documents": 1e7 * d_tokens * (4 + dim * nbits / 8) / 1e9,
     }
 
 
@@ -146,7 +156,8 @@ def main() -> None:
               f"{1e6 * r['index_seconds'] / r['documents']:.0f} µs | {r['peak_rss_mb']:,} MiB |")  # fmt: skip
     print(f"exact MaxSim scaled: 10k x 100k on this CPU ~{x['cpu_hours_10k_x_100k']:.1f} h; "
           f"1M x 10M on H100s ~{x['h100_hours_1m_x_10m_scoring_at_40pct']:.1f} GPU-hours of scoring, "
-          f"{x['embeddings_gb_10m_documents_fp16']:.0f} GB of fp16 document embeddings")  # fmt: skip
+          f"{x['embeddings_gb_10m_documents_fp16']:.0f} GB of fp16 document embeddings, "
+          f"{x['plaid_index_gb_10m_documents']:.0f} GB as a PLAID index (nbits 4)")  # fmt: skip
 
 
 if __name__ == "__main__":
