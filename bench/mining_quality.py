@@ -138,8 +138,10 @@ def main() -> None:
                     )
                     wall = round(time.perf_counter() - start, 1)
                     (wd / "wall_seconds").write_text(str(wall))
+                mined = sorted((wd / "out" / "mined").glob("round-*/mining.json"))  # the last round trained
+                rows = json.loads(mined[-1].read_text())["rows"] if mined else None
                 runs[arm][seed] = {**{k: m["after"][k] for k in ("ndcg@10", "mrr@10")}, "steps": m["steps"],
-                                   "wall_seconds": wall}  # fmt: skip
+                                   "wall_seconds": wall, "rows_trained_on": rows}  # fmt: skip
                 print(f"seed {seed} {arm:8s} nDCG@10 {m['after']['ndcg@10']:.4f} ({wall}s)", flush=True)
                 for r in range(1, ARMS[arm].get("rounds", 1)):  # earlier rounds: the same steps, their own negatives
                     early = json.loads((wd / "out" / "rounds" / f"round-{r}" / "metrics.json").read_text())
@@ -177,15 +179,18 @@ def summarize(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict
 
 def table(result: dict) -> str:
     lines = [
-        "| recipe | seeds | nDCG@10 mean ± std | gain over bm25-1 (paired mean, worst seed) | per seed | wall s |",
-        "|---|---|---|---|---|---|",
+        "| recipe | seeds | nDCG@10 mean ± std | gain over bm25-1 (paired mean, worst seed) | per seed | rows kept "
+        "| wall s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm, s in result["summary"].items():
         seeds = ", ".join(f"{r['ndcg@10']:.4f}" for r in result["runs"][arm].values())
         gain = "baseline" if arm == "bm25-1" else f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
         wall = f"{s['wall_seconds_mean']:.0f}" if s["wall_seconds_mean"] else "(inside the arm above)"
         n = len(result["runs"][arm])
-        lines.append(f"| {arm} | {n} | {s['mean']:.4f} ± {s['std']:.4f} | {gain} | {seeds} | {wall} |")
+        rows = {r.get("rows_trained_on") for r in result["runs"][arm].values()}
+        kept = ", ".join(str(r) for r in sorted(rows)) if None not in rows else "-"
+        lines.append(f"| {arm} | {n} | {s['mean']:.4f} ± {s['std']:.4f} | {gain} | {seeds} | {kept} | {wall} |")
     return "\n".join(lines)
 
 
