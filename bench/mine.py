@@ -72,7 +72,7 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
             retriever = ModelRetriever(model, docs, 64, torch.device("cpu"), show=False)
         else:
             folder = Path(tempfile.mkdtemp(prefix="bench-plaid-"))
-            nbits = MineConfig.model_fields["nbits"].default  # what a user gets
+            nbits = MineConfig.model_fields["nbits"].default  # what a user gets; extrapolate() sizes the same
             retriever = PlaidRetriever(model, docs, 64, torch.device("cpu"), False, nbits=nbits, folder=folder)
     built = time.perf_counter() - start
     start = time.perf_counter()
@@ -123,6 +123,7 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
         "h100_hours_1m_x_10m_scoring_at_40pct": gpu_flops / (0.4 * H100_BF16_DENSE) / 3600,
         "embeddings_gb_10m_documents_fp16": 1e7 * d_tokens * dim * 2 / 1e9,
         # PLAID keeps per token a centroid id (4 bytes) and dim x nbits bits of residual (mine.nbits)
+        "plaid_nbits": nbits,
         "plaid_index_gb_10m_documents": 1e7 * d_tokens * (4 + dim * nbits / 8) / 1e9,
     }
 
@@ -157,7 +158,7 @@ def main() -> None:
     print(f"exact MaxSim scaled: 10k x 100k on this CPU ~{x['cpu_hours_10k_x_100k']:.1f} h; "
           f"1M x 10M on H100s ~{x['h100_hours_1m_x_10m_scoring_at_40pct']:.1f} GPU-hours of scoring, "
           f"{x['embeddings_gb_10m_documents_fp16']:.0f} GB of fp16 document embeddings, "
-          f"{x['plaid_index_gb_10m_documents']:.0f} GB as a PLAID index (nbits 4)")  # fmt: skip
+          f"{x['plaid_index_gb_10m_documents']:.0f} GB as a PLAID index (nbits {x['plaid_nbits']})")  # fmt: skip
 
 
 if __name__ == "__main__":
