@@ -51,6 +51,10 @@ ARMS = {
                      "corpus_size": 4000},
     "model-3-c30": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
                     "positive_within": 30},
+    "bm25-1-k1000": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0,
+                     "top_k": 1000},
+    "model-3-k1000": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
+                      "top_k": 1000},
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from tests.conftest import free_port, write_triplets
 from trainer.config import ConfigError, MineConfig, load_config, parse_config
+from trainer.mine import Dropped
 
 # ---- the choice --------------------------------------------------------------------------------------
 
@@ -41,7 +42,7 @@ def test_likely_false_negatives_are_skipped_and_too_few_drop_the_row():
     for seed in range(20):
         assert 2 not in {d for d, _ in _choose(cands, {99}, 10.0, _cfg(), random.Random(seed))}
     # positive scores 7.5: the cap is 6.75, so of docs 2, 3, 4, 5 only 5 (1.0) is left: too few -> dropped
-    assert _choose(cands, {99}, 7.5, _cfg(), random.Random(0)) is None
+    assert _choose(cands, {99}, 7.5, _cfg(), random.Random(0)) is Dropped.TOO_FEW
     # the same row and seed give the same negatives: mining is reproducible
     assert _choose(cands, {99}, 10.0, _cfg(), random.Random(3)) == _choose(cands, {99}, 10.0, _cfg(), random.Random(3))
 
@@ -53,15 +54,44 @@ def test_a_positive_ranked_below_the_window_still_gets_negatives_from_below_it()
     # the positive scores 7.0 (below docs 1-4): cap 6.3; ranks 2..5 of what is left (5, 6, 7, 8) = 6, 7, 8
     for seed in range(10):
         chosen = _choose(cands, {99}, 7.0, _cfg(), random.Random(seed))
-        assert chosen is not None and {d for d, _ in chosen} <= {6, 7, 8}
+        assert not isinstance(chosen, Dropped) and {d for d, _ in chosen} <= {6, 7, 8}
 
 
 def test_positive_within_drops_the_rows_whose_positive_the_retriever_cannot_find():
     cands = [(1, 9.0), (2, 8.5), (3, 8.0), (4, 7.5), (5, 6.0), (6, 5.0), (7, 4.0), (8, 3.0)]
     # the positive scores 7.0: four documents above it, so it ranks 5th
-    assert _choose(cands, {99}, 7.0, _cfg(positive_within=4), random.Random(0)) is None
-    assert _choose(cands, {99}, 7.0, _cfg(positive_within=5), random.Random(0)) is not None
-    assert _choose(cands, {99}, 7.0, _cfg(), random.Random(0)) is not None  # default: every row is kept
+    assert _choose(cands, {99}, 7.0, _cfg(positive_within=4), random.Random(0)) is Dropped.POSITIVE_WITHIN
+    assert _choose(cands, {99}, 7.0, _cfg(positive_within=5), random.Random(0)) != Dropped.POSITIVE_WITHIN
+    assert _choose(cands, {99}, 7.0, _cfg(), random.Random(0)) != Dropped.POSITIVE_WITHIN  # default: every row is kept
+
+
+def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path, caplog):
+    """mining.json and the log say why rows were dropped and what keeps them, also for parts a killed run
+    wrote: a quarter of the packages benchmark's rows once ran out of candidates without a word."""
+    from trainer.mine import Pairs, _explain_drops, _join, _part_table
+
+    cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
+                     max_score_ratio=0.9, positive_within=6)  # fmt: skip
+    pairs = Pairs(queries=["a", "b", "c"], corpus=[f"d{i}" for i in range(12)], rows=[(0, 0), (1, 1), (2, 2)],
+                  positives=[{0}, {1}, {2}])  # fmt: skip
+    cands = [
+        [(0, 10.0)] + [(i, 9.0 - i / 2) for i in range(1, 12)],  # kept
+        [(2, 9.5), (3, 9.4), (1, 7.5), (4, 7.4), (5, 7.3), (6, 7.2)],  # all left are above 0.9 x 7.5: too few
+        [(i, 5.0) for i in range(3, 11)],  # 8 documents above the positive's 1.0: beyond positive_within 6
+    ]
+    scores = [{0: 10.0}, {1: 7.5}, {2: 1.0}]
+    rows_of = {0: [0], 1: [1], 2: [2]}
+    for n, qs in enumerate(([0, 1], [2])):  # two parts, as if the second came from a restarted job
+        pq.write_table(_part_table(pairs, qs, [cands[q] for q in qs], [scores[q] for q in qs], rows_of, cfg),
+                       tmp_path / f"part-{n}.parquet")  # fmt: skip
+    stats = _join(sorted(tmp_path.glob("part-*.parquet")), tmp_path / "train.parquet")
+    assert stats["rows"] == 1 and stats["dropped"] == {"too_few": 1, "positive_within": 1}
+    assert pq.read_table(tmp_path / "train.parquet").column("row").to_pylist() == [0]
+    with caplog.at_level("INFO", logger="trainer"):
+        _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("1 of 3 rows (33%) dropped" in m and "raise mine.top_k (now 10" in m for m in lines), lines
+    assert any("below mine.positive_within (6)" in m for m in lines), lines
 
 
 def _choose(*args):

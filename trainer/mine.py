@@ -20,6 +20,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from trainer.teacher import Teacher
 __all__ = [
     "MINED_COLUMNS",
     "TAUGHT_COLUMNS",
+    "Dropped",
     "MiningError",
     "Pairs",
     "choose_negatives",
@@ -53,6 +55,7 @@ MINED_COLUMNS = Columns(query="query", positive="positive", negatives=["negative
 TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores")  # with mine.teacher
 _DOC_CHUNK = 512  # documents encoded and scored at once
 _QUERY_BLOCK = 64  # queries scored at once against a document chunk
+_DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
 
 
 class MiningError(DataError, JobVerdict):
@@ -275,12 +278,19 @@ def _merge(shards: list, keep: int) -> tuple[list[Candidates], list[dict]]:
 # ---- choice ----------------------------------------------------------------------------------------
 
 
+class Dropped(str, Enum):
+    """Why a row got no negatives; mining.json and the log count each reason."""
+
+    TOO_FEW = "too_few"  # fewer than mine.negatives candidates left in rank_range within the top_k
+    POSITIVE_WITHIN = "positive_within"  # the retriever ranks the positive below mine.positive_within
+
+
 def choose_negatives(
     candidates: Candidates, positives: set[int], positive_score: float, cfg: MineConfig, rng: random.Random
-) -> list[tuple[int, float]] | None:
+) -> list[tuple[int, float]] | Dropped:
     """``cfg.negatives`` (document, score) pairs sampled from ranks ``cfg.rank_range`` of ``candidates``
     once the positives and the likely false negatives (above ``max_score_ratio`` x the positive's score)
-    are removed; None when too few are left (the row is dropped and counted).
+    are removed; why not, when the row is dropped.
 
     The filter comes before the ranks (NV-Retriever's TopK-PercPos, arXiv:2407.15831). Ranks counted
     before it drop every row whose positive the retriever ranks below the window: the queries the model
@@ -288,14 +298,14 @@ def choose_negatives(
     the base model, ``docs/mining.md``)."""
     others = [c for c in candidates[: cfg.top_k + len(positives)] if c[0] not in positives]
     if cfg.positive_within is not None and sum(s > positive_score for _, s in others) >= cfg.positive_within:
-        return None  # the retriever ranks the positive below positive_within: consistency filtering
+        return Dropped.POSITIVE_WITHIN  # consistency filtering
     threshold = cfg.max_score_ratio * positive_score if positive_score > 0 else float("inf")  # a ratio of a
     # non-positive score says nothing about false negatives
     ranked = [c for c in others if c[1] <= threshold]
     low, high = cfg.rank_range
     window = ranked[low - 1 : high]
     if len(window) < cfg.negatives:
-        return None
+        return Dropped.TOO_FEW
     return sorted(rng.sample(window, cfg.negatives), key=lambda c: -c[1])
 
 
@@ -367,8 +377,8 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
     if layout.is_main:
         stats.update(rows_in=len(pairs.rows), seconds=round(time.perf_counter() - started, 1))
         write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
-        log.info("mine: %d of %d rows kept (%d with too few candidates left) in %.1fs: %s",
-                 stats["rows"], len(pairs.rows), len(pairs.rows) - stats["rows"], stats["seconds"], final)  # fmt: skip
+        log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
+        _explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
     return final
 
 
@@ -382,12 +392,14 @@ def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
 def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.Table:
     """The mined rows of one chunk of queries, in data.train's row order."""
     out: list[tuple[int, str, str, list[str], list[float]]] = []
+    dropped = dict.fromkeys((d.value for d in Dropped), 0)
     for q, found, scores in zip(qs, cands, pos_scores):
         for row in rows_of[q]:
             positive = pairs.rows[row][1]
             rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
             chosen = choose_negatives(found, pairs.positives[q], scores.get(positive, 0.0), cfg.mine, rng)
-            if chosen is None:
+            if isinstance(chosen, Dropped):
+                dropped[chosen.value] += 1
                 continue
             out.append((row, pairs.queries[q], pairs.corpus[positive], [pairs.corpus[d] for d, _ in chosen],
                         [scores.get(positive, 0.0)] + [s for _, s in chosen]))  # fmt: skip
@@ -399,7 +411,8 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
             "positive": pa.array([r[2] for r in out], pa.string()),
             "negatives": pa.array([r[3] for r in out], pa.list_(pa.string())),
             "scores": pa.array([r[4] for r in out], pa.list_(pa.float32())),
-        }
+        },
+        metadata={_DROPPED_KEY: json.dumps(dropped)},  # so a resumed job still counts the parts done before
     )
 
 
@@ -413,9 +426,35 @@ def _taught(table: pa.Table, teacher: Teacher) -> pa.Table:
 
 
 def _join(parts: list[Path], final: Path) -> dict:
-    """Every part, in data.train's row order, into one file renamed into place last (none when empty)."""
-    table = pa.concat_tables([pq.read_table(p) for p in parts]).sort_by("row")
+    """Every part, in data.train's row order, into one file renamed into place last (none when empty), and
+    the rows kept and dropped (by reason) over all parts."""
+    tables = [pq.read_table(p) for p in parts]
+    dropped = dict.fromkeys((d.value for d in Dropped), 0)
+    for t in tables:
+        for reason, n in json.loads((t.schema.metadata or {}).get(_DROPPED_KEY.encode(), b"{}")).items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables]).sort_by("row")
     if table.num_rows:
         with replacing(final) as tmp:
             pq.write_table(table, tmp)
-    return {"rows": table.num_rows, "parts": len(parts)}
+    return {"rows": table.num_rows, "parts": len(parts), "dropped": dropped}
+
+
+def _explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:
+    """A line per reason rows were dropped, naming the setting that keeps them: a quarter of the packages
+    benchmark's rows ran out of candidates at top_k 100 with the base model, silently (docs/mining.md)."""
+    too_few = dropped.get(Dropped.TOO_FEW.value, 0)
+    if too_few:
+        fix = (
+            "add documents (mine.corpus) or lower mine.rank_range"
+            if documents <= cfg.top_k + 1
+            else f"raise mine.top_k (now {cfg.top_k}, at most 1000) or lower mine.rank_range"
+        )
+        (log.warning if too_few >= 0.05 * rows else log.info)(
+            "mine: %d of %d rows (%.0f%%) dropped with fewer than %d candidates left in ranks %d-%d of the top %d "
+            "below %.2f x the positive's score (their positive ranks low); to keep them, %s",
+            too_few, rows, 100 * too_few / rows, cfg.negatives, *cfg.rank_range, cfg.top_k, cfg.max_score_ratio, fix,
+        )  # fmt: skip
+    if inconsistent := dropped.get(Dropped.POSITIVE_WITHIN.value, 0):
+        log.info("mine: %d of %d rows dropped: their positive ranks below mine.positive_within (%d)",
+                 inconsistent, rows, cfg.positive_within)  # fmt: skip
