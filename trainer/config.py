@@ -260,6 +260,13 @@ class MineConfig(_Strict):
         "model through a PLAID index of each rank's share (corpora beyond ~1M documents); or BM25 (bm25s). "
         "Later rounds mine with the model trained in the round before, through PLAID if it is plaid.",
     )
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description="The ColBERT model the first round retrieves with (retriever: model or plaid), when it is not "
+        "model.name_or_path: a model trained before on the same data, or a stronger one. Training still starts "
+        "from model.name_or_path. Default: model.name_or_path.",
+    )
     nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits (retriever: plaid).")
     top_k: int = Field(100, ge=1, le=1000, description="Documents retrieved per query.")
     rank_range: list[int] = Field(
@@ -310,6 +317,11 @@ class MineConfig(_Strict):
             raise ValueError(
                 f"mine.rank_range ends at rank {high} but mine.top_k retrieves only {self.top_k} documents; "
                 f"raise mine.top_k to at least {high} or lower the range"
+            )
+        if self.model is not None and self.retriever == "bm25":
+            raise ValueError(
+                f"mine.model {self.model} is set but mine.retriever is bm25, which uses no model; "
+                "set mine.retriever: model (or plaid), or remove mine.model"
             )
         if self.positive_within is not None and self.positive_within > self.top_k:
             raise ValueError(

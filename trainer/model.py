@@ -35,8 +35,9 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
-def build_model(cfg: ModelConfig, device: torch.device | str):
-    """A PyLate ColBERT on ``device``, its (never used) pooler frozen so no gradient sync waits on it."""
+def build_model(cfg: ModelConfig, device: torch.device | str, key: str = "model.name_or_path"):
+    """A PyLate ColBERT on ``device``, its (never used) pooler frozen so no gradient sync waits on it;
+    ``key`` names the setting the path came from, for the one-line error."""
     from pylate import models  # pylate pulls in sentence-transformers: only where a model is built
     from transformers.utils import logging as hf_logging
 
@@ -53,7 +54,7 @@ def build_model(cfg: ModelConfig, device: torch.device | str):
     except (OSError, ValueError) as e:
         raise ConfigError(
             f"model '{cfg.name_or_path}' could not be loaded ({str(e).splitlines()[0][:160]}); "
-            "give a local model directory in model.name_or_path"
+            f"give a local model directory in {key}"
         ) from e
     for name, p in model.named_parameters():
         if ".pooler." in name:  # ColBERT uses token embeddings; the pooler never gets a gradient

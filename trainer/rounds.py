@@ -1,6 +1,6 @@
 """A job of mining rounds: mine hard negatives, train, and again with the model just trained.
 
-round 1: mine with ``mine.retriever`` (BM25, or the base model) -> train ``model.name_or_path``
+round 1: mine with ``mine.retriever``: BM25, or ``mine.model`` (default: the base model) -> train the base
 round r: mine with round r-1's final model -> train ``model.name_or_path`` again on the new rows
 
 Each round trains from the base model, so a round's gain comes from its negatives alone (the recipe
@@ -48,7 +48,9 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
             if done:
                 log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / "metrics.json")
             else:
-                log.info("round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.retriever)
+                log.info(
+                    "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
+                )
                 load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
                 mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", load)
                 rcfg = rcfg.model_copy(
@@ -81,13 +83,19 @@ def round_config(cfg: TrainConfig, r: int) -> TrainConfig:
 
 
 def _mining_model(cfg: TrainConfig, layout: Layout, device: torch.device, previous: Path | None):
-    """None for BM25; else the base model, with the previous round's weights when there is one.
+    """None for BM25; else the base model (or ``mine.model``), with the previous round's weights when
+    there is one.
 
-    Rank 0 reads those weights and broadcasts them, since with per-pod storage only its pod has them."""
+    Rank 0 reads those weights and broadcasts them, since with per-pod storage only its pod has them.
+    ``mine.model``, like ``model.name_or_path``, is read by every pod from where the user put it."""
     if previous is None and cfg.mine.retriever == "bm25":
         return None
     torch.manual_seed(cfg.training.seed)  # the same new projection layer as training builds
-    model = build_model(cfg.model, device)
+    if previous is None and cfg.mine.model:
+        path, key = cfg.mine.model, "mine.model"
+    else:
+        path, key = cfg.model.name_or_path, "model.name_or_path"
+    model = build_model(cfg.model.model_copy(update={"name_or_path": path}), device, key)
     if previous is not None:
         state = None
         if layout.is_main:

@@ -235,6 +235,10 @@ def stage_config(cfg):
     if mine and mine.corpus and is_remote(mine.corpus):  # a .jsonl object, or a BEIR prefix
         url = mine.corpus if mine.corpus.endswith(".jsonl") else _as_prefix(mine.corpus)
         mine = mine.model_copy(update={"corpus": str(stage(url, cache))})
+    if mine and mine.model and is_remote(mine.model):
+        mine = mine.model_copy(update={"model": str(stage(_as_prefix(mine.model), cache))})
+    elif mine and mine.model and mine.model.startswith("hf://"):
+        mine = mine.model_copy(update={"model": mine.model.removeprefix("hf://")})
     if mine and mine.teacher and is_remote(mine.teacher.name_or_path):
         staged = stage(_as_prefix(mine.teacher.name_or_path), cache)
         mine = mine.model_copy(update={"teacher": mine.teacher.model_copy(update={"name_or_path": str(staged)})})
