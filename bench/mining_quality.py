@@ -185,10 +185,10 @@ def main() -> None:
 
 def summarize(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict]:
     """Mean and sample standard deviation per arm; the paired difference to the baseline per seed."""
-    out = {}
+    out, base = {}, runs.get(baseline, {})  # a run of other arms alone has no baseline to pair with
     for arm, by_seed in runs.items():
         values = [r["ndcg@10"] for r in by_seed.values()]
-        diffs = [by_seed[s]["ndcg@10"] - runs[baseline][s]["ndcg@10"] for s in by_seed if s in runs[baseline]]
+        diffs = [by_seed[s]["ndcg@10"] - base[s]["ndcg@10"] for s in by_seed if s in base]
         out[arm] = {
             "mean": statistics.mean(values),
             "std": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -209,7 +209,13 @@ def table(result: dict) -> str:
     ]
     for arm, s in result["summary"].items():
         seeds = ", ".join(f"{r['ndcg@10']:.4f}" for r in result["runs"][arm].values())
-        gain = "baseline" if arm == "bm25-1" else f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
+        gain = (
+            "baseline"
+            if arm == "bm25-1"
+            else "-"
+            if s["paired_mean_gain"] is None
+            else f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
+        )
         wall = f"{s['wall_seconds_mean']:.0f}" if s["wall_seconds_mean"] else "(inside the arm above)"
         n = len(result["runs"][arm])
         rows = {r.get("rows_trained_on") for r in result["runs"][arm].values()}

@@ -90,7 +90,8 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     with caplog.at_level("INFO", logger="trainer"):
         _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
     lines = [r.getMessage() for r in caplog.records]
-    assert any("1 of 3 rows (33%) dropped" in m and "raise mine.top_k (now 10" in m for m in lines), lines
+    fix = "raise mine.top_k (now 10, at most 1000) to keep them"
+    assert any("1 of 3 rows (33%) dropped" in m and fix in m for m in lines), lines
     assert any("below mine.positive_within (6)" in m for m in lines), lines
 
 

@@ -441,18 +441,19 @@ def _join(parts: list[Path], final: Path) -> dict:
 
 
 def _explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:
-    """A line per reason rows were dropped, naming the setting that keeps them: a quarter of the packages
-    benchmark's rows ran out of candidates at top_k 100 with the base model, silently (docs/mining.md)."""
+    """A line per reason rows were dropped, naming the setting that changes it. Dropping can be right:
+    on the quickstart, keeping the rows top_k 100 dropped (top_k 1000) lost most of mining's gain, while
+    on the packages benchmark a quarter of the rows went (docs/mining.md). The user should know which."""
     too_few = dropped.get(Dropped.TOO_FEW.value, 0)
     if too_few:
         fix = (
-            "add documents (mine.corpus) or lower mine.rank_range"
+            "mine.corpus holds too few documents for that; add documents or lower mine.rank_range"
             if documents <= cfg.top_k + 1
-            else f"raise mine.top_k (now {cfg.top_k}, at most 1000) or lower mine.rank_range"
+            else f"raise mine.top_k (now {cfg.top_k}, at most 1000) to keep them"
         )
         (log.warning if too_few >= 0.05 * rows else log.info)(
             "mine: %d of %d rows (%.0f%%) dropped with fewer than %d candidates left in ranks %d-%d of the top %d "
-            "below %.2f x the positive's score (their positive ranks low); to keep them, %s",
+            "below %.2f x the positive's score (the retriever ranks their positive low); %s",
             too_few, rows, 100 * too_few / rows, cfg.negatives, *cfg.rank_range, cfg.top_k, cfg.max_score_ratio, fix,
         )  # fmt: skip
     if inconsistent := dropped.get(Dropped.POSITIVE_WITHIN.value, 0):
