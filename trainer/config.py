@@ -336,7 +336,7 @@ class MineConfig(_Strict):
         return self
 
 
-# The cross-field rules of TrainConfig._check that JSON Schema can state, for the chart's
+# The cross-field rules of TrainConfig._check (and MineConfig._check) that JSON Schema can state, for the chart's
 # values.schema.json (a Helm user gets the same refusal as the CLI; tests/test_chart.py checks both).
 _CROSS_FIELD_SCHEMA: dict[str, Any] = {
     "allOf": [
@@ -365,6 +365,17 @@ _CROSS_FIELD_SCHEMA: dict[str, Any] = {
             }
             for key in ("before_training", "every_steps")
         ),
+        {  # "mine.model is set but mine.retriever is bm25" (MineConfig._check)
+            "not": {
+                "required": ["mine"],
+                "properties": {
+                    "mine": {
+                        "required": ["retriever", "model"],
+                        "properties": {"retriever": {"const": "bm25"}, "model": {"type": "string"}},
+                    }
+                },
+            }
+        },
     ]
 }
 
