@@ -119,6 +119,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=26, help="optimizer steps per training (the quickstart's epoch)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
+    parser.add_argument("--baseline", default="bm25-1", help="the arm each other is paired with, seed by seed")
     parser.add_argument("--data", choices=["quickstart", "packages"], default="quickstart")
     parser.add_argument("--limit", type=int, help="use the first N training pairs")
     parser.add_argument("--document-length", type=int, default=128, help="document tokens (training and evaluation)")
@@ -176,7 +177,7 @@ def main() -> None:
     result = {"commit": git_commit(), "data": args.data, "limit": args.limit, "steps": args.steps,
               "document_length": args.document_length,
               "seeds": args.seeds, "runs": runs,
-              "summary": summarize(runs, "bm25-1")}  # fmt: skip
+              "baseline": args.baseline, "summary": summarize(runs, args.baseline)}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
@@ -202,16 +203,17 @@ def summarize(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict
 
 
 def table(result: dict) -> str:
+    baseline = result.get("baseline", "bm25-1")
     lines = [
-        "| recipe | seeds | nDCG@10 mean ± std | gain over bm25-1 (paired mean, worst seed) | per seed | rows kept "
-        "| wall s |",
+        f"| recipe | seeds | nDCG@10 mean ± std | gain over {baseline} (paired mean, worst seed) | per seed "
+        "| rows kept | wall s |",
         "|---|---|---|---|---|---|---|",
     ]
     for arm, s in result["summary"].items():
         seeds = ", ".join(f"{r['ndcg@10']:.4f}" for r in result["runs"][arm].values())
         gain = (
             "baseline"
-            if arm == "bm25-1"
+            if arm == baseline
             else "-"
             if s["paired_mean_gain"] is None
             else f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
