@@ -211,13 +211,12 @@ def table(result: dict) -> str:
     ]
     for arm, s in result["summary"].items():
         seeds = ", ".join(f"{r['ndcg@10']:.4f}" for r in result["runs"][arm].values())
-        gain = (
-            "baseline"
-            if arm == baseline
-            else "-"
-            if s["paired_mean_gain"] is None
-            else f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
-        )
+        if arm == baseline:
+            gain = "baseline"
+        elif s["paired_mean_gain"] is None:  # no run of the baseline to pair with
+            gain = "-"
+        else:
+            gain = f"{s['paired_mean_gain']:+.4f} (worst {s['paired_min_gain']:+.4f})"
         wall = f"{s['wall_seconds_mean']:.0f}" if s["wall_seconds_mean"] else "(inside the arm above)"
         n = len(result["runs"][arm])
         rows = {r.get("rows_trained_on") for r in result["runs"][arm].values()}

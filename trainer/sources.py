@@ -215,6 +215,14 @@ def _as_prefix(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
+def _model_path(name: str, cache) -> str:
+    """A model's name as the loader takes it: a remote prefix staged to a local copy, ``hf://`` dropped
+    (the hub name is loaded as is), anything else unchanged."""
+    if is_remote(name):
+        return str(stage(_as_prefix(name), cache))
+    return name.removeprefix("hf://")
+
+
 def stage_config(cfg):
     """The config with every remote source replaced by its staged local copy (one pass per pod)."""
     cache = cfg.data.cache_dir
@@ -225,20 +233,13 @@ def stage_config(cfg):
     if cfg.data.eval_beir and is_remote(cfg.data.eval_beir):
         updates["eval_beir"] = str(stage(_as_prefix(cfg.data.eval_beir), cache))
     data = cfg.data.model_copy(update=updates) if updates else cfg.data
-    model = cfg.model
-    if is_remote(cfg.model.name_or_path):
-        staged = stage(_as_prefix(cfg.model.name_or_path), cache)
-        model = cfg.model.model_copy(update={"name_or_path": str(staged)})
-    elif cfg.model.name_or_path.startswith("hf://"):
-        model = cfg.model.model_copy(update={"name_or_path": cfg.model.name_or_path.removeprefix("hf://")})
+    model = cfg.model.model_copy(update={"name_or_path": _model_path(cfg.model.name_or_path, cache)})
     mine = cfg.mine
     if mine and mine.corpus and is_remote(mine.corpus):  # a .jsonl object, or a BEIR prefix
         url = mine.corpus if mine.corpus.endswith(".jsonl") else _as_prefix(mine.corpus)
         mine = mine.model_copy(update={"corpus": str(stage(url, cache))})
-    if mine and mine.model and is_remote(mine.model):
-        mine = mine.model_copy(update={"model": str(stage(_as_prefix(mine.model), cache))})
-    elif mine and mine.model and mine.model.startswith("hf://"):
-        mine = mine.model_copy(update={"model": mine.model.removeprefix("hf://")})
+    if mine and mine.model:
+        mine = mine.model_copy(update={"model": _model_path(mine.model, cache)})
     if mine and mine.teacher and is_remote(mine.teacher.name_or_path):
         staged = stage(_as_prefix(mine.teacher.name_or_path), cache)
         mine = mine.model_copy(update={"teacher": mine.teacher.model_copy(update={"name_or_path": str(staged)})})
