@@ -60,10 +60,28 @@ class _Command(click.Command):
         return super().parse_args(ctx, args)
 
 
+class _Usage(click.UsageError):
+    """Click's own usage errors (an unknown flag, a value out of range) in the same two lines as ours,
+    instead of its usage banner and a blank line."""
+
+    def show(self, file=None) -> None:
+        command = self.ctx.command_path if self.ctx else "colbert-k8s"
+        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"hint: see `{command} --help`", err=True)
+
+
 class _Group(click.Group):
     """Shows a CliError as one line (plus a hint) and its exit code, never a traceback."""
 
     command_class = _Command
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:  # a bare `colbert-k8s` shows the help, as click does
+            raise
+        except click.UsageError as e:  # `colbert-k8s --bogus`, `colbert-k8s sumbit`
+            raise _Usage(e.format_message(), e.ctx) from None
 
     def invoke(self, ctx: click.Context):
         from operator_cli.kube import redact
@@ -78,6 +96,8 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except click.UsageError as e:  # a subcommand's flags: unknown, missing, out of range
+            raise _Usage(e.format_message(), e.ctx) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as e:  # a bug of ours: still one line, and the details on request

@@ -40,7 +40,8 @@ PATTERNS: dict[str, str] = {
     "quantity": r"^([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)([eE][+-]?[0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$",
     "env_name": r"^[A-Za-z_][A-Za-z0-9_]*$",
     "secret_key": r"^[-._a-zA-Z0-9]+$",
-    "image": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+    # REGISTRY/NAME[:TAG][@ALGO:DIGEST]: an @ only before a digest, so no user:password@ can pass
+    "image": r"^[A-Za-z0-9][A-Za-z0-9._/:-]*(@[A-Za-z][A-Za-z0-9_+.-]*:[0-9a-fA-F]{32,})?$",
     # any string the chart writes: no C0 control characters except tab/newline, no DEL, no C1
     "printable": r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$",
 }

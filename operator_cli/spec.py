@@ -26,6 +26,7 @@ from operator_cli.constants import (
     V2_DEFAULT_RUNTIME,
 )
 from operator_cli.errors import CliError
+from trainer.credentials import credential_in
 
 __all__ = [
     "JobSpec",
@@ -45,6 +46,9 @@ EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 INT32_MAX = 2**31 - 1  # backoffLimit, ttlSecondsAfterFinished are int32 in the API
 INT64_MAX = 2**63 - 1  # activeDeadlineSeconds is int64
 OWN_LABELS = {LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT}  # set on every object
+# JobSpec fields whose flag is not --FIELD-NAME
+_FLAGS = {"labels": "--label", "annotations": "--annotation", "tolerations": "--toleration",
+          "image_pull_secrets": "--image-pull-secret", "termination_grace": "--termination-grace-period"}  # fmt: skip
 
 NCCL_PRESETS: dict[str, dict[str, str]] = {
     # TCP sockets over the pod network: works on every cluster.
@@ -60,9 +64,13 @@ class SecretRef:
     key: str
 
 
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
 def shown(value: str, limit: int = 80) -> str:
     """A user value fit to echo in an error: never one that could be a secret, never unbounded."""
-    if not rules.full("printable", value) or len(value) > limit:
+    if not rules.full("printable", value) or len(value) > limit or "@" in value:  # user:password@host
         return f"a {len(value)}-character value (not shown)"
     return repr(value)
 
@@ -204,6 +212,7 @@ class JobSpec:
     """(MIN, MAX) nodes: a PyTorchJob ``elasticPolicy``; torchrun's agents re-form the group on MIN..MAX nodes."""
 
     def __post_init__(self) -> None:
+        self._refuse_credentials()
         if not rules.full("dns1035", self.name):
             raise CliError(
                 f"--name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter), "
@@ -354,6 +363,26 @@ class JobSpec:
                 micro_batches(cfg, nodes * self.nproc_per_node)
             except ConfigError as e:
                 raise CliError(f"{flag}: {nodes} node(s) x {self.nproc_per_node} process(es): {e}") from None
+
+    def _refuse_credentials(self) -> None:
+        """No flag's value goes into a manifest when it holds a token or a URL with a password, whatever the
+        flag and whatever the variable's name: labels and annotations are readable by anyone who can list pods."""
+        for f in fields(self):
+            if f.name in ("config_text", "secret_env"):  # the config is checked by its schema; refs name Secrets
+                continue
+            flag, value = _FLAGS.get(f.name, "--" + f.name.replace("_", "-")), getattr(self, f.name)
+            entries = value.items() if isinstance(value, dict) else [(None, v) for v in _as_list(value)]
+            for key, item in entries:
+                texts = [key, *(item.values() if isinstance(item, dict) else [item])]
+                for text in texts:
+                    if isinstance(text, str) and (kind := credential_in(text)):
+                        named = f"{flag} {key}" if key is not None and text is not key else flag
+                        raise CliError(
+                            f"{named} holds {kind} (not shown), which would be written into the manifest in clear",
+                            hint=f"store it in a Secret and pass --secret-env {key or 'VAR'}=SECRET_NAME/KEY"
+                            if f.name == "env" and text is not key
+                            else "store it in a Secret and pass it as --secret-env VAR=SECRET_NAME/KEY",
+                        )
 
     @staticmethod
     def _check_labels(labels: dict[str, str], flag: str) -> None:

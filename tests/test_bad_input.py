@@ -67,7 +67,7 @@ FLAG_CASES = [
     ("upper-pvc", ["--pvc", "Data"], "--pvc"),
     ("env-without-key", ["--env", f"={SECRET}"], "--env"),
     ("env-without-equals", ["--env", SECRET], "--env"),
-    ("env-token", ["--env", f"HF_TOKEN={SECRET}"], "HF_TOKEN"),
+    ("env-token", ["--env", f"HF_TOKEN={SECRET}"], "--env HF_TOKEN holds"),
     ("env-pat", ["--env", f"GITHUB_PAT={SECRET}"], "GITHUB_PAT"),
     ("env-database-url", ["--env", f"DATABASE_URL=postgres://u:{SECRET}@db/x"], "DATABASE_URL"),
     ("env-private-key", ["--env", f"SSH_PRIVATE_KEY={SECRET}"], "SSH_PRIVATE_KEY"),
@@ -105,12 +105,30 @@ FLAG_CASES = [
     # a secret value pasted where the Secret's name or key belongs is described, never echoed
     ("secret-value-as-ref", ["--secret-env", f"AWS_SECRET_ACCESS_KEY={SECRET}/abc+def"], "not shown"),
     ("secret-value-as-key", ["--secret-env", f"HF_TOKEN=hf/{SECRET}/x"], "not shown"),
+    # a credential value is refused whatever flag it came through, under whatever name (trainer/credentials.py)
+    ("label-token-value", ["--label", f"team={SECRET}"], "--label team holds a Hugging Face token"),
+    ("annotation-token-value", ["--annotation", f"example.com/note={SECRET}"], "--annotation example.com/note holds"),
+    ("env-plain-name-token-value", ["--env", f"MODEL_REVISION={SECRET}"], "--env MODEL_REVISION holds"),
+    ("env-url-with-password", ["--env", "MLFLOW_TRACKING_URI=https://u:s3cr3t-pass@mlflow/x"], "--env MLFLOW_TRACKING_URI holds a URL"),
+    ("node-selector-token-value", ["--node-selector", f"pool={SECRET}"], "--node-selector pool holds"),
+    ("image-with-userinfo", ["--image", "u:s3cr3t-pass@reg/img:1"], "--image"),
+    # click's own usage errors come in the same two lines
+    ("unknown-flag", ["--gpu", "1"], "No such option '--gpu'"),
+    ("flag-not-an-integer", ["--gpus-per-node", "x"], "'--gpus-per-node'"),
 ]
 
 
 @pytest.mark.parametrize("name,flags,needle", FLAG_CASES, ids=[c[0] for c in FLAG_CASES])
 def test_bad_flag(name, flags, needle, config):
-    _assert_one_line(_invoke(["render", "--config", str(config), *flags]), needle)
+    res = _invoke(["render", "--config", str(config), *flags])
+    _assert_one_line(res, needle)
+    assert "Usage:" not in res.output and len(res.output.splitlines()) <= 2, res.output  # error + hint
+
+
+def test_a_command_without_its_argument_is_two_lines():
+    res = CliRunner().invoke(cli, ["logs"], prog_name="colbert-k8s")
+    assert res.output.splitlines() == ["error: Missing argument 'NAME'.", "hint: see `colbert-k8s logs --help`"]
+    assert res.exit_code == 2
 
 
 def test_a_quantity_with_an_exponent_is_valid(config):
@@ -125,6 +143,11 @@ def test_allowed_lookalikes_are_not_refused(config):
     res = _invoke(["render", "--config", str(config), "--env", "TOKENIZERS_PARALLELISM=false", "--env", "A=x\ty"])
     assert res.exit_code == 0, res.output
     assert "TOKENIZERS_PARALLELISM" in res.output
+    digest = "reg.io:5000/team/img:1.0@sha256:" + "0a" * 32
+    lookalikes = ["--image", digest, "--env", "JOB=task-abcdefghijklmnopqrstuvwxyz", "--annotation", "x.io/a=hf_team"]
+    res = _invoke(["render", "--config", str(config), *lookalikes])
+    assert res.exit_code == 0, res.output
+    assert digest in res.output and "task-abcdefghijklmnopqrstuvwxyz" in res.output
 
 
 def test_output_dir_under_a_file(config, tmp_path):
@@ -163,6 +186,15 @@ CONFIG_CASES = [
     ("infinite-epochs", (GOOD_CONFIG + "training: {epochs: .inf}\n").encode(), "training.epochs"),
     ("nel-in-config", "data:\n  train: {path: data/tr\x85ain.jsonl}\n".encode(), "U+0085"),
     ("mine-range-past-top-k", (GOOD_CONFIG + "mine: {top_k: 10, rank_range: [3, 30]}\n").encode(), "mine.top_k"),
+    # the config becomes a ConfigMap: no credential in any value or key, whatever its name
+    (
+        "url-with-password",
+        (GOOD_CONFIG + "model: {name_or_path: 'https://u:s3cr3t-pass@h/m'}\n").encode(),
+        "'model.name_or_path' holds a URL with user:password@",
+    ),
+    ("token-in-any-value", (GOOD_CONFIG + f"tracking: {{run_name: {SECRET}}}\n").encode(), "'tracking.run_name'"),
+    ("token-in-a-list", (GOOD_CONFIG + f"mine: {{rank_range: [1, {SECRET}]}}\n").encode(), "'mine.rank_range[1]'"),
+    ("token-as-a-key", (GOOD_CONFIG + f"{SECRET}: 1\n").encode(), "a key under 'the top level'"),
 ]
 
 
@@ -188,6 +220,13 @@ def test_broken_kubeconfig_env(tmp_path):
     bad.write_text("apiVersion: v1\nclusters: 7\n")
     res = _invoke(["list"], env={"KUBECONFIG": str(bad)})
     _assert_one_line(res, "kubeconfig")
+
+
+def test_a_kubeconfig_server_that_is_not_a_url(tmp_path):
+    """urllib3 would warn about it with a source line, then fail to resolve it: one line instead."""
+    res = _invoke(["list", "--kubeconfig", str(_kubeconfig(tmp_path, "ht!tp://::::"))])
+    _assert_one_line(res, "is not an http(s):// URL")
+    assert "Warning" not in res.output
 
 
 def test_kubeconfig_env_with_missing_and_real_files(tmp_path, fake_api):

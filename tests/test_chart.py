@@ -368,6 +368,9 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         ({"config": {**CONFIG, "data": {"train": {"path": "a\x7fb"}}}}, "control character"),
         ({"config": {**CONFIG, "data": {"train": {"path": "a\x01b"}}}}, "control character"),
         ({"config": {**CONFIG, "data": {"train": {"path": "a\ufffeb"}}}}, "control character"),
+        ({"annotations": {"example.com/note": "hf_SeCrEtVaLuE1234567890"}}, "annotations"),
+        ({"env": {"MODEL_REVISION": "ghp_" + "a1" * 18}}, "env"),
+        ({"config": {**CONFIG, "model": {"name_or_path": "https://u:p4ss@example.com/m"}}}, "name_or_path"),
     ],
     ids=[
         "label-overrides-managed-by",
@@ -382,6 +385,9 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         "del-in-config",
         "c0-in-config",
         "u+fffe-in-config",
+        "token-in-an-annotation",
+        "token-in-a-plain-env-value",
+        "password-in-a-config-url",
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):

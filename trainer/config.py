@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainer.credentials import credential_in
+
 __all__ = [
     "METRICS",
     "ConfigError",
@@ -615,10 +617,26 @@ def parse_config(data: Any, source: str = "config") -> TrainConfig:
     """Validate an already-parsed mapping; raise :class:`ConfigError` with one line."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(data).__name__}")
+    _refuse_credentials(data, source)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_one_line(e, source)) from e
+
+
+def _refuse_credentials(data: Any, source: str, where: str = "") -> None:
+    """No key or string of the config may hold a credential: the config becomes the job's ConfigMap."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        path = f"{where}.{key}" if where and isinstance(key, str) else f"{where}[{key}]" if where else str(key)
+        for text in (key, value):
+            if isinstance(text, str) and (kind := credential_in(text)):
+                shown = f"a key under '{where or 'the top level'}' is" if text is key else f"'{path}' holds"
+                raise ConfigError(
+                    f"{source}: {shown} {kind} (not shown); the config is written into the job's ConfigMap in "
+                    "clear: pass credentials as environment variables from a Secret (--secret-env) instead"
+                )
+        _refuse_credentials(value, source, path)
 
 
 def load_config(path: str | Path) -> TrainConfig:

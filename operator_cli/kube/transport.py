@@ -119,6 +119,12 @@ def connect(kubeconfig: str | None = None, context: str | None = None, timeout: 
     except (ConfigException, ValueError, TypeError, OSError, yaml.YAMLError, AttributeError, KeyError) as e:
         first = redact(str(e).splitlines()[0] if str(e) else type(e).__name__)[:200]
         raise CliError(f"cannot use kubeconfig {path}: {first}", hint="check --context and the file") from None
+    scheme, _, rest = configuration.host.partition("://")
+    if scheme not in ("http", "https") or not rest:
+        raise CliError(
+            f"the kubeconfig's server {redact(configuration.host)!r} is not an http(s):// URL",
+            hint="fix the server: field of the context's cluster in the kubeconfig, e.g. https://HOST:6443",
+        )
     configuration.retries = read_retries()
     return _timed_client(configuration, timeout)
 
