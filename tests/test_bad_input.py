@@ -109,7 +109,11 @@ FLAG_CASES = [
     ("label-token-value", ["--label", f"team={SECRET}"], "--label team holds a Hugging Face token"),
     ("annotation-token-value", ["--annotation", f"example.com/note={SECRET}"], "--annotation example.com/note holds"),
     ("env-plain-name-token-value", ["--env", f"MODEL_REVISION={SECRET}"], "--env MODEL_REVISION holds"),
-    ("env-url-with-password", ["--env", "MLFLOW_TRACKING_URI=https://u:s3cr3t-pass@mlflow/x"], "--env MLFLOW_TRACKING_URI holds a URL"),
+    (
+        "env-url-with-password",
+        ["--env", "MLFLOW_TRACKING_URI=https://u:s3cr3t-pass@mlflow/x"],
+        "--env MLFLOW_TRACKING_URI holds a URL",
+    ),
     ("node-selector-token-value", ["--node-selector", f"pool={SECRET}"], "--node-selector pool holds"),
     ("image-with-userinfo", ["--image", "u:s3cr3t-pass@reg/img:1"], "--image"),
     # click's own usage errors come in the same two lines

@@ -77,3 +77,85 @@ def test_rows_are_found_whatever_chunks_the_reader_hands_out(tmp_path):
     assert queries == [f"q{i}" for i in idx]
     assert documents == [[f"p{i}", f"n{i}"] for i in idx]
     assert loaded.all()[0] == [r["query"] for r in rows]
+
+
+BAD_ROWS = [
+    # JSON's \ud800 is a lone surrogate: json.loads takes it, Arrow's UTF-8 writer raised a traceback
+    (
+        "lone-surrogate",
+        '{"query": "q\\ud800", "positive": "p", "negative": "n"}',
+        "'query' holds a lone surrogate",
+    ),
+    ("surrogate-in-a-list", '{"query": "q", "positive": "p", "negative": ["n", "\\udfff"]}', "holds a lone surrogate"),
+    ("empty-negatives-list", '{"query": "q", "positive": "p", "negative": []}', "column 'negative' is an empty list"),
+]
+
+
+@pytest.mark.parametrize("name,line,message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
+def test_a_bad_row_is_one_line_naming_it_and_nothing_is_cached(name, line, message, tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"query": "q", "positive": "p", "negative": "n"}) + "\n" + line + "\n")
+    with pytest.raises(DataError, match=f"row 2.*{message}"):
+        load_rows(DataSource(path=str(path)), distillation=False, cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("*.arrow")), "a half-converted file was left where training reads"
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_a_byte_order_mark_is_skipped(suffix, tmp_path):
+    """Windows editors and Excel start UTF-8 files with a BOM; it is not part of the first row or header."""
+    path = tmp_path / f"t.{suffix}"
+    body = (
+        '{"query": "q", "positive": "p", "negative": "n"}\n'
+        if suffix == "jsonl"
+        else "query,positive,negative\nq,p,n\n"
+    )
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    queries, documents, _ = load_rows(DataSource(path=str(path)), distillation=False, cache_dir=tmp_path / "c").all()
+    assert queries == ["q"] and documents == [["p", "n"]]
+
+
+C = '{"_id": "d1", "title": "t", "text": "doc one"}\n{"_id": "d2", "text": "doc two"}\n'
+Q = '{"_id": "q1", "text": "a query"}\n'
+R = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"
+BAD_BEIR = [
+    ("corpus-not-json", ('{"_id": "d1",\n', Q, R), "corpus.jsonl row 1: not valid JSON"),
+    ("corpus-without-id", ('{"text": "x"}\n', Q, R), "corpus.jsonl row 1: needs an '_id'"),
+    ("corpus-without-text", ('{"_id": "d1"}\n', Q, R), "corpus.jsonl row 1: 'text' is missing"),
+    ("title-not-text", ('{"_id": "d1", "text": "x", "title": 5}\n', Q, R), "row 1: 'title' is not text (int)"),
+    ("corpus-row-a-list", ("[1]\n", Q, R), "corpus.jsonl row 1: needs an '_id'"),
+    ("duplicate-id", ('{"_id": "d1", "text": "x"}\n{"_id": "d1", "text": "y"}\n', Q, R), "'d1' appears more than"),
+    ("empty-corpus", ("\n", Q, R), "holds no document"),
+    ("query-without-text", (C, '{"_id": "q1"}\n', R), "queries.jsonl row 1: 'text' is missing"),
+    ("qrels-without-header", (C, Q, "q1\td1\t1\n"), "the first line must be the header"),
+    ("qrels-comma-separated", (C, Q, "query-id,corpus-id,score\nq1,d1,1\n"), "the first line must be the header"),
+    ("qrels-score-a-word", (C, Q, "query-id\tcorpus-id\tscore\nq1\td1\thigh\n"), "test.tsv line 2: needs"),
+    ("qrels-short-row", (C, Q, "query-id\tcorpus-id\tscore\nq1\td1\n"), "test.tsv line 2: needs"),
+]
+
+
+def _beir(root, corpus: str, queries: str, qrels: str):
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(corpus)
+    (root / "queries.jsonl").write_text(queries)
+    (root / "qrels" / "test.tsv").write_text(qrels)
+    return root
+
+
+@pytest.mark.parametrize("name,files,message", BAD_BEIR, ids=[c[0] for c in BAD_BEIR])
+def test_a_bad_beir_set_is_one_line_naming_the_file_and_row(name, files, message, tmp_path):
+    """data.eval_beir is read before training: each of these was a KeyError/TypeError/ValueError traceback."""
+    from trainer.config import ConfigError
+    from trainer.evaluate import load_beir
+
+    with pytest.raises(ConfigError) as e:
+        load_beir(_beir(tmp_path / "beir", *files))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_beir_set_with_byte_order_marks_and_numeric_ids_loads(tmp_path):
+    from trainer.evaluate import load_beir
+
+    corpus = '\ufeff{"_id": 1, "text": "doc one"}\n{"_id": "d2", "title": "", "text": "doc two"}\n'
+    split = load_beir(_beir(tmp_path / "beir", corpus, "\ufeff" + Q, "\ufeffquery-id\tcorpus-id\tscore\nq1\t1\t1\n"))
+    assert split.corpus_ids == ["1", "d2"] and split.corpus == ["doc one", "doc two"]
+    assert split.queries == ["a query"] and split.qrels == {"q1": {"1": 1}}

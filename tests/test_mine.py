@@ -390,8 +390,8 @@ def test_the_packages_benchmark_holds_whole_packages_out(tmp_path):
 
 @pytest.mark.parametrize(
     "content,needle",
-    [(None, "not found; give a .jsonl file or a BEIR directory"), ("{oops\n", "line 1: not JSON"),
-     ('{"title": "t"}\n', "line 1: needs a non-empty 'text'"), ("\n", "holds no document")],
+    [(None, "not found; give a .jsonl file or a BEIR directory"), ("{oops\n", "row 1: not valid JSON"),
+     ('{"title": "t"}\n', "row 1: 'text' is missing"), ("\n", "holds no document")],
     ids=["missing", "not-json", "no-text", "empty"],
 )  # fmt: skip
 def test_a_bad_mining_corpus_is_one_line(tmp_path, content, needle):

@@ -10,7 +10,6 @@ metrics, identical on every rank, do not depend on the world size (the merge kee
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pylate.scores import colbert_scores
 
 from trainer import distributed as D
 from trainer.config import METRICS, ConfigError
+from trainer.data import DataError, iter_jsonl, text_field
 from trainer.encode import embed_texts
 
 DOC_CHUNK = 512  # documents encoded and scored at once
@@ -37,30 +37,65 @@ class BeirSplit:
     qrels: dict[str, dict[str, int]]
 
 
-def _jsonl(path: Path) -> list[dict]:
+def _jsonl(path: Path) -> list[tuple[str, dict]]:
     if not path.is_file():
         raise ConfigError(f"BEIR file not found: {path} (data.eval_beir needs corpus.jsonl, queries.jsonl, qrels/)")
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return list(iter_jsonl(path))
+
+
+def _id(value: dict, where: str) -> str:
+    """BEIR ids are strings; some sets write numbers, which qrels (text) name the same way."""
+    found = value.get("_id") if isinstance(value, dict) else None
+    if isinstance(found, bool) or not isinstance(found, (str, int)) or not str(found).strip():
+        raise DataError(f"{where}: needs an '_id' (a string)")
+    return str(found)
 
 
 def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
     root = Path(root)
-    corpus = _jsonl(root / "corpus.jsonl")
-    queries = {q["_id"]: q["text"] for q in _jsonl(root / "queries.jsonl")}
+    ids, texts = [], []
+    for where, d in _jsonl(root / "corpus.jsonl"):
+        ids.append(_id(d, where))
+        title, text = text_field(d, "title", where, optional=True), text_field(d, "text", where)
+        texts.append(f"{title} {text}".strip())
+    if not ids:
+        raise DataError(f"{root / 'corpus.jsonl'}: holds no document")
+    if len(set(ids)) < len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise DataError(f"{root / 'corpus.jsonl'}: _id {twice[:80]!r} appears more than once; ids must be unique")
+    queries = {_id(q, where): text_field(q, "text", where) for where, q in _jsonl(root / "queries.jsonl")}
     qrels_path = root / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
         raise ConfigError(f"BEIR qrels not found: {qrels_path} (set data.eval_split)")
-    qrels: dict[str, dict[str, int]] = {}
-    with qrels_path.open(encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            if int(row["score"]) > 0:
-                qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+    qrels = _read_qrels(qrels_path)
     qids = [q for q in qrels if q in queries]
     if not qids:
         raise ConfigError(f"{qrels_path}: no query in qrels appears in queries.jsonl")
-    texts = [((d.get("title") or "") + " " + d["text"]).strip() for d in corpus]
-    return BeirSplit([d["_id"] for d in corpus], texts, qids, [queries[q] for q in qids], qrels)
+    return BeirSplit(ids, texts, qids, [queries[q] for q in qids], qrels)
+
+
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """BEIR's qrels: a tab-separated header ``query-id corpus-id score``, then one judgement per line."""
+    qrels: dict[str, dict[str, int]] = {}
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f, delimiter="\t")
+            header = next(reader, [])
+            if header[:3] != ["query-id", "corpus-id", "score"]:
+                raise DataError(
+                    f"{path}: the first line must be the header query-id<TAB>corpus-id<TAB>score, "
+                    f"got {chr(9).join(header)[:80]!r}"
+                )
+            for n, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
+                    raise DataError(f"{path} line {n}: needs query-id, corpus-id and an integer score, tab-separated")
+                if int(row[2]) > 0:
+                    qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+    return qrels
 
 
 def trec_order(scored: dict[str, float]) -> list[str]:

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from trainer import distributed as D
 from trainer.atomic import replacing, write_text
 from trainer.config import Columns, DataSource, MineConfig, TrainConfig
-from trainer.data import DataError, load_rows
+from trainer.data import DataError, iter_jsonl, load_rows, text_field
 from trainer.encode import embed_texts
 from trainer.env import Layout
 from trainer.errors import JobVerdict
@@ -111,18 +111,9 @@ def _read_corpus(path: str) -> list[str]:
     if not file.is_file():
         raise DataError(f"mine.corpus: {file} not found; give a .jsonl file or a BEIR directory")
     texts = []
-    with file.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                raise DataError(f"mine.corpus {file} line {n}: not JSON; one object per line") from None
-            text = doc.get("text") if isinstance(doc, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                raise DataError(f"mine.corpus {file} line {n}: needs a non-empty 'text'")
-            texts.append(((doc.get("title") or "") + " " + text).strip() if doc.get("title") else text)
+    for where, doc in iter_jsonl(file):
+        text, title = text_field(doc, "text", f"mine.corpus {where}"), text_field(doc, "title", where, optional=True)
+        texts.append(f"{title} {text}".strip() if title else text)
     if not texts:
         raise DataError(f"mine.corpus {file} holds no document")
     return texts

@@ -2,13 +2,15 @@
 schedule, ``batches.py``)."""
 
 from trainer.data.batches import Batch, StreamingData, TokenizedData, batches
-from trainer.data.rows import ROWS_PER_BATCH, DataError, Rows, load_rows, locked
+from trainer.data.rows import ROWS_PER_BATCH, DataError, Rows, iter_jsonl, load_rows, locked, text_field
 
 __all__ = [
     "DataError",
     "Rows",
     "load_rows",
     "locked",
+    "iter_jsonl",
+    "text_field",
     "ROWS_PER_BATCH",
     "Batch",
     "StreamingData",

@@ -25,7 +25,7 @@ from filelock import FileLock
 
 from trainer.config import ConfigError, DataSource
 
-__all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH"]
+__all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH", "iter_jsonl", "text_field"]
 
 log = logging.getLogger(__name__)
 _FORMAT = 4  # bump when the cached Arrow layout changes (4: batches always whole)
@@ -108,7 +108,7 @@ def _raw_chunks(path: Path) -> Iterator[list[dict]]:
     elif suffix == ".csv":
         import csv
 
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:  # -sig: Excel writes a byte-order mark
             reader, chunk = csv.DictReader(f), []
             for row in reader:
                 chunk.append(row)
@@ -120,19 +120,48 @@ def _raw_chunks(path: Path) -> Iterator[list[dict]]:
         raise DataError(f"{path}: unsupported data format '{suffix}'; use .jsonl, .parquet, .csv or a save_to_disk dir")
 
 
+def iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` for each non-blank line of a JSON Lines file, ``where`` naming the file and row:
+    every JSON Lines file the trainer reads (training rows, a mining corpus, a BEIR set) goes through here."""
+    try:
+        with path.open(encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors write one) is skipped
+            for i, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path} row {i}: not valid JSON ({e.msg}); one JSON object per line") from None
+                except RecursionError:
+                    raise DataError(f"{path} row {i}: nested too deeply") from None
+                yield f"{path} row {i}", value
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+
+
+def text_field(value: Any, key: str, where: str, optional: bool = False) -> str:
+    """``value[key]`` as non-empty text that UTF-8 can encode, or one line naming the row and the key."""
+    text = value.get(key) if isinstance(value, dict) else None
+    if optional and isinstance(value, dict) and text in (None, ""):
+        return ""
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: not a JSON object; one object per line")
+    if not isinstance(text, str) or not text.strip():
+        problem = (
+            "missing" if text is None else "empty" if isinstance(text, str) else f"not text ({type(text).__name__})"
+        )
+        raise DataError(f"{where}: '{key}' is {problem}")
+    _encodable(text, key, where)
+    return text
+
+
 def _jsonl_chunks(path: Path) -> Iterator[list[dict]]:
     chunk: list[dict] = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                chunk.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path} row {i}: not valid JSON ({e.msg}); one JSON object per line") from None
-            if len(chunk) == _CHUNK:
-                yield chunk
-                chunk = []
+    for _, value in iter_jsonl(path):
+        chunk.append(value)
+        if len(chunk) == _CHUNK:
+            yield chunk
+            chunk = []
     yield chunk
 
 
@@ -155,7 +184,19 @@ def _text(row: dict, col: str, where: str) -> str:
             "missing" if value is None else "empty" if isinstance(value, str) else f"not text ({type(value).__name__})"
         )
         raise DataError(f"{where}: column '{col}' is {problem}; fix the row or map data.train.columns.{col}")
+    _encodable(value, col, where)
     return value
+
+
+def _encodable(value: str, col: str, where: str) -> None:
+    """JSON's "\\ud800" decodes to a lone surrogate, which no UTF-8 writer (Arrow, the tokenizer) takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(
+            f"{where}: '{col}' holds a lone surrogate (U+{ord(value[e.start]):04X}, an unpaired \\u escape); "
+            "fix the text in the row"
+        ) from None
 
 
 class _RowChecker:
@@ -171,6 +212,11 @@ class _RowChecker:
             documents = [_text(row, cols.positive, where)]
             for col in cols.negatives:  # a column holds one negative, or a list of them (mined rows)
                 value = row.get(col)
+                if value == []:
+                    raise DataError(
+                        f"{where}: column '{col}' is an empty list; give it at least one negative, or drop the row "
+                        "(pairs without negatives go in a file of their own, with data.train.columns.negatives: [])"
+                    )
                 many = value if isinstance(value, list) else [value]
                 documents += [_text({col: v}, col, f"{where} ({col}[{i}])" if many is value else where)
                               for i, v in enumerate(many)]  # fmt: skip
@@ -179,6 +225,8 @@ class _RowChecker:
         docs, sc = row.get(cols.documents), row.get(cols.scores)
         if not isinstance(docs, list) or not docs or not all(isinstance(d, str) and d.strip() for d in docs):
             raise DataError(f"{where}: column '{cols.documents}' must be a non-empty list of texts")
+        for d in docs:
+            _encodable(d, cols.documents, where)
         if not isinstance(sc, list) or len(sc) != len(docs):
             raise DataError(f"{where}: column '{cols.scores}' must list one score per document ({len(docs)})")
         if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in sc):
