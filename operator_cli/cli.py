@@ -511,8 +511,8 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
     """This tool's jobs (by label), as a table."""
     from operator_cli.kube import job_state, kind_of
 
-    items = []
-    for j in _cluster(o).list_jobs(all_namespaces):
+    items, cluster = [], _cluster(o)
+    for j in cluster.list_jobs(all_namespaces):
         kind = kind_of(j)
         nodes, gpus = kind.nodes_and_gpus(j)
         meta = j["metadata"]
@@ -523,7 +523,7 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
         click.echo(show.formatted({"items": items}, output))
         return
     if not items:
-        click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {o['namespace']}"))
+        click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {cluster.ns}"))
         return
     rows = [[i["namespace"], i["name"], i["kind"], i["state"], i["nodes"], i["gpusPerNode"], show.age(i["created"])]
             for i in items]  # fmt: skip

@@ -233,6 +233,13 @@ def test_a_kubeconfig_server_that_is_not_a_url(tmp_path):
     assert "Warning" not in res.output
 
 
+def test_a_list_of_null_items_is_an_empty_list_in_the_contexts_namespace(tmp_path, fake_api):
+    server = fake_api("null-items")
+    res = _invoke(["list", "--kubeconfig", str(_kubeconfig(tmp_path, server.url))])
+    assert res.exit_code == 0, res.output
+    assert res.output == "no colbert-k8s jobs in namespace team-a\n"
+
+
 def test_kubeconfig_env_with_missing_and_real_files(tmp_path, fake_api):
     """KUBECONFIG=a:b as kubectl merges it: a missing entry is skipped, the real one is used."""
     server = fake_api("ok")
@@ -263,6 +270,13 @@ def test_bad_launch_environment(name, env, needle):
 # ---- server behaviour ------------------------------------------------------------------------------
 
 
+LIST_BODIES = {
+    "ok": {"kind": "PyTorchJobList", "items": []},
+    "null-items": {"kind": "PyTorchJobList", "items": None},  # how Go writes an empty (nil) slice
+    "text-items": {"kind": "PyTorchJobList", "items": "none"},
+}
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):  # quiet
         pass
@@ -276,8 +290,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if mode == "html":
             body, ctype, status = b"<html><body>Sign in</body></html>", "text/html", 200
-        elif mode == "ok":
-            body, ctype, status = json.dumps({"kind": "PyTorchJobList", "items": []}).encode(), "application/json", 200
+        elif mode in LIST_BODIES:
+            body, ctype, status = json.dumps(LIST_BODIES[mode]).encode(), "application/json", 200
         else:
             status = int(mode)
             body = json.dumps({"kind": "Status", "status": "Failure", "message": f"fake {status}"}).encode()
@@ -340,6 +354,7 @@ SERVER_CASES = [
     ("409-submit", "409", ["submit"], "409"),
     ("422-submit", "422", ["submit"], "422"),
     ("500-list", "500", ["list"], "500"),
+    ("text-items-list", "text-items", ["list"], "without a list of objects in items"),
 ]
 
 

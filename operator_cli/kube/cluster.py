@@ -13,7 +13,7 @@ from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import KINDS, JobKind, kind_of, masterless
 from operator_cli.kube.pods import PodInfo, pod_rank, pod_reason
-from operator_cli.kube.transport import call
+from operator_cli.kube.transport import call, redact
 from operator_cli.lines import text_lines
 
 __all__ = ["Cluster"]
@@ -313,11 +313,19 @@ class Cluster:
                 if e.status == 404:
                     continue
                 raise
-            for job in res.get("items", []):
+            found = res.get("items") if isinstance(res, dict) else res
+            found = [] if found is None else found  # Go writes an empty (nil) slice as null
+            if not isinstance(found, list) or not all(isinstance(j, dict) for j in found):
+                raise CliError(
+                    f"the server at {redact(self.host)} answered list {kind.kind} without a list of objects in "
+                    "items, unlike a Kubernetes API server",
+                    hint="check that the kubeconfig's server: is the API server (not a proxy or a dashboard)",
+                )
+            for job in found:
                 job.setdefault("kind", kind.kind)
                 items.append(job)
         # the selector is applied again here: an API that ignores it must not make us list other tools' jobs
-        return [j for j in items if (j.get("metadata", {}).get("labels") or {}).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY]
+        return [j for j in items if _labels(j).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY and _named(j)]
 
     def pods(self, job: dict[str, Any]) -> list[PodInfo]:
         """The job's pods (the operator's for a PyTorchJob, the JobSet's for a TrainJob), by node rank.
@@ -381,3 +389,13 @@ class Cluster:
             pod,
         )
         yield from text_lines(resp.stream(4096))
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+def _named(obj: dict[str, Any]) -> bool:
+    return isinstance(obj["metadata"].get("name"), str)
