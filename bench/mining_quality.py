@@ -128,7 +128,11 @@ def main() -> None:
     parser.add_argument("--summarize-only", action="store_true", help="with --workdir: tabulate finished runs only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mining_quality.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_quality.png")
+    parser.add_argument("--curve", type=Path, nargs="+", help="plot nDCG@10 against steps from these results, and stop")
     args = parser.parse_args()
+    if args.curve:
+        plot_curve([json.loads(p.read_text()) for p in args.curve], args.plot)
+        return
     if args.data == "packages":
         from trainer.packages_data import build
 
@@ -247,6 +251,33 @@ def plot(result: dict, path: Path) -> None:
         "a dot per seed; light bars: negatives from BM25",
         fontsize=9,
     )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def plot_curve(results: list[dict], path: Path) -> None:
+    """Each arm's mean (line) and seeds (dots) at each step count: does the gain grow with training?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    arms = sorted(set.intersection(*(set(r["summary"]) for r in results)))  # the arms run at every step count
+    for arm in arms:
+        at = sorted((r["steps"], r) for r in results if arm in r["summary"])
+        steps = [s for s, _ in at]
+        line = ax.plot(steps, [r["summary"][arm]["mean"] for _, r in at], marker="o", label=arm)[0]
+        for s, r in at:
+            seeds = [v["ndcg@10"] for v in r["runs"][arm].values()]
+            ax.scatter([s] * len(seeds), seeds, color=line.get_color(), s=10, alpha=0.5)
+    ax.set_xticks(sorted({r["steps"] for r in results}))
+    ax.set_xlabel("optimizer steps (32 queries each)")
+    ax.set_ylabel("held-out nDCG@10 (exact MaxSim)")
+    commits = ", ".join(sorted({r["commit"] for r in results}))
+    ax.set_title(f"{results[0]['data']}: mean of the seeds (line), each seed (dots); commits {commits}", fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
