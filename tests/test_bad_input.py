@@ -199,6 +199,14 @@ CONFIG_CASES = [
     ("token-in-any-value", (GOOD_CONFIG + f"tracking: {{run_name: {SECRET}}}\n").encode(), "'tracking.run_name'"),
     ("token-in-a-list", (GOOD_CONFIG + f"mine: {{rank_range: [1, {SECRET}]}}\n").encode(), "'mine.rank_range[1]'"),
     ("token-as-a-key", (GOOD_CONFIG + f"{SECRET}: 1\n").encode(), "a key under 'the top level'"),
+    # a source URL the trainer could not fetch is refused by render, not by the pod at start
+    ("url-unknown-scheme", b"data:\n  train: {path: 'ftp://h/t.jsonl'}\n", "ftp:// is not a source"),
+    ("url-without-bucket", b"data:\n  train: {path: 's3:///t.jsonl'}\n", "s3:// names no bucket"),
+    ("url-without-host", b"data:\n  train: {path: 'https://'}\n", "https:// names no host"),
+    ("url-bad-ipv6", GOOD_CONFIG.encode() + b"model: {name_or_path: 'https://[::1/m'}\n", "Invalid IPv6 URL"),
+    ("url-bad-ipv4", b"data: {train: {path: t.jsonl}, eval_beir: 'http://999.1.1.1/b/'}\n", "not an IPv4"),
+    ("url-bad-port", GOOD_CONFIG.encode() + b"mine: {corpus: 'https://h:http/c.jsonl'}\n", "'mine.corpus'"),
+    ("hf-without-name", GOOD_CONFIG.encode() + b"mine: {model: 'hf://'}\n", "hf:// names no repository"),
 ]
 
 

@@ -96,6 +96,8 @@ BAD_SOURCES = [
     ("missing-bucket", "s3://no-such-bucket/x.jsonl", "s3://no-such-bucket/x.jsonl"),
     ("credentials-in-url", "https://user:hunter2@127.0.0.1:9/x.jsonl", "credentials in a URL are refused"),
     ("unreachable", "http://127.0.0.1:9/train.jsonl", "cannot be reached"),
+    # obstore's builder raised its own exception (a traceback) for a store it cannot even configure
+    ("azure-without-account", "az://container/train.jsonl", "cannot be opened"),
 ]
 
 

@@ -15,13 +15,15 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainer.credentials import credential_in
 
@@ -67,6 +69,43 @@ class ConfigError(ValueError):
     """A config problem, reported to the user as one line (never a traceback)."""
 
 
+# Where a source may live besides a local path: staged by trainer/sources.py (hf:// goes to the hub's client)
+OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+
+
+def _location(value: str) -> str:
+    """A local path, or a URL trainer/sources.py can stage: checked here, so that ``render`` refuses it
+    too, instead of the pod failing at start."""
+    if "://" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (parses the port: "host:http" raises here)
+    except ValueError as e:
+        raise ValueError(f"is not a valid URL ({e})") from None
+    if parts.scheme == "hf":
+        if not (parts.netloc + parts.path).strip("/"):
+            raise ValueError("hf:// names no repository; give hf://ORG/NAME (models) or hf://datasets/ORG/NAME")
+        return value
+    if parts.scheme not in OBJECT_SCHEMES:
+        raise ValueError(
+            f"{parts.scheme}:// is not a source this trainer can fetch; use a local path, "
+            f"{', '.join(s + '://' for s in OBJECT_SCHEMES)} or hf://"
+        )
+    host = parts.hostname or ""
+    if not host:
+        raise ValueError(f"{parts.scheme}:// names no {'host' if parts.scheme.startswith('http') else 'bucket'}")
+    if re.fullmatch(r"[0-9.]+", host):  # all digits and dots: URL parsers read it as an IPv4 address
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"host {host} is not an IPv4 address") from None
+    return value
+
+
+Location = Annotated[str, AfterValidator(_location)]
+
+
 class _Strict(BaseModel):
     """Unknown keys are refused: a typo must not silently fall back to a default."""
 
@@ -74,7 +113,7 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    name_or_path: str = Field(
+    name_or_path: Location = Field(
         "sentence-transformers/all-MiniLM-L6-v2",
         min_length=1,
         description="A local model directory, an object-store prefix (s3://bucket/model/, staged like data), "
@@ -101,7 +140,7 @@ class Columns(_Strict):
 
 
 class DataSource(_Strict):
-    path: str = Field(
+    path: Location = Field(
         ...,
         min_length=1,
         description="A .jsonl/.json, .parquet or .csv file or a `datasets.save_to_disk` directory: a local path, "
@@ -118,7 +157,7 @@ class DataSource(_Strict):
 
 class DataConfig(_Strict):
     train: DataSource
-    eval_beir: str | None = Field(
+    eval_beir: Location | None = Field(
         None,
         description="A BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) for nDCG@10, "
         "or an object-store prefix holding one.",
@@ -237,7 +276,7 @@ class DistributedConfig(_Strict):
 class TeacherConfig(_Strict):
     """A model that scores each mined row's documents for distillation (``trainer/teacher.py``)."""
 
-    name_or_path: str = Field(
+    name_or_path: Location = Field(
         ...,
         min_length=1,
         description="A local directory (or object-store prefix) holding a sentence-transformers CrossEncoder "
@@ -251,7 +290,7 @@ class MineConfig(_Strict):
     """Hard negatives mined before training: retrieve the top-k of a corpus for every query, drop the
     positives and likely false negatives, sample ``negatives`` from a rank range (``trainer/mine.py``)."""
 
-    corpus: str | None = Field(
+    corpus: Location | None = Field(
         None,
         description="The documents to mine from: a .jsonl with a `text` (and optional `title`) per line, or a "
         "BEIR directory (its corpus.jsonl). Default: every distinct positive of data.train.",
@@ -262,7 +301,7 @@ class MineConfig(_Strict):
         "model through a PLAID index of each rank's share (corpora beyond ~1M documents); or BM25 (bm25s). "
         "Later rounds mine with the model trained in the round before, through PLAID if it is plaid.",
     )
-    model: str | None = Field(
+    model: Location | None = Field(
         None,
         min_length=1,
         description="The ColBERT model the first round retrieves with (retriever: model or plaid), when it is not "
@@ -527,7 +566,8 @@ def _one_line(err: ValidationError, source: str) -> str:
         msg = f"'{loc}': {first['msg']}"
     else:
         where = f"'{loc}': " if loc else ""
-        msg = f"{where}{first['msg']} (got {first.get('input')!r})"
+        text = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+        msg = f"{where}{text} (got {first.get('input')!r})"
     more = len(err.errors()) - 1
     return f"{source}: {msg}" + (f" (and {more} more)" if more else "")
 

@@ -36,12 +36,11 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 
 from trainer.atomic import write_text
-from trainer.config import ConfigError
+from trainer.config import OBJECT_SCHEMES, ConfigError
 
 __all__ = ["SourceError", "is_remote", "stage", "stage_config"]
 
 log = logging.getLogger(__name__)
-OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
 _CHUNK = 8 << 20
 _RETRIES = 5
 
@@ -70,15 +69,25 @@ class _Object:
 
 
 def _store(url: str):
-    """An obstore store for the URL's bucket or host, configured from the environment."""
-    from obstore.store import HTTPStore, from_url
-
+    """An obstore store for the URL's bucket or host, configured from the environment, and the key in it."""
     parts = urlsplit(url)
     if parts.username or parts.password:
         raise SourceError(
             f"{_shown(url)}: credentials in a URL are refused; pass them as environment variables "
             "(--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY ...)"
         )
+    try:
+        return _open_store(parts)
+    except Exception as e:  # obstore's builders: a missing account (az://), a bad endpoint, ...
+        raise SourceError(
+            f"{_shown(url)}: cannot be opened ({_reason(e)}); check the URL and the store's environment "
+            "(AWS_REGION, AWS_ENDPOINT_URL, AZURE_STORAGE_ACCOUNT_NAME, ...)"
+        ) from None
+
+
+def _open_store(parts):
+    from obstore.store import HTTPStore, from_url
+
     if parts.scheme in ("http", "https"):
         base = f"{parts.scheme}://{parts.netloc}"
         return HTTPStore.from_url(base, client_options={"allow_http": True, "timeout": "120s"}), parts.path.lstrip("/")
