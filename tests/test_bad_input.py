@@ -419,3 +419,41 @@ def test_wait_has_a_deadline(fake_api, tmp_path, config, monkeypatch):
     assert time.monotonic() - started < 5
     assert "still Running after --timeout 0.5s" in e.value.message and e.value.exit_code == 1
     assert lines and lines[0].endswith("demo: Running")
+
+
+CREDENTIALS = [
+    ("https://user:pw@host/x", "URL"),
+    ("https://ghp_token@github.com/org/repo", "URL"),
+    (SECRET, "Hugging Face"),
+    ("ghp_" + "a1B2" * 9, "GitHub"),
+    ("github_pat_" + "11ABC_" * 8, "GitHub"),
+    ("glpat-" + "x" * 20, "GitLab"),
+    ("key=AKIAABCDEFGHIJKLMNOP;", "AWS"),
+    ("sk-" + "a1" * 24, "API key"),
+    ("sk-proj-" + "Ab_-" * 8, "API key"),
+    ("xoxb-1234567890-abcdef", "Slack"),
+    ("AIza" + "B" * 35, "Google"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----", "private key"),
+    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "JSON web token"),
+    # lookalikes that are not credentials
+    ("s3://bucket/dir@2024/train.jsonl", None),
+    ("reg.io/team/img:1.0@sha256:" + "0a" * 32, None),
+    ("my-sk-learn-baseline-experiment-01", None),
+    ("task-abcdefghijklmnopqrstuvwxyz0123456789", None),
+    ("hf_cache_dir", None),
+    ("AKIAABCDEFGHIJKLMNOPQRS", None),  # 23 characters: not a 20-character key id
+    ("sentence-transformers/all-MiniLM-L6-v2", None),
+]
+
+
+@pytest.mark.parametrize("value,kind", CREDENTIALS, ids=[f"{i}-{c[1]}" for i, c in enumerate(CREDENTIALS)])
+def test_credential_values_and_their_lookalikes(value, kind):
+    """The one pattern behind the CLI's, the config's and the chart's refusals: it finds each documented token
+    format, and leaves names that merely look alike (a digest, a run name) alone."""
+    import re
+
+    from trainer.credentials import CREDENTIAL_VALUE, credential_in
+
+    found = credential_in(value)
+    assert (found is None) if kind is None else (found is not None and kind in found), found
+    assert bool(re.search(CREDENTIAL_VALUE, value)) == (kind is not None)  # the chart's pattern agrees

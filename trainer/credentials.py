@@ -25,7 +25,8 @@ _KINDS: tuple[tuple[str, str], ...] = (
     ("a GitHub token (ghp_..., github_pat_...)", r"(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
     ("a GitLab token (glpat-...)", r"glpat-[A-Za-z0-9_-]{20,}"),
     ("an AWS access key id (AKIA...)", r"(^|[^A-Z0-9])(AKIA|ASIA)[A-Z0-9]{16}([^A-Z0-9]|$)"),
-    ("an API key (sk-...)", r"(^|[^A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}"),
+    # OpenAI's sk- + 32 or more letters and digits, or sk-proj-/sk-ant-/... (not a run named my-sk-learn-baseline)
+    ("an API key (sk-...)", r"(^|[^A-Za-z0-9])sk-([A-Za-z0-9]{32,}|(proj|ant|svcacct|admin)-[A-Za-z0-9_-]{20,})"),
     ("a Slack token (xox...-)", r"xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("a Google API key (AIza...)", r"AIza[0-9A-Za-z_-]{35}"),
     ("a private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
