@@ -146,13 +146,17 @@ def text_field(value: Any, key: str, where: str, optional: bool = False) -> str:
         return ""
     if not isinstance(value, dict):
         raise DataError(f"{where}: not a JSON object; one object per line")
-    if not isinstance(text, str) or not text.strip():
-        problem = (
-            "missing" if text is None else "empty" if isinstance(text, str) else f"not text ({type(text).__name__})"
-        )
+    if problem := _text_problem(text):
         raise DataError(f"{where}: '{key}' is {problem}")
     _encodable(text, key, where)
     return text
+
+
+def _text_problem(text: Any) -> str | None:
+    """What is wrong with a value that should be non-empty text, or None."""
+    if isinstance(text, str) and text.strip():
+        return None
+    return "missing" if text is None else "empty" if isinstance(text, str) else f"not text ({type(text).__name__})"
 
 
 def _jsonl_chunks(path: Path) -> Iterator[list[dict]]:
@@ -179,10 +183,7 @@ def _readable(chunks: Iterator[list[dict]], path: Path) -> Iterator[list[dict]]:
 
 def _text(row: dict, col: str, where: str) -> str:
     value = row.get(col) if isinstance(row, dict) else None
-    if not isinstance(value, str) or not value.strip():
-        problem = (
-            "missing" if value is None else "empty" if isinstance(value, str) else f"not text ({type(value).__name__})"
-        )
+    if problem := _text_problem(value):
         raise DataError(f"{where}: column '{col}' is {problem}; fix the row or map data.train.columns.{col}")
     _encodable(value, col, where)
     return value
