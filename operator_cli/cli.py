@@ -619,7 +619,22 @@ def local_cmd(workdir: str, isolate_network: bool, **o) -> None:
         )
     spec = build_spec(o)
     click.echo(f"scale: {_scale_line(spec)}", err=True)
-    sys.exit(run_local(render(spec), Path(workdir), isolate_network=isolate_network))
+    sys.exit(run_local(render(spec), _writable_dir(Path(workdir)), isolate_network=isolate_network))
+
+
+def _writable_dir(path: Path) -> Path:
+    """--workdir, created if need be: a place the replicas can write, or one line saying why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".colbert-k8s-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise CliError(
+            f"--workdir {path} is not a directory this user can write ({e.strerror})",
+            hint="pass a writable directory (it stands for the job's /workspace volume)",
+        ) from None
+    return path
 
 
 def main() -> None:

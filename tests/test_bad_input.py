@@ -160,6 +160,14 @@ def test_output_dir_under_a_file(config, tmp_path):
     assert (tmp_path / "file").read_text() == "x"  # nothing already written is touched
 
 
+def test_local_workdir_that_cannot_be_written(config, tmp_path):
+    """It was an 'internal error' (NotADirectoryError) once the replicas' directories were made."""
+    (tmp_path / "file").write_text("x")
+    res = _invoke(["local", "--config", str(config), "--gpus-per-node", "0", "--workdir", str(tmp_path / "file" / "w")])
+    _assert_one_line(res, "--workdir")
+    assert res.exit_code == 2 and (tmp_path / "file").read_text() == "x"
+
+
 def test_timeout_without_wait(config):
     _assert_one_line(_invoke(["submit", "--config", str(config), "--timeout", "5"]), "--timeout")
 
