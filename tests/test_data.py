@@ -62,6 +62,17 @@ def test_distillation_rows_need_one_score_per_document(tmp_path):
         load_rows(DataSource(path=str(path)), distillation=True)
 
 
+@pytest.mark.parametrize("score", ["NaN", "Infinity", "-Infinity", "true", '"3"'])
+def test_distillation_scores_must_be_finite_numbers(score, tmp_path):
+    """json.loads reads NaN and Infinity as floats: one such teacher score makes every later loss NaN."""
+    path = tmp_path / "d.jsonl"
+    good = json.dumps({"query": "q", "documents": ["a", "b"], "scores": [1.0, 0.5]})
+    bad = '{"query": "q", "documents": ["a", "b"], "scores": [1.0, ' + score + "]}"
+    path.write_text(good + "\n" + bad + "\n")
+    with pytest.raises(DataError, match="row 2: column 'scores' must hold finite numbers"):
+        load_rows(DataSource(path=str(path)), distillation=True, cache_dir=tmp_path / "cache")
+
+
 def test_rows_are_found_whatever_chunks_the_reader_hands_out(tmp_path):
     """A save_to_disk set in 7 shards of 100 rows (read back as 100-row chunks): the Arrow copy still
     holds 256-row batches, so every row is where ``take`` looks for it."""

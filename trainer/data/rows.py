@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,8 +231,9 @@ class _RowChecker:
             _encodable(d, cols.documents, where)
         if not isinstance(sc, list) or len(sc) != len(docs):
             raise DataError(f"{where}: column '{cols.scores}' must list one score per document ({len(docs)})")
-        if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in sc):
-            raise DataError(f"{where}: column '{cols.scores}' must hold numbers")
+        if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in sc):
+            # JSON's NaN and Infinity parse as floats, and one would make every loss after it NaN
+            raise DataError(f"{where}: column '{cols.scores}' must hold finite numbers (no NaN or Infinity)")
         self._same_width(len(docs), where)
         return query, list(docs), [float(s) for s in sc]
 
