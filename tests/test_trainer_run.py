@@ -61,15 +61,23 @@ BAD_CONFIGS = [
     ("wrong-type", {"training.max_steps": "many"}, "'training.max_steps'"),
     ("missing-data-file", {"data": {"train": {"path": "/nonexistent/train.jsonl"}}}, "training data not found"),
     ("bad-loss", {"loss": {"name": "triplet"}}, "'loss'"),
+    # each was a FileNotFoundError/NotADirectoryError traceback from a mkdir deep in the run
+    ("output-dir-under-a-file", {"output_dir": "{tmp}/t.jsonl/out"}, "output_dir {tmp}/t.jsonl/out is not a"),
+    (
+        "cache-dir-under-a-file",
+        {"data": {"train": {"path": "{tmp}/t.jsonl"}, "cache_dir": "{tmp}/t.jsonl/c"}},
+        "data.cache_dir {tmp}/t.jsonl/c is not a directory this process can write",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,over,message", BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
 def test_bad_config_is_one_line(name, over, message, tmp_path, tiny_model):
     data = write_triplets(tmp_path / "t.jsonl", 8)
+    over = yaml.safe_load(yaml.safe_dump(over).replace("{tmp}", str(tmp_path)))
     res = _train(_config(tmp_path, tiny_model, data, over), 1, 0)
     assert res.returncode == 2
-    assert message in res.stderr
+    assert message.replace("{tmp}", str(tmp_path)) in res.stderr
     assert "Traceback" not in res.stderr
     errors = [line for line in res.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1

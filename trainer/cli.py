@@ -48,7 +48,10 @@ def _main(argv: list[str]) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
-        cfg = stage(load_config(args.config))
+        cfg = load_config(args.config)
+        for key, where in (("output_dir", cfg.output_dir), ("data.cache_dir", cfg.data.cache_dir)):
+            writable_dir(where, key)
+        cfg = stage(cfg)
         import torch  # only now: a bad config never waits for torch
 
         plan = resolve(os.environ, torch.cuda.device_count())
@@ -77,6 +80,17 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
         return 130
+
+
+def writable_dir(path: str, key: str) -> None:
+    """Create ``path`` if need be and prove it writable now, before minutes of staging and model loading."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        probe = Path(path) / f".probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"{key} {path} is not a directory this process can write ({e.strerror}); fix {key}") from None
 
 
 def _fail(line: str, code: int) -> int:
