@@ -376,12 +376,12 @@ class JobSpec:
                 texts = [key, *(item.values() if isinstance(item, dict) else [item])]
                 for text in texts:
                     if isinstance(text, str) and (kind := credential_in(text)):
-                        named = f"{flag} {key}" if key is not None and text is not key else flag
+                        plain = key is not None and text is not key and key.isprintable() and shown(key) == repr(key)
+                        name = key if plain else "VAR"  # a key is echoed only when it is one plain line
                         raise CliError(
-                            f"{named} holds {kind} (not shown), which would be written into the manifest in clear",
-                            hint=f"store it in a Secret and pass --secret-env {key or 'VAR'}=SECRET_NAME/KEY"
-                            if f.name == "env" and text is not key
-                            else "store it in a Secret and pass it as --secret-env VAR=SECRET_NAME/KEY",
+                            f"{f'{flag} {key}' if plain else flag} holds {kind} (not shown), which would be written "
+                            "into the manifest in clear",
+                            hint=f"store it in a Secret and pass --secret-env {name}=SECRET_NAME/KEY",
                         )
 
     @staticmethod

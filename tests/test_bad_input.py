@@ -115,6 +115,7 @@ FLAG_CASES = [
         "--env MLFLOW_TRACKING_URI holds a URL",
     ),
     ("node-selector-token-value", ["--node-selector", f"pool={SECRET}"], "--node-selector pool holds"),
+    ("env-two-line-name-token-value", ["--env", f"A\nB={SECRET}"], "--env holds"),  # the name is not echoed
     ("image-with-userinfo", ["--image", "u:s3cr3t-pass@reg/img:1"], "--image"),
     # click's own usage errors come in the same two lines
     ("unknown-flag", ["--gpu", "1"], "No such option '--gpu'"),
