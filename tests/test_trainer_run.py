@@ -62,11 +62,15 @@ BAD_CONFIGS = [
     ("missing-data-file", {"data": {"train": {"path": "/nonexistent/train.jsonl"}}}, "training data not found"),
     ("bad-loss", {"loss": {"name": "triplet"}}, "'loss'"),
     # each was a FileNotFoundError/NotADirectoryError traceback from a mkdir deep in the run
-    ("output-dir-under-a-file", {"output_dir": "{tmp}/t.jsonl/out"}, "output_dir {tmp}/t.jsonl/out is not a"),
+    (
+        "output-dir-under-a-file",
+        {"output_dir": "{tmp}/t.jsonl/out"},
+        "output_dir {tmp}/t.jsonl/out cannot be created or written",
+    ),
     (
         "cache-dir-under-a-file",
         {"data": {"train": {"path": "{tmp}/t.jsonl"}, "cache_dir": "{tmp}/t.jsonl/c"}},
-        "data.cache_dir {tmp}/t.jsonl/c is not a directory this process can write",
+        "data.cache_dir {tmp}/t.jsonl/c cannot be created or written",
     ),
 ]
 

@@ -83,14 +83,19 @@ def _main(argv: list[str]) -> int:
 
 
 def writable_dir(path: str, key: str) -> None:
-    """Create ``path`` if need be and prove it writable now, before minutes of staging and model loading."""
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        probe = Path(path) / f".probe-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"{key} {path} is not a directory this process can write ({e.strerror}); fix {key}") from None
+    """Check now, before minutes of staging and model loading, that ``path`` can be created and written: its
+    nearest existing ancestor is a directory this process may write. Nothing is created (only rank 0 writes
+    output_dir; a worker's emptyDir never holds one)."""
+    at = Path(path).absolute()
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    problem = None
+    if not at.is_dir():
+        problem = "not a directory"
+    elif not os.access(at, os.W_OK | os.X_OK):
+        problem = "not writable"
+    if problem:
+        raise ConfigError(f"{key} {path} cannot be created or written ({at} is {problem}); fix {key}")
 
 
 def _fail(line: str, code: int) -> int:
