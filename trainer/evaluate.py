@@ -53,16 +53,17 @@ def _id(value: dict, where: str) -> str:
 
 def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
     root = Path(root)
-    ids, texts = [], []
+    ids, texts, seen = [], [], set()
     for where, d in _jsonl(root / "corpus.jsonl"):
-        ids.append(_id(d, where))
+        doc_id = _id(d, where)
+        if doc_id in seen:
+            raise DataError(f"{where}: _id {doc_id[:80]!r} appears more than once; ids must be unique")
+        seen.add(doc_id)
+        ids.append(doc_id)
         title, text = text_field(d, "title", where, optional=True), text_field(d, "text", where)
         texts.append(f"{title} {text}".strip())
     if not ids:
         raise DataError(f"{root / 'corpus.jsonl'}: holds no document")
-    if len(set(ids)) < len(ids):
-        twice = next(i for i in ids if ids.count(i) > 1)
-        raise DataError(f"{root / 'corpus.jsonl'}: _id {twice[:80]!r} appears more than once; ids must be unique")
     queries = {_id(q, where): text_field(q, "text", where) for where, q in _jsonl(root / "queries.jsonl")}
     qrels_path = root / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
