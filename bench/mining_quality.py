@@ -65,6 +65,19 @@ ARMS = {
 }  # fmt: skip
 
 
+def benchmark(name: str) -> Path:
+    """The training pairs (``train.jsonl``) of ``quickstart`` or ``packages``, built under data/ once; the
+    held-out BEIR split is ``beir/`` beside them."""
+    if name == "packages":
+        from trainer.packages_data import build
+
+        root = ROOT / "data" / "packages"
+        if not (root / "train.jsonl").is_file():
+            build(root, max_test_queries=300)
+        return root / "train.jsonl"
+    return quickstart_data(ROOT / "data" / "quickstart")
+
+
 def mine_corpus(data: Path, size: int) -> Path:
     """A BEIR directory holding the first ``size`` documents of the training corpus (``mine.corpus``)."""
     out, source = data.parent / f"mine-corpus-{size}", data.parent / "corpus.jsonl"
@@ -133,15 +146,7 @@ def main() -> None:
     if args.curve:
         plot_curve([json.loads(p.read_text()) for p in args.curve], args.plot)
         return
-    if args.data == "packages":
-        from trainer.packages_data import build
-
-        root = ROOT / "data" / "packages"
-        if not (root / "train.jsonl").is_file():
-            build(root, max_test_queries=300)
-        data = root / "train.jsonl"
-    else:
-        data = quickstart_data(ROOT / "data" / "quickstart")
+    data = benchmark(args.data)
     beir = data.parent / "beir"
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     with tempfile.TemporaryDirectory(prefix="mining-quality-") as tmp:

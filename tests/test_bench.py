@@ -64,3 +64,14 @@ def test_speed_counts_samples_the_same_way_on_both_sides():
     assert check_ratios(o, r)["ratio"] == pytest.approx(41.45 / 40.49)
     with pytest.raises(SystemExit, match="loop ratio 2.05 and wall ratio 0.99 disagree"):
         check_ratios(o, {**r, "samples_per_second": ref["hf_samples_per_second"]})  # the library's counter
+
+
+def test_reciprocal_rank_fusion_puts_what_both_runs_rank_high_first():
+    """bench/teachers.py's hybrid: ranks count, not raw scores (BM25's tens against cosine's units)."""
+    from bench.teachers import rrf
+
+    bm25 = {"q": {"a": 50.0, "b": 40.0, "c": 30.0, "d": 20.0, "e": 10.0}}
+    dense = {"q": {"e": 0.9, "b": 0.8, "c": 0.7, "d": 0.6, "a": 0.1}}
+    fused = rrf([bm25, dense])["q"]
+    assert sorted(fused, key=lambda d: -fused[d])[0] == "b"  # second in both beats first-and-last
+    assert fused["a"] == pytest.approx(1 / 61 + 1 / 65) and fused["b"] == pytest.approx(2 / 62)

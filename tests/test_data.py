@@ -170,3 +170,14 @@ def test_a_beir_set_with_byte_order_marks_and_numeric_ids_loads(tmp_path):
     split = load_beir(_beir(tmp_path / "beir", corpus, "\ufeff" + Q, "\ufeffquery-id\tcorpus-id\tscore\nq1\t1\t1\n"))
     assert split.corpus_ids == ["1", "d2"] and split.corpus == ["doc one", "doc two"]
     assert split.queries == ["a query"] and split.qrels == {"q1": {"1": 1}}
+
+
+def test_mining_and_evaluation_read_a_corpus_document_as_the_same_text(tmp_path):
+    """One BEIR directory can be mine.corpus and data.eval_beir: a document must be one text in both, and a
+    title-less one must stay byte-equal to the same text given as a training positive."""
+    from trainer.evaluate import load_beir
+    from trainer.mine import _read_corpus
+
+    corpus = '{"_id": "d1", "title": "Title", "text": "doc one"}\n{"_id": "d2", "text": "  doc two\\n"}\n'
+    root = _beir(tmp_path / "beir", corpus, Q, R)
+    assert _read_corpus(str(root)) == load_beir(root).corpus == ["Title doc one", "  doc two\n"]

@@ -19,7 +19,7 @@ from pylate.scores import colbert_scores
 
 from trainer import distributed as D
 from trainer.config import METRICS, ConfigError
-from trainer.data import DataError, iter_jsonl, text_field
+from trainer.data import DataError, document_text, iter_jsonl, text_field
 from trainer.encode import embed_texts
 
 DOC_CHUNK = 512  # documents encoded and scored at once
@@ -60,8 +60,7 @@ def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
             raise DataError(f"{where}: _id {doc_id[:80]!r} appears more than once; ids must be unique")
         seen.add(doc_id)
         ids.append(doc_id)
-        title, text = text_field(d, "title", where, optional=True), text_field(d, "text", where)
-        texts.append(f"{title} {text}".strip())
+        texts.append(document_text(d, where))
     if not ids:
         raise DataError(f"{root / 'corpus.jsonl'}: holds no document")
     queries = {_id(q, where): text_field(q, "text", where) for where, q in _jsonl(root / "queries.jsonl")}

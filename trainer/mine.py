@@ -32,7 +32,7 @@ from tqdm import tqdm
 from trainer import distributed as D
 from trainer.atomic import replacing, write_text
 from trainer.config import Columns, DataSource, MineConfig, TrainConfig
-from trainer.data import DataError, iter_jsonl, load_rows, text_field
+from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.encode import embed_texts
 from trainer.env import Layout
 from trainer.errors import JobVerdict
@@ -112,8 +112,7 @@ def _read_corpus(path: str) -> list[str]:
         raise DataError(f"mine.corpus: {file} not found; give a .jsonl file or a BEIR directory")
     texts = []
     for where, doc in iter_jsonl(file):
-        text, title = text_field(doc, "text", f"mine.corpus {where}"), text_field(doc, "title", where, optional=True)
-        texts.append(f"{title} {text}".strip() if title else text)
+        texts.append(document_text(doc, f"mine.corpus {where}"))
     if not texts:
         raise DataError(f"mine.corpus {file} holds no document")
     return texts

@@ -2,7 +2,7 @@
 schedule, ``batches.py``)."""
 
 from trainer.data.batches import Batch, StreamingData, TokenizedData, batches
-from trainer.data.rows import ROWS_PER_BATCH, DataError, Rows, iter_jsonl, load_rows, locked, text_field
+from trainer.data.rows import ROWS_PER_BATCH, DataError, Rows, document_text, iter_jsonl, load_rows, locked, text_field
 
 __all__ = [
     "DataError",
@@ -11,6 +11,7 @@ __all__ = [
     "locked",
     "iter_jsonl",
     "text_field",
+    "document_text",
     "ROWS_PER_BATCH",
     "Batch",
     "StreamingData",

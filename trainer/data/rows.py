@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from trainer.config import ConfigError, DataSource
 
-__all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH", "iter_jsonl", "text_field"]
+__all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH", "iter_jsonl", "text_field", "document_text"]
 
 log = logging.getLogger(__name__)
 _FORMAT = 4  # bump when the cached Arrow layout changes (4: batches always whole)
@@ -151,6 +151,14 @@ def text_field(value: Any, key: str, where: str, optional: bool = False) -> str:
         raise DataError(f"{where}: '{key}' is {problem}")
     _encodable(text, key, where)
     return text
+
+
+def document_text(value: Any, where: str) -> str:
+    """A corpus document (BEIR's ``title`` and ``text``) as the one text it is encoded as: the title, a
+    space and the text, or the text alone, unchanged, so that it equals the same text given as a training
+    positive (mining finds positives in its corpus by their text)."""
+    text, title = text_field(value, "text", where), text_field(value, "title", where, optional=True)
+    return f"{title} {text}".strip() if title else text
 
 
 def _text_problem(text: Any) -> str | None:
