@@ -143,6 +143,35 @@ def test_a_bad_server_never_delays_a_step_nor_raises(mode, tls, tmp_path, caplog
         assert server.requests == []  # no byte of the token reached a server it could not verify
 
 
+BAD_ENDPOINTS = [
+    ("ftp", {"KUBEFLOW_TRAINER_STATUS_URL": "ftp://trainer/status"}, "'ftp://trainer/status' is not an http(s) URL"),
+    ("no-scheme", {"KUBEFLOW_TRAINER_STATUS_URL": "trainer:8443"}, "'trainer:8443' is not an http(s) URL"),
+    (
+        "no-ca-file",
+        {"KUBEFLOW_TRAINER_STATUS_URL": "https://t/s", "KUBEFLOW_TRAINER_STATUS_CA_CERT": "/var/run/none/ca.crt"},
+        "CA certificate /var/run/none/ca.crt is not a file",
+    ),
+    (
+        "no-token-file",
+        {"KUBEFLOW_TRAINER_STATUS_URL": "https://t/s", "KUBEFLOW_TRAINER_STATUS_TOKEN": "/var/run/none/token"},
+        "token file /var/run/none/token is not a file",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,env,message", BAD_ENDPOINTS, ids=[c[0] for c in BAD_ENDPOINTS])
+def test_an_unusable_endpoint_is_named_once_and_training_goes_on(name, env, message, caplog):
+    """Each of these warned at every step with urllib's words ("unknown url type", "[Errno 2]" without a path)."""
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        progress = Progress(total_steps=4, start_step=0, env=env, interval=0.0)
+        for step in range(1, 4):
+            progress.step(step, loss=0.5, lr=1e-5, samples_per_second=10.0)
+        progress.finish(4)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and message in warnings[0], warnings
+    assert progress._thread is None
+
+
 def test_the_log_line_is_there_without_an_endpoint(caplog):
     progress = Progress(total_steps=40, start_step=10, env={})
     with caplog.at_level(logging.INFO, logger="trainer"):

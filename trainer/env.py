@@ -122,23 +122,34 @@ def _master(env: Mapping[str, str], world_size: int, prefix: str = "") -> tuple[
     return addr, port
 
 
-def _elastic(env: Mapping[str, str], endpoint: str) -> Launch:
-    host, sep, port = endpoint.rpartition(":")
-    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535):
-        raise EnvError(f"PET_RDZV_ENDPOINT={endpoint!r} must be HOST:PORT (the rendezvous, e.g. <job>-worker-0:23456)")
+def _nnodes(env: Mapping[str, str]) -> str:
+    """PET_NNODES as torchrun takes it: N, or MIN:MAX for an elastic job."""
     nnodes = env.get("PET_NNODES", "1")
     low, _, high = nnodes.partition(":")
     if not (low.isdigit() and (high or low).isdigit() and 1 <= int(low) <= int(high or low)):
         raise EnvError(f"PET_NNODES={nnodes!r} must be N or MIN:MAX with 1 <= MIN <= MAX")
+    return nnodes
+
+
+def _nproc(env: Mapping[str, str]) -> str | None:
+    """PET_NPROC_PER_NODE as torchrun takes it (a positive integer, auto, gpu or cpu), or None when unset."""
+    nproc = env.get("PET_NPROC_PER_NODE")
+    if nproc is not None and not (_is_int(nproc) and int(nproc) >= 1) and nproc not in ("auto", "gpu", "cpu"):
+        raise EnvError(f"PET_NPROC_PER_NODE={nproc!r} must be a positive integer, auto, gpu or cpu")
+    return nproc
+
+
+def _elastic(env: Mapping[str, str], endpoint: str) -> Launch:
+    host, sep, port = endpoint.rpartition(":")
+    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535):
+        raise EnvError(f"PET_RDZV_ENDPOINT={endpoint!r} must be HOST:PORT (the rendezvous, e.g. <job>-worker-0:23456)")
+    nnodes = _nnodes(env)
     backend = env.get("PET_RDZV_BACKEND") or "c10d"
     if backend != "c10d":
         raise EnvError(f"PET_RDZV_BACKEND={backend!r}: only c10d is supported (elasticPolicy.rdzvBackend: c10d)")
-    nproc = env.get("PET_NPROC_PER_NODE")
-    if nproc is not None and not (_is_int(nproc) and int(nproc) >= 1) and nproc not in ("auto", "gpu", "cpu"):
-        raise EnvError(f"PET_NPROC_PER_NODE={nproc!r} must be a positive integer or auto")
     return Launch(
         nnodes,
-        nproc or "auto",
+        _nproc(env) or "auto",
         0,
         None,
         None,
@@ -178,15 +189,13 @@ def resolve(env: Mapping[str, str], gpu_count: int = 0) -> Layout | Launch:
     if endpoint := env.get("PET_RDZV_ENDPOINT"):
         return _elastic(env, endpoint)
 
-    nproc_raw = env.get("PET_NPROC_PER_NODE")
-    nproc = _int(env, "PET_NPROC_PER_NODE", minimum=1) if _is_int(nproc_raw) else None
+    nproc_raw = _nproc(env)
+    nproc = int(nproc_raw) if _is_int(nproc_raw) else None
     has_rank = "RANK" in env or "WORLD_SIZE" in env
 
     # 2. PyTorchJob v1 with several processes per pod, or Trainer v2 (PET_* only): torchrun does the rest.
     if (nproc is not None and nproc > 1) or ("PET_NNODES" in env and not has_rank):
-        nnodes = env.get("PET_NNODES", "1")
-        if not (_is_int(nnodes) or ":" in nnodes):
-            raise EnvError(f"PET_NNODES={nnodes!r} must be an integer or 'min:max'")
+        nnodes = _nnodes(env)
         node_rank = _int(env, "PET_NODE_RANK", 0)
         if _is_int(nnodes) and node_rank >= int(nnodes):
             raise EnvError(f"PET_NODE_RANK={node_rank} must be below PET_NNODES={nnodes}")

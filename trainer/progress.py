@@ -21,6 +21,7 @@ import os
 import ssl
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 
@@ -37,6 +38,16 @@ def endpoint(env: Mapping[str, str]) -> tuple[str, str | None, str | None] | Non
     for url, ca, token in _VARS:
         if env.get(url):
             return env[url], env.get(ca), env.get(token)
+    return None
+
+
+def _endpoint_problem(url: str, ca: str | None, token: str | None) -> str | None:
+    """What makes the injected endpoint unusable from the start, named once instead of warned every step."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        return f"{url[:120]!r} is not an http(s) URL"
+    for what, path in (("CA certificate", ca), ("token file", token)):
+        if path and not os.path.isfile(path):
+            return f"{what} {path[:200]} is not a file"
     return None
 
 
@@ -65,6 +76,9 @@ class Progress:
         self._last_sent = float("-inf")
         self._warned: set[str] = set()
         self._thread = None
+        if self.target and (problem := _endpoint_problem(*self.target)):
+            log.warning("the TrainJob's status endpoint %s; progress goes to the log only", problem)
+            self.target = None
         if self.target:
             self._thread = threading.Thread(target=self._send_loop, name="trainer-status", daemon=True)
             self._thread.start()
