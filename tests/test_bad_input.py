@@ -229,6 +229,19 @@ def test_bad_config(name, content, needle, tmp_path):
     assert time.monotonic() - started < 30  # bounded work, not a hang (generous: a slow CI box)
 
 
+def test_a_rule_across_sections_names_the_rule_not_the_whole_config(tmp_path):
+    """A rule of the whole config or of a section echoed every key of it after the message ("(got {...})")."""
+    path = tmp_path / "train.yaml"
+    path.write_text(GOOD_CONFIG + "evaluation: {before_training: true}\ntracking: {run_name: " + "r" * 400 + "}\n")
+    res = _invoke(["render", "--config", str(path)])
+    _assert_one_line(res, "evaluation.before_training needs data.eval_beir")
+    assert "{" not in res.output and "rrrr" not in res.output
+    path.write_text(GOOD_CONFIG + "training: {seed: " + "9x" * 400 + "}\n")
+    res = _invoke(["render", "--config", str(path)])
+    _assert_one_line(res, "'training.seed': Input should be a valid integer (got '9x9x")
+    assert res.output.count("9x") < 70 and "...)" in res.output  # the value is clipped
+
+
 def test_missing_config_file(tmp_path):
     _assert_one_line(_invoke(["render", "--config", str(tmp_path / "nope.yaml")]), "config file not found")
 

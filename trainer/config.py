@@ -567,9 +567,16 @@ def _one_line(err: ValidationError, source: str) -> str:
     else:
         where = f"'{loc}': " if loc else ""
         text = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-        msg = f"{where}{text} (got {first.get('input')!r})"
+        given = first.get("input")
+        # a section's own validator names the values it refuses: echoing the whole section adds a screenful
+        got = "" if isinstance(given, dict) else f" (got {_clipped(repr(given))})"
+        msg = f"{where}{text}{got}"
     more = len(err.errors()) - 1
     return f"{source}: {msg}" + (f" (and {more} more)" if more else "")
+
+
+def _clipped(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 class _ConfigLoader(yaml.SafeLoader):
