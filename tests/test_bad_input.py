@@ -304,6 +304,26 @@ LIST_BODIES = {
     "ok": {"kind": "PyTorchJobList", "items": []},
     "null-items": {"kind": "PyTorchJobList", "items": None},  # how Go writes an empty (nil) slice
     "text-items": {"kind": "PyTorchJobList", "items": "none"},
+    "null-body": None,  # JSON null for an object
+}
+_OURS = {"app.kubernetes.io/managed-by": "colbert-k8s", "app.kubernetes.io/instance": "demo"}
+
+
+def _job(**fields) -> dict:
+    """A PyTorchJob answer of this tool's job "demo", with ``fields`` (spec, status) as given."""
+    return {"kind": "PyTorchJob", "metadata": {"name": "demo", "labels": _OURS}, "spec": {}, **fields}
+
+
+# what a real API server never answers (its CRD schema types these fields); status, logs and delete read them
+LIST_BODIES |= {
+    "metadata-text": {"kind": "PyTorchJob", "metadata": "demo"},
+    "status-text": _job(status="Running"),
+    "conditions-text": _job(status={"conditions": "Succeeded"}),
+    "condition-null": _job(status={"conditions": [None]}),
+    "replica-status-text": _job(status={"replicaStatuses": {"Master": "running"}}),
+    "replica-specs-list": _job(spec={"pytorchReplicaSpecs": [{"replicas": 1}]}),
+    "list-status-text": {"kind": "PyTorchJobList", "items": [_job(status="Running")]},
+    "containers-text": _job(spec={"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"containers": "c"}}}}}),
 }
 
 
@@ -385,6 +405,18 @@ SERVER_CASES = [
     ("422-submit", "422", ["submit"], "422"),
     ("500-list", "500", ["list"], "500"),
     ("text-items-list", "text-items", ["list"], "without a list of objects in items"),
+    ("null-status", "null-body", ["status", "demo"], "like a Kubernetes API server (got null)"),
+    ("null-logs", "null-body", ["logs", "demo"], "like a Kubernetes API server (got null)"),
+    ("metadata-text-status", "metadata-text", ["status", "demo"], "like a Kubernetes API server (its metadata is str)"),
+    ("status-text-status", "status-text", ["status", "demo"], "malformed job (status is str, not an object)"),
+    ("status-text-delete", "status-text", ["delete", "demo"], "malformed job (status is str"),
+    ("conditions-text-status", "conditions-text", ["status", "demo"], "malformed job (status.conditions is str"),
+    ("condition-null-status", "condition-null", ["status", "demo"], "(status.conditions.* is NoneType"),
+    ("replica-text-status", "replica-status-text", ["status", "demo"], "(status.replicaStatuses.* is str"),
+    ("replica-specs-logs", "replica-specs-list", ["logs", "demo"], "(spec.pytorchReplicaSpecs is list"),
+    ("containers-text-logs", "containers-text", ["logs", "demo"], "template.spec.containers is str, not a list"),
+    ("object-for-list", "status-text", ["list"], "without a list of objects in items"),
+    ("status-text-list", "list-status-text", ["list"], "answered list PyTorchJob with a malformed job"),
 ]
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import KINDS, JobKind, kind_of, masterless
+from operator_cli.kube.kinds import KINDS, JobKind, kind_of, masterless, shape_problem
 from operator_cli.kube.pods import PodInfo, pod_rank, pod_reason
-from operator_cli.kube.transport import call, redact
+from operator_cli.kube.transport import NOT_THE_API_SERVER, call, redact
 from operator_cli.lines import text_lines
 
 __all__ = ["Cluster"]
@@ -21,6 +21,8 @@ __all__ = ["Cluster"]
 
 def _ours(meta: dict[str, Any], job: str) -> bool:
     labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):  # a ConfigMap or PVC answered by something other than an API server
+        return False
     return labels.get(C.LABEL_MANAGED_BY) == C.MANAGED_BY and labels.get(C.LABEL_INSTANCE) == job
 
 
@@ -285,6 +287,7 @@ class Cluster:
                     kind.kind,
                     name,
                 )
+                self._well_formed(job, f"get {kind.kind} {self.ns}/{name}")
                 job.setdefault("kind", kind.kind)
                 return job
             except CliError as e:
@@ -293,6 +296,14 @@ class Cluster:
         raise CliError(
             f"PyTorchJob or TrainJob {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1, status=404
         )
+
+    def _well_formed(self, job: Any, answered: str) -> None:
+        if problem := shape_problem(job):
+            raise CliError(
+                f"the server at {redact(self.host)} answered {answered} with a malformed job ({problem}), "
+                "unlike a Kubernetes API server",
+                hint=NOT_THE_API_SERVER,
+            )
 
     def list_jobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
         """This tool's jobs of both kinds; a kind the cluster does not serve is skipped."""
@@ -313,15 +324,16 @@ class Cluster:
                 if e.status == 404:
                     continue
                 raise
-            found = res.get("items") if isinstance(res, dict) else res
+            found = res.get("items", "no items") if isinstance(res, dict) else res  # a list always has items:
             found = [] if found is None else found  # Go writes an empty (nil) slice as null
             if not isinstance(found, list) or not all(isinstance(j, dict) for j in found):
                 raise CliError(
                     f"the server at {redact(self.host)} answered list {kind.kind} without a list of objects in "
                     "items, unlike a Kubernetes API server",
-                    hint="check that the kubeconfig's server: is the API server (not a proxy or a dashboard)",
+                    hint=NOT_THE_API_SERVER,
                 )
             for job in found:
+                self._well_formed(job, f"list {kind.kind}")
                 job.setdefault("kind", kind.kind)
                 items.append(job)
         # the selector is applied again here: an API that ignores it must not make us list other tools' jobs

@@ -7,7 +7,7 @@ from typing import Any
 
 from operator_cli import constants as C
 
-__all__ = ["JobKind", "KINDS", "kind_of", "job_state", "masterless"]
+__all__ = ["JobKind", "KINDS", "kind_of", "job_state", "masterless", "shape_problem"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,53 @@ class JobKind:
         containers = first.get("template", {}).get("spec", {}).get("containers", [{}])
         gpus = containers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
         return sum(r.get("replicas", 0) for r in replicas.values()), int(gpus or 0)
+
+
+# What this tool reads of a job, and the type each must have where present. A real API server checks these
+# against the CRD's schema; an answer from anything else is refused in one line instead of failing deep
+# in status, logs or resize. "*" is every value of a mapping or item of a list.
+_SHAPE: dict[str, type] = {
+    "metadata": dict,
+    "metadata.labels": dict,
+    "spec": dict,
+    "status": dict,
+    "status.conditions": list,
+    "status.conditions.*": dict,
+    "status.replicaStatuses": dict,
+    "status.replicaStatuses.*": dict,
+    "spec.pytorchReplicaSpecs": dict,
+    "spec.pytorchReplicaSpecs.*": dict,
+    "spec.pytorchReplicaSpecs.*.template": dict,
+    "spec.pytorchReplicaSpecs.*.template.spec": dict,
+    "spec.pytorchReplicaSpecs.*.template.spec.containers": list,
+    "spec.pytorchReplicaSpecs.*.template.spec.containers.*": dict,
+    "spec.trainer": dict,
+    "spec.runtimePatches": list,
+    "spec.runtimePatches.*": dict,
+}
+
+
+def _values_at(obj: Any, path: list[str]) -> list[Any]:
+    if not path:
+        return [obj]
+    head, rest = path[0], path[1:]
+    if head == "*":
+        items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else []
+        return [v for item in items for v in _values_at(item, rest)]
+    if not isinstance(obj, dict) or obj.get(head) is None:
+        return []
+    return _values_at(obj[head], rest)
+
+
+def shape_problem(job: Any) -> str | None:
+    """The first field of a job answer that is not the type this tool reads it as, or None."""
+    if not isinstance(job, dict):
+        return f"the job is {type(job).__name__}, not an object"
+    for path, kind in _SHAPE.items():
+        for value in _values_at(job, path.split(".")):
+            if not isinstance(value, kind):
+                return f"{path} is {type(value).__name__}, not {'an object' if kind is dict else 'a list'}"
+    return None
 
 
 KINDS = {

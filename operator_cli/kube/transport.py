@@ -13,14 +13,15 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from operator_cli.constants import REQUEST_TIMEOUT
 from operator_cli.errors import CliError
 
-__all__ = ["connect", "call", "default_namespace", "read_retries", "redact"]
+__all__ = ["NOT_THE_API_SERVER", "connect", "call", "default_namespace", "read_retries", "redact"]
 
 T = TypeVar("T")
+NOT_THE_API_SERVER = "check that the kubeconfig's server: is the API server (not a proxy, a dashboard or a login page)"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 
@@ -176,14 +177,28 @@ def call(
     except (ValueError, TypeError, AttributeError) as e:  # a body that is not the API's JSON
         raise CliError(
             f"the server at {host} did not answer {verb} {target} like a Kubernetes API server",
-            hint="check that the kubeconfig's server: is the API server (not a dashboard or a login page)",
+            hint=NOT_THE_API_SERVER,
         ) from e
-    if "logs" not in verb and not isinstance(result, (dict, type(None))) and not hasattr(result, "to_dict"):
+    if "logs" not in verb and (problem := _not_an_api_object(result, verb)):
         raise CliError(
-            f"the server at {host} did not answer {verb} {target} like a Kubernetes API server (got text)",
-            hint="check that the kubeconfig's server: is the API server (not a dashboard or a login page)",
+            f"the server at {host} did not answer {verb} {target} like a Kubernetes API server ({problem})",
+            hint=NOT_THE_API_SERVER,
         )
     return result
+
+
+def _not_an_api_object(result: Any, verb: str) -> str | None:
+    """What keeps an answer from being an object as the API server writes one (a mapping whose metadata,
+    if any, is a mapping), or None. Only a delete or patch may answer with nothing."""
+    if hasattr(result, "to_dict") or (result is None and verb not in ("get", "list")):
+        return None  # a typed model of the kubernetes client, or an empty answer where one is allowed
+    if isinstance(result, (str, bytes)):
+        return "got text"
+    if not isinstance(result, dict):
+        return f"got {'null' if result is None else type(result).__name__}"
+    if not isinstance(result.get("metadata", {}), dict):
+        return f"its metadata is {type(result['metadata']).__name__}"
+    return None
 
 
 def _reason(e) -> str:
