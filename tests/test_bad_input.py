@@ -511,3 +511,46 @@ def test_credential_values_and_their_lookalikes(value, kind):
     found = credential_in(value)
     assert (found is None) if kind is None else (found is not None and kind in found), found
     assert bool(re.search(CREDENTIAL_VALUE, value)) == (kind is not None)  # the chart's pattern agrees
+
+
+class _EventsHandler(http.server.BaseHTTPRequestHandler):
+    """A server that answers the job and its (empty) pods well, and its events badly."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if "/events" in self.path:
+            if self.server.mode == "stall":
+                time.sleep(10)
+                return
+            body = {"kind": "EventList", "items": "none"}
+        elif "/pods" in self.path:
+            body = {"kind": "PodList", "items": []}
+        elif "/pytorchjobs/demo" in self.path:
+            body = _job(status={"conditions": [{"type": "Running", "status": "True"}]})
+        else:
+            body, code = {"kind": "Status", "code": 404}, 404
+        data = json.dumps(body).encode()
+        self.send_response(body.get("code", 200))
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.mark.parametrize("mode", ["malformed", "stall"])
+def test_events_that_fail_leave_status_whole(mode, tmp_path):
+    """Events are a nicety: a malformed list was "internal error", a stalled one was not bounded by the
+    request timeout's one line; status now shows the job without them."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EventsHandler)
+    srv.daemon_threads, srv.mode = True, mode
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        kubeconfig = _kubeconfig(tmp_path, f"http://127.0.0.1:{srv.server_address[1]}")
+        res = _invoke(["status", "demo", "--kubeconfig", str(kubeconfig), "--request-timeout", "1"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert res.exit_code == 0, res.output
+    assert "demo: Running" in res.output and "error" not in res.output

@@ -363,11 +363,9 @@ class Cluster:
         return sorted(out, key=lambda p: p.rank)
 
     def _events(self) -> list:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            items = self.core.list_namespaced_event(self.ns).items
-        except ApiException:  # events are a nicety: no permission or no resource must not break status
+            items = self._c(lambda: self.core.list_namespaced_event(self.ns), "list", "Event").items
+        except CliError:  # events are a nicety: no permission, no resource or a malformed answer must not break status
             return []
         return sorted(items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
