@@ -530,7 +530,7 @@ class _EventsHandler(http.server.BaseHTTPRequestHandler):
         elif "/pytorchjobs/demo" in self.path:
             body = _job(status={"conditions": [{"type": "Running", "status": "True"}]})
         else:
-            body, code = {"kind": "Status", "code": 404}, 404
+            body = {"kind": "Status", "code": 404}
         data = json.dumps(body).encode()
         self.send_response(body.get("code", 200))
         self.send_header("Content-Type", "application/json")
