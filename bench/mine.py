@@ -7,6 +7,11 @@ Documents: the package-docstring benchmark's real documents (``trainer/packages_
 to ``--documents`` with documents made of their shuffled sentences (the same length and vocabulary).
 Queries: their summary lines. Each retriever runs in a child process of its own, so its peak RSS is
 its own. Reported per query and per document, and extrapolated (a formula, stated) to 1M x 10M on GPUs.
+
+    python bench/mine.py --crossover 1024 4096 16384 --model-queries 256
+
+measures instead where PLAID's search gets cheaper than exact MaxSim: both at each corpus size, side by
+side, one core each, with a plot (docs/mining_crossover.png).
 """
 
 from __future__ import annotations
@@ -92,10 +97,11 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
     return out
 
 
-def run_child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
+def run_child(kind: str, n_docs: int, n_queries: int, top_k: int, threads: int | None = None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--documents", str(n_docs),
            "--queries", str(n_queries), "--top-k", str(top_k)]  # fmt: skip
-    res = subprocess.run(cmd, env=ENV, capture_output=True, text=True, cwd=ROOT)
+    env = {**ENV, "OMP_NUM_THREADS": str(threads)} if threads else ENV
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if res.returncode != 0:
         raise RuntimeError(res.stderr[-3000:])
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -128,6 +134,52 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
     }
 
 
+def crossover(sizes: list[int], n_queries: int, top_k: int, out: Path, plot: Path) -> None:
+    """Exact MaxSim against PLAID at growing corpora, the two side by side (one core each, at once): where
+    does PLAID's fixed cost per query pay for itself?"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = []
+    with ThreadPoolExecutor(2) as pool:
+        for n in sizes:
+            measure = lambda kind, n=n: run_child(kind, n, n_queries, top_k, threads=1)  # noqa: E731
+            exact, plaid = pool.map(measure, ["model", "plaid"])
+            rows.append({"documents": n, "exact": exact, "plaid": plaid})
+            print(f"{n:,} documents: exact {1000 * exact['search_seconds'] / n_queries:.0f} ms/query, "
+                  f"PLAID {1000 * plaid['search_seconds'] / n_queries:.0f} ms/query", flush=True)  # fmt: skip
+    result = {"commit": git_commit(), "queries": n_queries, "top_k": top_k, "rows": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        "| documents | exact: index s | exact: search ms/query | PLAID: index s | PLAID: search ms/query "
+        "| exact peak RSS | PLAID peak RSS |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        e, p = r["exact"], r["plaid"]
+        print(f"| {r['documents']:,} | {e['index_seconds']:.0f} | {1000 * e['search_seconds'] / n_queries:.0f} | "
+              f"{p['index_seconds']:.0f} | {1000 * p['search_seconds'] / n_queries:.0f} | "
+              f"{e['peak_rss_mb']:,} MiB | {p['peak_rss_mb']:,} MiB |")  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    docs = [r["documents"] for r in rows]
+    for kind, label in (("exact", "exact MaxSim"), ("plaid", "PLAID")):
+        ax.plot(docs, [1000 * r[kind]["search_seconds"] / n_queries for r in rows], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("documents in the corpus")
+    ax.set_ylabel("search ms per query (one CPU core)")
+    ax.set_title(f"mining search cost, {n_queries} queries, top {top_k}; commit {result['commit']}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(plot, dpi=120)
+    print(f"wrote {plot}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=["bm25", "model", "plaid"])
@@ -136,11 +188,20 @@ def main() -> None:
     parser.add_argument("--model-documents", type=int, default=4096, help="exact MaxSim sample: documents")
     parser.add_argument("--model-queries", type=int, default=1024, help="exact MaxSim sample: queries")
     parser.add_argument("--top-k", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mine.json")
+    parser.add_argument("--out", type=Path, help="default: bench/results/mine.json (mine_crossover.json)")
+    parser.add_argument("--crossover", type=int, nargs="+", metavar="DOCUMENTS",
+                        help="instead: exact MaxSim against PLAID at these corpus sizes")  # fmt: skip
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_crossover.png")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.documents, args.queries, args.top_k)))
         return
+    results = ROOT / "bench" / "results"
+    if args.crossover:
+        out = args.out or results / "mine_crossover.json"
+        crossover(args.crossover, args.model_queries, args.top_k, out, args.plot)
+        return
+    args.out = args.out or results / "mine.json"
     bm25 = run_child("bm25", args.documents, args.queries, args.top_k)
     model = run_child("model", args.model_documents, args.model_queries, args.top_k)
     plaid = run_child("plaid", args.model_documents, args.model_queries, args.top_k)
