@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from operator_cli import rules
-from operator_cli.constants import APIS
+from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES
 from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
 from trainer.config import json_schema
 from trainer.credentials import CREDENTIAL_VALUE
@@ -88,9 +88,9 @@ def build() -> dict[str, Any]:
         "properties": {
             "api": {"enum": list(APIS)},
             "runtime": _str("dns1123"),
-            "nodes": {"type": "integer", "minimum": 1, "maximum": 1024},
+            "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
             "elastic": {"type": "string", "pattern": "^$|^[0-9]{1,4}:[0-9]{1,4}$"},
-            "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": 16},
+            "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_NODE},
             "image": _obj(
                 {
                     "repository": _str("image"),

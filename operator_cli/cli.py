@@ -25,6 +25,7 @@ from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import (
     JobSpec,
+    check_shape,
     generate_name,
     parse_elastic,
     parse_pairs,
@@ -440,7 +441,7 @@ def status_cmd(name: str, output: str, watch: bool, poll_interval: float, **o) -
 @_namespace_option
 @cluster_options
 @click.option("-f", "--follow", is_flag=True, help="Stream new lines, across pod restarts, until the job ends.")
-@click.option("--rank", type=int, default=None, help="Only the pod of this node rank (0 = master).")
+@click.option("--rank", type=click.IntRange(min=0), default=None, help="Only the pod of this node rank (0 = master).")
 @click.option("--all", "all_pods", is_flag=True, help="Every replica (default: rank 0 only).")
 @click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines of each pod (as kubectl).")
 @click.option("--since", help="Only lines newer than a duration like 30s, 5m or 1h30m (as kubectl).")
@@ -573,6 +574,7 @@ def resize_cmd(name: str, nodes: int, gpus_per_node: int | None, **o) -> None:
     from operator_cli.resize import resize
 
     name = _job_name(name)
+    check_shape(nodes, gpus_per_node)  # before any request, as every other flag
     job = resize(_cluster(o), name, nodes, gpus_per_node)
     click.echo(f"resized {job.get('kind', C.KIND)} {job['metadata'].get('namespace', '')}/{name} to {nodes} node(s); "
                f"it resumes from its newest checkpoint (colbert-k8s logs {name} -f)")  # fmt: skip

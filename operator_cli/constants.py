@@ -27,6 +27,10 @@ JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 APIS = ("pytorchjob", "trainjob")
 
 CONTAINER = "pytorch"  # the operator requires this container name
+# bounds of a job's shape, for every flag, the chart and resize: a typo (--nodes 10000) is refused before
+# it asks a cluster for that many pods; 16 GPUs is the most any node sold today holds
+MAX_NODES = 1024
+MAX_GPUS_PER_NODE = 16
 PORT_NAME = "pytorchjob-port"
 MASTER_PORT = 23456
 

@@ -22,6 +22,7 @@ from typing import Any
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, kind_of
+from operator_cli.spec import check_shape
 
 __all__ = ["resize"]
 
@@ -32,8 +33,7 @@ def resize(cluster: Cluster, name: str, nodes: int, gpus_per_node: int | None, w
     kind = kind_of(job)
     old_nodes, old_gpus = kind.nodes_and_gpus(job)
     gpus = old_gpus if gpus_per_node is None else gpus_per_node
-    if not 1 <= nodes <= 1024 or not 0 <= gpus <= 16:
-        raise CliError(f"--nodes must be 1..1024 and --gpus-per-node 0..16, got {nodes} and {gpus}")
+    check_shape(nodes, gpus)
     if not _workspace_claim(job):
         raise CliError(
             f"{kind.kind} {cluster.ns}/{name} keeps its checkpoints in each pod's emptyDir (--pod-local-storage): "

@@ -22,6 +22,8 @@ from operator_cli.constants import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
     TERMINATION_GRACE_SECONDS,
     V2_DEFAULT_RUNTIME,
 )
@@ -30,6 +32,7 @@ from trainer.credentials import credential_in
 
 __all__ = [
     "JobSpec",
+    "check_shape",
     "SecretRef",
     "parse_pairs",
     "parse_toleration",
@@ -149,14 +152,22 @@ def parse_secret_envs(values: tuple[str, ...] | list[str]) -> dict[str, SecretRe
     return out
 
 
+def check_shape(nodes: int, gpus_per_node: int | None) -> None:
+    """``--nodes`` and ``--gpus-per-node`` within this tool's bounds (``gpus_per_node`` None: unchanged)."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise CliError(f"--nodes must be between 1 and {MAX_NODES}, got {nodes}")
+    if gpus_per_node is not None and not 0 <= gpus_per_node <= MAX_GPUS_PER_NODE:
+        raise CliError(f"--gpus-per-node must be between 0 and {MAX_GPUS_PER_NODE}, got {gpus_per_node}")
+
+
 def parse_elastic(raw: str) -> tuple[int, int]:
     """``--elastic MIN:MAX`` -> ``(MIN, MAX)``: the node counts the job may shrink to and grow to."""
     low, sep, high = raw.partition(":")
     if not (sep and low.isdigit() and high.isdigit()):
         raise CliError(f"--elastic must be MIN:MAX node counts like 1:4, got {shown(raw)}")
     low_n, high_n = int(low), int(high)
-    if not 1 <= low_n <= high_n <= 1024:
-        raise CliError(f"--elastic {low_n}:{high_n} must have 1 <= MIN <= MAX <= 1024")
+    if not 1 <= low_n <= high_n <= MAX_NODES:
+        raise CliError(f"--elastic {low_n}:{high_n} must have 1 <= MIN <= MAX <= {MAX_NODES}")
     return low_n, high_n
 
 
@@ -225,10 +236,7 @@ class JobSpec:
             raise CliError(
                 f"--namespace must be a DNS-1123 label (at most 63 of a-z, 0-9, '-'), got {shown(self.namespace)}"
             )
-        if not 1 <= self.nodes <= 1024:
-            raise CliError(f"--nodes must be between 1 and 1024, got {self.nodes}")
-        if not 0 <= self.gpus_per_node <= 16:
-            raise CliError(f"--gpus-per-node must be between 0 and 16, got {self.gpus_per_node}")
+        check_shape(self.nodes, self.gpus_per_node)
         if not rules.full("image", self.image):
             raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {shown(self.image)}")
         for flag, value in (

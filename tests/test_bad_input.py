@@ -449,6 +449,22 @@ def test_bad_names_never_reach_the_server(name, fake_api, tmp_path):
     assert server.requests == []
 
 
+BAD_CLUSTER_FLAGS = [
+    (["resize", "demo", "--nodes", "0"], "--nodes must be between 1 and 1024, got 0"),
+    (["resize", "demo", "--nodes", "2000"], "--nodes must be between 1 and 1024, got 2000"),
+    (["resize", "demo", "--nodes", "2", "--gpus-per-node", "99"], "--gpus-per-node must be between 0 and 16"),
+    (["logs", "demo", "--rank", "-1"], "-1 is not in the range x>=0"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD_CLUSTER_FLAGS, ids=[" ".join(a) for a, _ in BAD_CLUSTER_FLAGS])
+def test_bad_flags_of_cluster_commands_never_reach_the_server(args, needle, fake_api, tmp_path):
+    """resize read the job first and refused its --nodes after; kubectl checks its flags before any request."""
+    server = fake_api("ok")
+    _assert_one_line(_invoke([*args, "--kubeconfig", str(_kubeconfig(tmp_path, server.url))]), needle)
+    assert server.requests == []
+
+
 def test_credentials_in_the_server_url_are_not_shown(tmp_path):
     port = free_port()  # a port nobody listens on: connection refused
     kubeconfig = _kubeconfig(tmp_path, f"http://admin:s3cr3t-pass@127.0.0.1:{port}")
