@@ -29,6 +29,10 @@ RWX_PROVISIONERS = ("nfs", "cephfs", "efs.csi.aws.com", "filestore", "file.csi.a
 GPU = "nvidia.com/gpu"
 
 
+def _name(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("name", "?"))
+
+
 @dataclass
 class Check:
     name: str
@@ -134,9 +138,8 @@ def _runtime(cluster: Cluster) -> Check:
 
 @_guarded("GPU nodes")
 def _gpus(cluster: Cluster) -> Check:
-    nodes = cluster.read(lambda: cluster.core.list_node(), "list", "Node", namespace=None) or {}
     gpu_nodes = []
-    for node in nodes.get("items", []):
+    for node in cluster.items(lambda: cluster.core.list_node(), "Node", namespace=None):
         count = int(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0) or 0)
         if count:
             labels = (node.get("metadata") or {}).get("labels") or {}
@@ -160,14 +163,10 @@ def _storage(cluster: Cluster) -> Check:
     from kubernetes import client
 
     storage = client.StorageV1Api(cluster.api)
-    classes = cluster.read(lambda: storage.list_storage_class(), "list", "StorageClass", namespace=None) or {}
-    rwx = [
-        sc["metadata"]["name"]
-        for sc in classes.get("items", [])
-        if any(p in (sc.get("provisioner") or "").lower() for p in RWX_PROVISIONERS)
-    ]
+    classes = cluster.items(lambda: storage.list_storage_class(), "StorageClass", namespace=None)
+    rwx = [_name(sc) for sc in classes if any(p in str(sc.get("provisioner") or "").lower() for p in RWX_PROVISIONERS)]
     if not rwx:
-        names = ", ".join(sc["metadata"]["name"] for sc in classes.get("items", [])) or "none"
+        names = ", ".join(_name(sc) for sc in classes) or "none"
         return Check(
             "ReadWriteMany storage",
             "WARN",
@@ -184,11 +183,8 @@ def _namespace(cluster: Cluster) -> Check:
         return Check(
             "namespace", "FAIL", f"namespace {cluster.ns!r} does not exist", f"kubectl create namespace {cluster.ns}"
         )
-    quotas = (
-        cluster.read(lambda: cluster.core.list_namespaced_resource_quota(cluster.ns), "list", "ResourceQuota") or {}
-    )
     limits = []
-    for q in quotas.get("items", []):
+    for q in cluster.items(lambda: cluster.core.list_namespaced_resource_quota(cluster.ns), "ResourceQuota"):
         hard, used = (q.get("status") or {}).get("hard") or {}, (q.get("status") or {}).get("used") or {}
         for key in (f"requests.{GPU}", "requests.cpu", "requests.memory"):
             if key in hard:
@@ -205,7 +201,7 @@ def _queues(cluster: Cluster) -> Check:
     )
     if queues is None:
         return Check("Kueue queues", "OK", "Kueue is not installed (not needed)")
-    names = [q["metadata"]["name"] for q in queues.get("items", [])]
+    names = [_name(q) for q in cluster.items_of(queues, "LocalQueue")]
     if not names:
         return Check("Kueue queues", "OK", f"Kueue is installed; no LocalQueue in {cluster.ns} (--queue not needed)")
     return Check("Kueue queues", "OK", f"LocalQueue(s) {', '.join(names)}: pass --queue NAME")

@@ -449,6 +449,18 @@ def test_bad_names_never_reach_the_server(name, fake_api, tmp_path):
     assert server.requests == []
 
 
+@pytest.mark.parametrize("mode", ["null-items", "text-items", "null-body", "html", "list-status-text", "500"])
+def test_doctor_reports_a_server_it_cannot_read_one_check_at_a_time(mode, fake_api, tmp_path):
+    """Each check reads its own answer: a list of null, of text or of the wrong objects was "internal error"
+    (a KeyError from the client's models, a None iterated); now each check says it could not check."""
+    server = fake_api(mode)
+    res = _invoke(["doctor", "--kubeconfig", str(_kubeconfig(tmp_path, server.url)), "--request-timeout", "2"])
+    assert res.exit_code == 2, res.output  # no job API could be confirmed: FAIL
+    assert "internal error" not in res.output and "Traceback" not in res.output
+    rows = res.output.splitlines()[1:]
+    assert len(rows) >= 9 and all(" FAIL " in r or " WARN " in r or " OK " in r for r in rows), res.output
+
+
 BAD_CLUSTER_FLAGS = [
     (["resize", "demo", "--nodes", "0"], "--nodes must be between 1 and 1024, got 0"),
     (["resize", "demo", "--nodes", "2000"], "--nodes must be between 1 and 1024, got 2000"),

@@ -43,6 +43,23 @@ class Cluster:
     def _c(self, fn, verb, kind, name=None, namespace: str | None = "") -> Any:
         return call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host, self.timeout)
 
+    def items(self, fn, kind: str, namespace: str | None = "") -> list[dict[str, Any]]:
+        """A list read's items as plain dicts (none when the resource is not there); a list without a list of
+        objects in ``items`` is one line (Go writes an empty slice as null, which is an empty list)."""
+        return self.items_of(self.read(fn, "list", kind, namespace=namespace) or {"items": []}, kind)
+
+    def items_of(self, answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+        """The items of a list answer already read (see :meth:`items`)."""
+        found = answer.get("items", "no items")
+        found = [] if found is None else found
+        if not isinstance(found, list) or not all(isinstance(i, dict) for i in found):
+            raise CliError(
+                f"the server at {redact(self.host)} answered list {kind} without a list of objects in items, "
+                "unlike a Kubernetes API server",
+                hint=NOT_THE_API_SERVER,
+            )
+        return found
+
     def read(self, fn, verb: str, kind: str, name: str | None = None, namespace: str | None = "") -> dict | None:
         """One read as a plain dict; None when the object (or the resource) is not there (404)."""
         try:
@@ -318,21 +335,7 @@ class Cluster:
                 fn = lambda k=kind: self.custom.list_namespaced_custom_object(
                     k.group, k.version, self.ns, k.plural, label_selector=selector
                 )
-            try:
-                res = self._c(fn, "list", kind.kind, namespace=None if all_namespaces else "")
-            except CliError as e:
-                if e.status == 404:
-                    continue
-                raise
-            found = res.get("items", "no items") if isinstance(res, dict) else res  # a list always has items:
-            found = [] if found is None else found  # Go writes an empty (nil) slice as null
-            if not isinstance(found, list) or not all(isinstance(j, dict) for j in found):
-                raise CliError(
-                    f"the server at {redact(self.host)} answered list {kind.kind} without a list of objects in "
-                    "items, unlike a Kubernetes API server",
-                    hint=NOT_THE_API_SERVER,
-                )
-            for job in found:
+            for job in self.items(fn, kind.kind, namespace=None if all_namespaces else ""):  # a kind not served: none
                 self._well_formed(job, f"list {kind.kind}")
                 job.setdefault("kind", kind.kind)
                 items.append(job)

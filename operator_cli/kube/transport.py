@@ -137,7 +137,10 @@ def call(
     from urllib3.exceptions import HTTPError, MaxRetryError, ReadTimeoutError
 
     host = redact(host)
-    target = f"{kind} {namespace}/{name}" if name else f"{kind} in namespace {namespace}" if namespace else kind
+    if name:
+        target = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"  # None: a cluster-scoped object
+    else:
+        target = f"{kind} in namespace {namespace}" if namespace else kind
     try:
         result = fn()
     except ApiException as e:
@@ -174,7 +177,8 @@ def call(
             f"cannot reach the cluster at {host} ({type(inner).__name__})",
             hint="check --context, your VPN, and `kubectl cluster-info`",
         ) from inner
-    except (ValueError, TypeError, AttributeError) as e:  # a body that is not the API's JSON
+    except (ValueError, TypeError, AttributeError, KeyError) as e:  # a body that is not the API's JSON (the
+        # typed client raises these deserializing one)
         raise CliError(
             f"the server at {host} did not answer {verb} {target} like a Kubernetes API server",
             hint=NOT_THE_API_SERVER,
@@ -189,8 +193,8 @@ def call(
 
 def _not_an_api_object(result: Any, verb: str) -> str | None:
     """What keeps an answer from being an object as the API server writes one (a mapping whose metadata,
-    if any, is a mapping), or None. Only a delete or patch may answer with nothing."""
-    if hasattr(result, "to_dict") or (result is None and verb not in ("get", "list")):
+    if any, is a mapping), or None. Only a delete may answer with nothing."""
+    if hasattr(result, "to_dict") or (result is None and verb == "delete"):
         return None  # a typed model of the kubernetes client, or an empty answer where one is allowed
     if isinstance(result, (str, bytes)):
         return "got text"
