@@ -298,7 +298,8 @@ class MineConfig(_Strict):
     retriever: Literal["model", "plaid", "bm25"] = Field(
         "model",
         description="First round: exact MaxSim with model.name_or_path, sharded over all ranks; plaid: the same "
-        "model through a PLAID index of each rank's share (corpora beyond ~1M documents); or BM25 (bm25s). "
+        "model through a PLAID index of each rank's share (corpora beyond ~1M documents on GPUs, ~10k on CPUs: "
+        "docs/mining.md); or BM25 (bm25s). "
         "Later rounds mine with the model trained in the round before, through PLAID if it is plaid.",
     )
     model: Location | None = Field(
