@@ -169,6 +169,19 @@ def test_local_workdir_that_cannot_be_written(config, tmp_path):
     assert res.exit_code == 2 and (tmp_path / "file").read_text() == "x"
 
 
+def test_a_workdir_another_replay_holds_is_refused_and_left_alone(config, tmp_path):
+    """Two replays in one --workdir trained into the same output_dir at once, interleaving checkpoints."""
+    from filelock import FileLock
+
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    with FileLock(workdir / ".colbert-k8s-local.lock"):  # what a running `local` holds
+        res = _invoke(["local", "--config", str(config), "--gpus-per-node", "0", "--workdir", str(workdir)])
+    _assert_one_line(res, "is in use by another `colbert-k8s local` replay")
+    assert res.exit_code == 2
+    assert sorted(p.name for p in workdir.iterdir()) == [".colbert-k8s-local.lock"]  # no pod directory made
+
+
 def test_timeout_without_wait(config):
     _assert_one_line(_invoke(["submit", "--config", str(config), "--timeout", "5"]), "--timeout")
 

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from operator_cli import constants as C
+from operator_cli.errors import CliError
 from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, stop, wait_any_failure
 from operator_cli.local.replicas import Replica, plan_replicas, unsupported
@@ -82,6 +83,7 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
     click.echo(f"local: not honoured here: {'; '.join(unsupported(plan, _gpus_here()))}", err=True)
 
     workdir = workdir.resolve()
+    in_use = _claim(workdir)  # before anything is written under it
     grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
     master_ws = announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
@@ -165,6 +167,25 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
         shutil.rmtree(config_dir, ignore_errors=True)
         if network:
             network.destroy()
+        in_use.release()
+
+
+def _claim(workdir: Path):
+    """Hold --workdir for this replay: it stands for the job's volume, and two replays training into the same
+    output_dir would interleave their checkpoints (as a second job of the same name is refused by the API
+    server with 409). A lock file, released by the OS if this process dies."""
+    from filelock import FileLock, Timeout
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(workdir / ".colbert-k8s-local.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise CliError(
+            f"--workdir {workdir} is in use by another `colbert-k8s local` replay",
+            hint="wait for it to end (or stop it with Ctrl-C: it checkpoints), or pass another --workdir",
+        ) from None
+    return lock
 
 
 class _Terminated(Exception):
