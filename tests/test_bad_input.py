@@ -182,6 +182,18 @@ def test_a_workdir_another_replay_holds_is_refused_and_left_alone(config, tmp_pa
     assert sorted(p.name for p in workdir.iterdir()) == [".colbert-k8s-local.lock"]  # no pod directory made
 
 
+def test_a_pod_directory_local_did_not_make_is_left_alone(config, tmp_path):
+    """It was click's own "Error:" with exit code 1, unlike every other line of this tool."""
+    theirs = tmp_path / "w" / "pods" / "demo-master-0"
+    theirs.mkdir(parents=True)
+    (theirs / "notes.txt").write_text("mine")
+    res = _invoke(
+        ["local", "--config", str(config), "--name", "demo", "--gpus-per-node", "0", "--workdir", str(tmp_path / "w")]
+    )
+    _assert_one_line(res, "exists and was not made by `colbert-k8s local`", code=2)
+    assert [p.name for p in theirs.iterdir()] == ["notes.txt"] and (theirs / "notes.txt").read_text() == "mine"
+
+
 def test_timeout_without_wait(config):
     _assert_one_line(_invoke(["submit", "--config", str(config), "--timeout", "5"]), "--timeout")
 

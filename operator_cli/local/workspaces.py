@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from operator_cli.errors import CliError
 from operator_cli.podplan import PodPlan
 from operator_cli.spec import parse_training_config
 
@@ -50,8 +51,9 @@ def prepare_pod_workspaces(plan: PodPlan, config_text: str, workdir: Path) -> li
         ws = pod_workspace(workdir, host)
         if ws.exists():
             if not (ws / _POD_MARK).is_file():
-                raise click.ClickException(
-                    f"{ws} exists and was not made by `colbert-k8s local`; move it away or pick another --workdir"
+                raise CliError(
+                    f"{ws} exists and was not made by `colbert-k8s local`; it is left as it is",
+                    hint="move it away, or pass another --workdir",
                 )
             shutil.rmtree(ws)
         ws.mkdir(parents=True)
