@@ -149,6 +149,27 @@ def test_pairs_without_negatives_are_enough_and_queries_group_their_positives(tm
     assert pairs.rows == [(0, 0), (1, 1), (0, 2)] and pairs.positives == [{0, 2}, {1}]
 
 
+def test_a_query_bm25_cannot_search_drops_its_row_not_the_job(tmp_path, caplog):
+    """A query with no word bm25s keeps (stopwords, punctuation, one-letter words: "The r.h.s. of ``f(p) = s``."
+    is one of the packages benchmark's 29,009) made bm25s raise IndexError, which killed the job; its row is now
+    dropped and counted like the others BM25 cannot mine."""
+    from trainer.env import Layout
+    from trainer.mine import mine
+
+    rows = [
+        {"query": f"sort list number {i}", "positive": f"document {i} sorts a list of {i} numbers"} for i in range(12)
+    ]
+    rows.insert(5, {"query": "The r.h.s. of ``f(p) = s``.", "positive": "the right-hand side of an equation"})
+    cfg = _pairs_cfg(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0)
+    with caplog.at_level("INFO", logger="trainer"):
+        table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
+    assert table.num_rows == 12 and "The r.h.s. of ``f(p) = s``." not in table.column("query").to_pylist()
+    assert json.loads((tmp_path / "mined" / "mining.json").read_text())["dropped"]["no_terms"] == 1
+    assert any(
+        "1 of 13 rows dropped: their query holds no word BM25 can search for" in r.message for r in caplog.records
+    )
+
+
 def test_a_positive_missing_from_the_corpus_is_one_line(tmp_path):
     from trainer.data import DataError
     from trainer.mine import load_pairs

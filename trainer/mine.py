@@ -236,12 +236,18 @@ class Bm25Retriever:
         self.index = bm25s.BM25()
         self.index.index(bm25s.tokenize(corpus, stopwords="en", show_progress=show), show_progress=show)
 
-    def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
+    def search(
+        self, queries: list[str], positives: list[set[int]], k: int
+    ) -> tuple[list[Candidates | None], list[dict]]:
+        """None for a query with no word BM25 can search for."""
         rank, world = D.rank(), D.world_size()
         mine = list(range(rank, len(queries), world))
         tokens = self.bm25s.tokenize([queries[i] for i in mine], stopwords="en", return_ids=False, show_progress=False)
         answers = []
         for qi, words in zip(mine, tokens):
+            if not words:  # stopwords, punctuation, one-letter words: nothing to rank by (bm25s raises IndexError)
+                answers.append((qi, None, {}))
+                continue
             scores = torch.from_numpy(self.index.get_scores(words))
             top = scores.sort(descending=True, stable=True)  # ties (many zeros) go to the lower index
             keep = k + len(positives[qi])
@@ -273,6 +279,7 @@ class Dropped(str, Enum):
 
     TOO_FEW = "too_few"  # fewer than mine.negatives candidates left in rank_range within the top_k
     POSITIVE_WITHIN = "positive_within"  # the retriever ranks the positive below mine.positive_within
+    NO_TERMS = "no_terms"  # BM25 keeps no word of the query (stopwords, punctuation, one-letter words)
 
 
 def choose_negatives(
@@ -384,6 +391,9 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
     out: list[tuple[int, str, str, list[str], list[float]]] = []
     dropped = dict.fromkeys((d.value for d in Dropped), 0)
     for q, found, scores in zip(qs, cands, pos_scores):
+        if found is None:
+            dropped[Dropped.NO_TERMS.value] += len(rows_of[q])
+            continue
         for row in rows_of[q]:
             positive = pairs.rows[row][1]
             rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
@@ -446,6 +456,9 @@ def _explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: Mine
             "below %.2f x the positive's score (the retriever ranks their positive low); %s",
             too_few, rows, 100 * too_few / rows, cfg.negatives, *cfg.rank_range, cfg.top_k, cfg.max_score_ratio, fix,
         )  # fmt: skip
+    if unsearchable := dropped.get(Dropped.NO_TERMS.value, 0):
+        log.info("mine: %d of %d rows dropped: their query holds no word BM25 can search for (stopwords, "
+                 "punctuation, one-letter words); mine.retriever: model keeps them", unsearchable, rows)  # fmt: skip
     if inconsistent := dropped.get(Dropped.POSITIVE_WITHIN.value, 0):
         log.info("mine: %d of %d rows dropped: their positive ranks below mine.positive_within (%d)",
                  inconsistent, rows, cfg.positive_within)  # fmt: skip
