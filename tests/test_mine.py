@@ -85,7 +85,7 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
         pq.write_table(_part_table(pairs, qs, [cands[q] for q in qs], [scores[q] for q in qs], rows_of, cfg),
                        tmp_path / f"part-{n}.parquet")  # fmt: skip
     stats = _join(sorted(tmp_path.glob("part-*.parquet")), tmp_path / "train.parquet")
-    assert stats["rows"] == 1 and stats["dropped"] == {"too_few": 1, "positive_within": 1}
+    assert stats["rows"] == 1 and stats["dropped"] == {"too_few": 1, "positive_within": 1, "no_terms": 0}
     assert pq.read_table(tmp_path / "train.parquet").column("row").to_pylist() == [0]
     with caplog.at_level("INFO", logger="trainer"):
         _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
