@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, stop, wait_any_failure
 from operator_cli.local.replicas import Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage
-from operator_cli.podplan import plan_pods
+from operator_cli.podplan import PodPlan, plan_pods
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS
 
@@ -77,13 +79,16 @@ def _gpus_here() -> int:
 def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False) -> int:
     """Run the job; returns the job's exit status (0 succeeded, 1 failed)."""
     plan = plan_pods(objects)
+    click.echo(f"local: not honoured here: {'; '.join(unsupported(plan, _gpus_here()))}", err=True)
+    workdir = workdir.resolve()
+    with _claimed(workdir):  # before anything is written under it; released however the replay ends
+        return _replay(plan, objects, workdir, isolate_network)
+
+
+def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool) -> int:
     name = plan.name
     cm = next(o for o in objects if o["kind"] == "ConfigMap")
     backoff, restart_policy = plan.backoff_limit, plan.restart_policy
-    click.echo(f"local: not honoured here: {'; '.join(unsupported(plan, _gpus_here()))}", err=True)
-
-    workdir = workdir.resolve()
-    in_use = _claim(workdir)  # before anything is written under it
     grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
     master_ws = announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
@@ -167,10 +172,10 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
         shutil.rmtree(config_dir, ignore_errors=True)
         if network:
             network.destroy()
-        in_use.release()
 
 
-def _claim(workdir: Path):
+@contextlib.contextmanager
+def _claimed(workdir: Path) -> Iterator[None]:
     """Hold --workdir for this replay: it stands for the job's volume, and two replays training into the same
     output_dir would interleave their checkpoints (as a second job of the same name is refused by the API
     server with 409). A lock file, released by the OS if this process dies."""
@@ -185,7 +190,10 @@ def _claim(workdir: Path):
             f"--workdir {workdir} is in use by another `colbert-k8s local` replay",
             hint="wait for it to end (or stop it with Ctrl-C: it checkpoints), or pass another --workdir",
         ) from None
-    return lock
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class _Terminated(Exception):
