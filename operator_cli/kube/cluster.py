@@ -19,10 +19,8 @@ from operator_cli.lines import text_lines
 __all__ = ["Cluster"]
 
 
-def _ours(meta: dict[str, Any], job: str) -> bool:
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):  # a ConfigMap or PVC answered by something other than an API server
-        return False
+def _ours(obj: dict[str, Any], job: str) -> bool:
+    labels = _labels(obj)
     return labels.get(C.LABEL_MANAGED_BY) == C.MANAGED_BY and labels.get(C.LABEL_INSTANCE) == job
 
 
@@ -256,34 +254,33 @@ class Cluster:
         extra = [("ConfigMap", f"{name}-config")]
         if not keep_storage:
             extra.append(("PersistentVolumeClaim", f"{name}-workspace"))
-        found = {key: self._metadata(*key) for key in extra}  # before the job goes: GC takes what it owns
+        found = {key: self._object(*key) for key in extra}  # before the job goes: GC takes what it owns
         if not self._delete_one(kind.kind, name):
             raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
         removed = [f"{kind.kind} {name}"]
-        for (kind, obj_name), meta in found.items():
-            if meta is None:
+        for (kind, obj_name), obj in found.items():
+            if obj is None:
                 continue
-            if not _ours(meta, name):
+            if not _ours(obj, name):
                 self.skipped.append(f"{kind} {obj_name} (not created by colbert-k8s for {name}; left alone)")
                 continue
             # an object the job owned may already be gone with it (Kubernetes' garbage collector): removed all the same
-            if self._delete_one(kind, obj_name) or self._metadata(kind, obj_name) is None:
+            if self._delete_one(kind, obj_name) or self._object(kind, obj_name) is None:
                 removed.append(f"{kind} {obj_name}")
         return removed
 
-    def _metadata(self, kind: str, name: str) -> dict[str, Any] | None:
+    def _object(self, kind: str, name: str) -> dict[str, Any] | None:
         fn = {
             "ConfigMap": lambda: self.core.read_namespaced_config_map(name, self.ns),
             "PersistentVolumeClaim": lambda: self.core.read_namespaced_persistent_volume_claim(name, self.ns),
         }[kind]
-        obj = self.read(fn, "get", kind, name)
-        return None if obj is None else obj.get("metadata") or {}
+        return self.read(fn, "get", kind, name)
 
     # ---- read ------------------------------------------------------------------------------
     def get_own_job(self, name: str) -> dict[str, Any]:
         """The job, if this tool created it; another tool's job of that name is one line, exit 1."""
         job = self.get_job(name)
-        if not _ours(job.get("metadata") or {}, name):
+        if not _ours(job, name):
             raise CliError(
                 f"{job.get('kind', C.KIND)} {self.ns}/{name} was not created by colbert-k8s "
                 f"(no {C.LABEL_MANAGED_BY}={C.MANAGED_BY} label); not touching it",
