@@ -58,6 +58,8 @@ def run_reference(
     steps: int,
     query_length: int,
     document_length: int,
+    extra: list[str] | None = None,
+    env: dict | None = None,
 ) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "reference.json"
@@ -79,8 +81,9 @@ def run_reference(
         str(document_length),
         "--out",
         str(out),
+        *(extra or []),
     ]
-    res = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if res.returncode != 0:
         raise RuntimeError(f"reference recipe failed:\n{res.stderr[-3000:]}")

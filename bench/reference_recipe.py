@@ -30,6 +30,8 @@ def main() -> None:
     p.add_argument("--query-length", type=int, default=32)
     p.add_argument("--document-length", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--save", help="save the trained model here (to evaluate it)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
@@ -45,6 +47,7 @@ def main() -> None:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
+    torch.manual_seed(args.seed)  # the new projection's weights, drawn as colbert-train of this seed draws them
     model = models.ColBERT(args.model, query_length=args.query_length, document_length=args.document_length)
     train = datasets.load_dataset("json", data_files=args.data, split="train")
     training_args = SentenceTransformerTrainingArguments(
@@ -58,7 +61,7 @@ def main() -> None:
         report_to="none",
         dataloader_drop_last=True,
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
-        seed=42,
+        seed=args.seed,
     )
     trainer = SentenceTransformerTrainer(
         model=model,
@@ -68,6 +71,8 @@ def main() -> None:
         data_collator=utils.ColBERTCollator(tokenize_fn=model.tokenize),
     )
     result = trainer.train()
+    if args.save and int(os.environ.get("RANK", "0")) == 0:
+        model.save(args.save)
     if int(os.environ.get("RANK", "0")) == 0:
         with open(args.out, "w") as f:
             json.dump(

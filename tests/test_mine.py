@@ -76,7 +76,7 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
                   positives=[{0}, {1}, {2}])  # fmt: skip
     cands = [
         [(0, 10.0)] + [(i, 9.0 - i / 2) for i in range(1, 12)],  # kept
-        [(2, 9.5), (3, 9.4), (1, 7.5), (4, 7.4), (5, 7.3), (6, 7.2)],  # all left are above 0.9 x 7.5: too few
+        [(2, 9.5), (3, 9.4), (1, 7.5), *((i, 7.4 - i / 100) for i in range(4, 11))],  # all above 0.9 x 7.5: too few
         [(i, 5.0) for i in range(3, 11)],  # 8 documents above the positive's 1.0: beyond positive_within 6
     ]
     scores = [{0: 10.0}, {1: 7.5}, {2: 1.0}]
@@ -85,7 +85,8 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
         pq.write_table(_part_table(pairs, qs, [cands[q] for q in qs], [scores[q] for q in qs], rows_of, cfg),
                        tmp_path / f"part-{n}.parquet")  # fmt: skip
     stats = _join(sorted(tmp_path.glob("part-*.parquet")), tmp_path / "train.parquet")
-    assert stats["rows"] == 1 and stats["dropped"] == {"too_few": 1, "positive_within": 1, "no_terms": 0}
+    assert stats["rows"] == 1 and stats["dropped"] == {"too_few": 1, "positive_within": 1, "no_terms": 0,
+                                                     "rows_per_query": 0, "unmatched": 0}
     assert pq.read_table(tmp_path / "train.parquet").column("row").to_pylist() == [0]
     with caplog.at_level("INFO", logger="trainer"):
         _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)

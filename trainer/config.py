@@ -335,6 +335,13 @@ class MineConfig(_Strict):
         "mislabelled. Default: keep every row.",
     )
     negatives: int = Field(3, ge=1, le=64, description="Negatives per (query, positive) row.")
+    rows_per_query: int | None = Field(
+        None,
+        ge=1,
+        description="Keep at most this many rows per distinct query (a seeded sample of its rows); every "
+        "positive of data.train still counts as the query's positive, so none becomes a negative. For data "
+        "with many positives per query (NFCorpus: 43 on average). Default: every row.",
+    )
     rounds: int = Field(
         1,
         ge=1,
@@ -457,6 +464,16 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "training.global_batch_size derives the accumulation steps itself: remove "
                 "training.gradient_accumulation_steps"
+            )
+        if (
+            self.training.global_batch_size is not None
+            and self.training.gather_across_devices is False
+            and self.loss.name != "distillation"
+        ):
+            raise ValueError(
+                "training.global_batch_size (an elastic job) with gather_across_devices: false draws each query's "
+                "in-batch negatives from its own rank only, so the loss changes with the world size; remove "
+                "training.gather_across_devices, or unset global_batch_size"
             )
         if self.mine is not None and self.mine.teacher is None and self.loss.name == "distillation":
             raise ValueError("loss distillation with mine needs mine.teacher to score the mined documents")

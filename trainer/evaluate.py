@@ -25,7 +25,7 @@ from trainer.encode import embed_texts
 DOC_CHUNK = 512  # documents encoded and scored at once
 TOP_K = 100
 
-__all__ = ["BeirSplit", "load_beir", "evaluate", "retrieval_metrics", "trec_order"]
+__all__ = ["BeirSplit", "evaluate", "load_beir", "retrieval_metrics", "search", "trec_order"]
 
 
 @dataclass
@@ -152,6 +152,11 @@ def _local_top(model, split: BeirSplit, batch_size: int, device) -> tuple[torch.
 
 def evaluate(model, split: BeirSplit, batch_size: int = 32) -> dict[str, float]:
     """Exact MaxSim retrieval over the whole corpus, sharded over ranks; the same metrics on every rank."""
+    return retrieval_metrics(search(model, split, batch_size), {q: split.qrels[q] for q in split.query_ids})
+
+
+def search(model, split: BeirSplit, batch_size: int = 32) -> dict[str, dict[str, float]]:
+    """The top 100 documents of every query by exact MaxSim, as a run ({query id: {document id: score}})."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -166,4 +171,4 @@ def evaluate(model, split: BeirSplit, batch_size: int = 32) -> dict[str, float]:
         k = min(TOP_K, values.shape[1])
         top = values[row].topk(k)
         run[qid] = {split.corpus_ids[int(indices[row, j])]: float(v) for v, j in zip(top.values, top.indices)}
-    return retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids})
+    return run

@@ -56,6 +56,7 @@ TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores") 
 _DOC_CHUNK = 512  # documents encoded and scored at once
 _QUERY_BLOCK = 64  # queries scored at once against a document chunk
 _DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
+_FINGERPRINT = "fingerprint.json"  # what the parts beside it were mined from (mining_fingerprint)
 
 
 class MiningError(DataError, JobVerdict):
@@ -86,7 +87,10 @@ def load_pairs(cfg: TrainConfig) -> Pairs:
     queries, documents, _ = load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir).all()
     positives_text = [docs[0] for docs in documents]
     corpus = _read_corpus(cfg.mine.corpus) if cfg.mine.corpus else list(dict.fromkeys(positives_text))
-    doc_index = {text: i for i, text in reversed(list(enumerate(corpus)))}  # the first copy wins
+    copies: dict[str, list[int]] = {}  # every index of each text: a copy of a positive is a positive too
+    for i, text in enumerate(corpus):
+        copies.setdefault(text, []).append(i)
+    doc_index = {text: found[0] for text, found in copies.items()}  # the first copy is the row's positive
     missing = [n for n, text in enumerate(positives_text, 1) if text not in doc_index]
     if missing:
         raise DataError(
@@ -100,7 +104,7 @@ def load_pairs(cfg: TrainConfig) -> Pairs:
         qi = query_index.setdefault(q, len(query_index))
         if qi == len(positives):
             positives.append(set())
-        positives[qi].add(doc_index[p])
+        positives[qi].update(copies[p])
         rows.append((qi, doc_index[p]))
     return Pairs(list(query_index), corpus, rows, positives)
 
@@ -129,6 +133,21 @@ def _my_chunks(documents: int) -> list[int]:
     return list(range(0, documents, _DOC_CHUNK))[D.rank() :: D.world_size()]
 
 
+def _scoring_width(mask: torch.Tensor) -> int:
+    """Columns up to the last one any document scores with: trimming there changes no MaxSim.
+
+    Not the largest *count* of scoring tokens: the mask drops punctuation inside a document, so a
+    document's last scoring token can sit past that count.
+
+    >>> _scoring_width(torch.tensor([[1, 0, 1, 0], [1, 1, 0, 0]], dtype=torch.bool))
+    3
+    >>> _scoring_width(torch.zeros(2, 4, dtype=torch.bool))
+    1
+    """
+    columns = mask.any(0).nonzero()
+    return int(columns.max()) + 1 if len(columns) else 1
+
+
 class ModelRetriever:
     """Exact MaxSim of the model being trained. The corpus is cut into fixed chunks of ``_DOC_CHUNK``
     documents, dealt round-robin to the ranks; each rank encodes its chunks once (fp16, trimmed to the
@@ -145,8 +164,8 @@ class ModelRetriever:
         for start in tqdm(starts, desc="mine: encode corpus", disable=not show, unit="chunk"):
             texts = corpus[start : start + _DOC_CHUNK]
             emb, mask = embed_texts(model, texts, False, batch_size, model.document_length, device)
-            longest = max(1, int(mask.sum(1).max()))
-            self.chunks.append((start, emb[:, :longest].half(), mask[:, :longest]))
+            width = _scoring_width(mask)
+            self.chunks.append((start, emb[:, :width].half(), mask[:, :width]))
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
@@ -227,7 +246,8 @@ class PlaidRetriever:
 
 class Bm25Retriever:
     """BM25 (the ``bm25s`` library) over the whole corpus on every rank; each rank answers every
-    world-size-th query and the answers are gathered."""
+    world-size-th query and the answers are gathered. Only documents sharing a word with the query
+    (score > 0) are candidates, so a query that matches few documents gets a short list."""
 
     def __init__(self, corpus: list[str], show: bool):
         import bm25s
@@ -249,9 +269,10 @@ class Bm25Retriever:
                 answers.append((qi, None, {}))
                 continue
             scores = torch.from_numpy(self.index.get_scores(words))
-            top = scores.sort(descending=True, stable=True)  # ties (many zeros) go to the lower index
+            top = scores.sort(descending=True, stable=True)  # ties go to the lower index
             keep = k + len(positives[qi])
-            cands = [(int(i), float(v)) for v, i in zip(top.values[:keep], top.indices[:keep])]
+            # a document scored 0 shares no word with the query: BM25 knows nothing of it, so it is no candidate
+            cands = [(int(i), float(v)) for v, i in zip(top.values[:keep], top.indices[:keep]) if v > 0]
             answers.append((qi, cands, {p: float(scores[p]) for p in positives[qi]}))
         merged = sorted((a for part in D.gather_objects(answers) for a in part), key=lambda a: a[0])
         return [a[1] for a in merged], [a[2] for a in merged]
@@ -280,6 +301,8 @@ class Dropped(str, Enum):
     TOO_FEW = "too_few"  # fewer than mine.negatives candidates left in rank_range within the top_k
     POSITIVE_WITHIN = "positive_within"  # the retriever ranks the positive below mine.positive_within
     NO_TERMS = "no_terms"  # BM25 keeps no word of the query (stopwords, punctuation, one-letter words)
+    ROWS_PER_QUERY = "rows_per_query"  # past mine.rows_per_query rows of one query (their positives still count)
+    UNMATCHED = "unmatched"  # too few left because BM25 scored too few documents above 0 for the query
 
 
 def choose_negatives(
@@ -309,14 +332,30 @@ def choose_negatives(
 # ---- the phase -------------------------------------------------------------------------------------
 
 
-def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[], Any] = lambda: None) -> Path:
+def mine(
+    cfg: TrainConfig,
+    layout: Layout,
+    out_dir: Path,
+    load_model: Callable[[], Any] = lambda: None,
+    retriever: str = "",
+) -> Path:
     """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
 
     ``load_model`` gives the ColBERT model to retrieve with (None: BM25); it is called only when some
     part is still to be mined, so a restarted job that finds its rows loads no model for them. Parts
-    already written on every node are kept; the result is renamed into place only once whole."""
+    already written on every node are kept if they were mined from the same inputs (``retriever`` names
+    the model that retrieves); the result is renamed into place only once whole."""
     final = out_dir / "train.parquet"
     writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
+    try:
+        fingerprint = mining_fingerprint(cfg, retriever)
+    except DataError as e:
+        raise MiningError(str(e)) from None
+    if writes:
+        _forget_other_inputs(out_dir, fingerprint)
+    D.barrier()  # no writer of a shared volume writes a part before every writer has looked
+    if writes:
+        write_text(out_dir / _FINGERPRINT, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
     if all(D.gather_objects(final.is_file() or not writes)):
         log.info("mined rows found: %s", final)
         return final
@@ -379,6 +418,51 @@ def mine(cfg: TrainConfig, layout: Layout, out_dir: Path, load_model: Callable[[
     return final
 
 
+def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
+    """Everything the mined rows are a function of: data.train's rows (path, size, mtime, columns, limit),
+    the ``mine:`` section (but ``rounds``, which only adds rounds after), the model's settings, the seed
+    that samples the negatives, and the model that retrieves."""
+    rows = load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
+    return {
+        "format": 1,
+        "data.train": rows.path.parent.name,  # load_rows' cache key of the source
+        "mine": cfg.mine.model_dump(mode="json", exclude={"rounds"}),
+        "model": cfg.model.model_dump(mode="json"),
+        "training.seed": cfg.training.seed,
+        "retriever": retriever or cfg.mine.model or cfg.mine.retriever,
+    }
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    """>>> _flat({"a": {"b": 1}, "c": 2})
+    {'a.b': 1, 'c': 2}"""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
+    """Remove mined parts (and the joined rows) made from other inputs than ``fingerprint``'s, saying which
+    setting changed: a restart with another ``query_chunk`` once trained some rows twice and others never."""
+    found = [p for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet") if p.is_file()]
+    if not found:
+        return
+    try:
+        before = json.loads((out_dir / _FINGERPRINT).read_text())
+    except (OSError, ValueError):
+        before = {}
+    if before == fingerprint:
+        return
+    old, new = _flat(before), _flat(fingerprint)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    what = ", ".join(f"{k}: {old.get(k, 'unknown')!s:.60} -> {new.get(k)!s:.60}" for k in changed[:3])
+    log.warning("mine: the rows in %s were mined from other inputs (%s); mining them again", out_dir, what)
+    for p in found:
+        p.unlink()
+    (out_dir / "mining.json").unlink(missing_ok=True)
+
+
 def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for row, (q, _) in enumerate(pairs.rows):
@@ -394,10 +478,18 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
         if found is None:
             dropped[Dropped.NO_TERMS.value] += len(rows_of[q])
             continue
-        for row in rows_of[q]:
+        # the retriever ran out before top_k (BM25 scores 0 for documents sharing no word with the query)
+        short = len(found) < min(cfg.mine.top_k, len(pairs.corpus))
+        rows = rows_of[q]
+        if cfg.mine.rows_per_query is not None and len(rows) > cfg.mine.rows_per_query:
+            rows = sorted(random.Random(f"rows-{cfg.training.seed}-{q}").sample(rows, cfg.mine.rows_per_query))
+            dropped[Dropped.ROWS_PER_QUERY.value] += len(rows_of[q]) - len(rows)
+        for row in rows:
             positive = pairs.rows[row][1]
             rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
             chosen = choose_negatives(found, pairs.positives[q], scores.get(positive, 0.0), cfg.mine, rng)
+            if chosen is Dropped.TOO_FEW and short:
+                chosen = Dropped.UNMATCHED
             if isinstance(chosen, Dropped):
                 dropped[chosen.value] += 1
                 continue
@@ -459,6 +551,12 @@ def _explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: Mine
     if unsearchable := dropped.get(Dropped.NO_TERMS.value, 0):
         log.info("mine: %d of %d rows dropped: their query holds no word BM25 can search for (stopwords, "
                  "punctuation, one-letter words); mine.retriever: model keeps them", unsearchable, rows)  # fmt: skip
+    if unmatched := dropped.get(Dropped.UNMATCHED.value, 0):
+        (log.warning if unmatched >= 0.05 * rows else log.info)(
+            "mine: %d of %d rows dropped: BM25 scored too few documents above 0 for their query (a document "
+            "sharing no word with it is never a negative); mine.retriever: model ranks every document",
+            unmatched, rows,
+        )  # fmt: skip
     if inconsistent := dropped.get(Dropped.POSITIVE_WITHIN.value, 0):
         log.info("mine: %d of %d rows dropped: their positive ranks below mine.positive_within (%d)",
                  inconsistent, rows, cfg.positive_within)  # fmt: skip

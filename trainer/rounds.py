@@ -52,7 +52,8 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                     "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
                 )
                 load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
-                mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", load)
+                source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
+                mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", load, source)
                 rcfg = rcfg.model_copy(
                     update={
                         "data": rcfg.data.model_copy(

@@ -2,8 +2,12 @@
 
 PyLate's distillation loss needs, per query, scores of its documents from a stronger model; PyLate
 never produces them. Here any sentence-transformers ``CrossEncoder`` (raw logits: the loss applies
-its own softmax) or PyLate ColBERT model (MaxSim) scores the rows, sharded over ranks: rank r scores
-rows r, r + W, ... and the scores are gathered, so the result does not depend on the world size.
+its own softmax) or PyLate ColBERT model (MaxSim) scores the rows, sharded over ranks in fixed blocks of
+``BLOCK`` rows (block b goes to rank b mod W) and gathered. Each block is scored alone, with the same
+forward passes on any world size, so the scores are the same bits on 1 rank or 64.
+
+A cross-encoder must give one logit per pair: transformers' default head has two, NLI models three, and
+flattening those would hand every row its neighbours' logits. Any other count is refused in one line.
 
 What a directory holds decides the kind: a PyLate module in ``modules.json`` is ColBERT; a
 ``*ForSequenceClassification`` architecture in ``config.json`` is a cross-encoder; anything else is
@@ -23,7 +27,9 @@ from trainer.data import DataError
 from trainer.encode import embed_texts
 from trainer.errors import JobVerdict
 
-__all__ = ["Teacher", "TeacherError", "teacher_kind"]
+__all__ = ["BLOCK", "Teacher", "TeacherError", "teacher_kind"]
+
+BLOCK = 64  # rows scored together: the unit dealt to the ranks, so batches never depend on the world size
 
 
 class TeacherError(DataError, JobVerdict):
@@ -41,12 +47,26 @@ def teacher_kind(path: str) -> str:
     config = root / "config.json"
     architectures = json.loads(config.read_text()).get("architectures") or [] if config.is_file() else []
     if any(a.endswith("ForSequenceClassification") for a in architectures):
+        _one_logit(path, _labels(json.loads(config.read_text())))
         return "cross-encoder"
     found = ", ".join(architectures) or "no architectures in config.json"
     raise TeacherError(
         f"mine.teacher.name_or_path {path} is neither a cross-encoder (a *ForSequenceClassification model, "
         f"found: {found}) nor a PyLate ColBERT model; give a sentence-transformers CrossEncoder or a ColBERT model"
     )
+
+
+def _labels(config: dict) -> int:
+    """The logits per pair a transformers config gives (its default head has two)."""
+    return len(config.get("id2label") or {}) or int(config.get("num_labels", 2))
+
+
+def _one_logit(path: str, labels: int) -> None:
+    if labels != 1:
+        raise TeacherError(
+            f"mine.teacher.name_or_path {path} gives {labels} logits per pair (num_labels {labels}: a classifier, "
+            "e.g. NLI); distillation needs one relevance score per pair: give a reranker with num_labels 1"
+        )
 
 
 class Teacher:
@@ -59,6 +79,7 @@ class Teacher:
             from sentence_transformers import CrossEncoder
 
             self.model = CrossEncoder(cfg.name_or_path, device=str(device), max_length=cfg.max_length)
+            _one_logit(cfg.name_or_path, self.model.model.config.num_labels)  # what was loaded, not just the file
         else:
             from trainer.model import build_model
 
@@ -68,12 +89,12 @@ class Teacher:
     def score(self, queries: list[str], documents: list[list[str]]) -> list[list[float]]:
         """Every rank passes the same rows; each scores its share, and all get every row's scores."""
         rank, world = D.rank(), D.world_size()
-        mine = list(range(rank, len(queries), world))
-        local = self._score([queries[i] for i in mine], [documents[i] for i in mine])
+        blocks = list(range(0, len(queries), BLOCK))[rank::world]
+        local = [self._score(queries[b : b + BLOCK], documents[b : b + BLOCK]) for b in blocks]
         out: list[list[float]] = [[] for _ in queries]
-        for part in D.gather_objects(list(zip(mine, local))):
-            for i, scores in part:
-                out[i] = scores
+        for part in D.gather_objects(list(zip(blocks, local))):
+            for b, scores in part:
+                out[b : b + len(scores)] = scores
         return out
 
     @torch.no_grad()
@@ -89,6 +110,11 @@ class Teacher:
                 convert_to_tensor=True,
                 show_progress_bar=False,
             )
+            if flat.dim() > 1 and flat.shape[-1] != 1 or flat.numel() != len(pairs):
+                raise TeacherError(
+                    f"mine.teacher.name_or_path {self.cfg.name_or_path} gave {flat.numel()} scores for {len(pairs)} "
+                    "pairs; give a reranker with one logit per pair (num_labels 1)"
+                )
             flat = flat.float().reshape(-1).tolist()
         else:
             from pylate.scores import colbert_scores

@@ -1,0 +1,291 @@
+"""Mining judged on real data: NFCorpus (BEIR, medical) nDCG@10 of mining recipes at equal optimizer steps.
+
+    python bench/nfcorpus.py --data ../shared/data/nfcorpus --split dev --seeds 1 2 3 --workdir /tmp/nf-dev
+    python bench/nfcorpus.py --data ../shared/data/nfcorpus --split test --arms bm25-1 reference recipe
+
+Settings are chosen on ``--split dev`` and reported on ``--split test``; the training pairs are always
+the train qrels. Every arm trains all-MiniLM-L6-v2 as ColBERT from the same base weights, for the same
+optimizer steps, batch and learning rate, and is scored by exact MaxSim over the whole corpus:
+
+* the pairs: every train qrel as a (query, positive) row (110,575 rows, 2,590 queries); mining keeps
+  ``--rows-per-query`` of each query's rows (``mine.rows_per_query``), while all of its qrels still
+  count as positives, so a labelled positive never becomes a negative;
+* ``bm25-1`` (the baseline): one BM25 negative per row, sampled from BM25 ranks 1-10;
+* ``reference``: PyLate's example script (``bench/reference_recipe.py``) on the same kept pairs, with
+  in-batch negatives only, as a user with pairs would run it (same steps, batch, lr, lengths);
+* the other arms are mining settings, each a dict of ``mine:`` keys (``ARMS``); ``recipe`` is what
+  ``recipes/domain-adaptation-from-pairs.yaml`` ships.
+
+Each arm's wall time (mining and training, model loading included; evaluation excluded) is reported
+beside it: the equal-compute view. The paired difference per seed (same seed, same data order) to the
+baseline is reported with a 95% interval over seeds x queries (paired bootstrap over queries, seeds
+pooled). This file needs the data path; the test suite never does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import csv
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ENV, ROOT, git_commit, minilm, run_colbert_train, run_reference
+
+BASELINE = "bm25-1"
+ARMS: dict[str, dict] = {
+    "bm25-1": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0},
+    "model-1": {"retriever": "model", "negatives": 1, "rank_range": [3, 30], "max_score_ratio": 0.95},
+    "model-1-far": {"retriever": "model", "negatives": 1, "rank_range": [10, 50], "max_score_ratio": 0.95},
+    "model-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
+    # the bm25-1 run of the same seed, once trained, mines (mine.model); its training time is added to the wall
+    "trained-1": {"retriever": "model", "negatives": 1, "rank_range": [3, 30], "max_score_ratio": 0.95,
+                  "mine_with": "bm25-1"},
+    "trained-1-far": {"retriever": "model", "negatives": 1, "rank_range": [10, 50], "max_score_ratio": 0.95,
+                      "mine_with": "bm25-1"},
+    "reference": {},  # PyLate's script: no mining
+}  # fmt: skip
+ARMS["recipe"] = ARMS["model-3"]  # what recipes/domain-adaptation-from-pairs.yaml ships (kept in step by hand)
+
+
+def prepare(data: Path, out: Path, rows_per_query: int, seed: int = 0) -> tuple[Path, Path]:
+    """``pairs.jsonl`` (every train qrel as a row) and ``kept.jsonl`` (``rows_per_query`` of each query's,
+    seeded: the reference's input), written once under ``out``."""
+    from trainer.data import document_text
+
+    pairs, kept = out / "pairs.jsonl", out / f"kept-{rows_per_query}.jsonl"
+    if pairs.is_file() and kept.is_file():
+        return pairs, kept
+    out.mkdir(parents=True, exist_ok=True)
+    docs = {d["_id"]: document_text(d, "corpus") for d in map(json.loads, open(data / "corpus.jsonl"))}
+    queries = {q["_id"]: q["text"] for q in map(json.loads, open(data / "queries.jsonl"))}
+    by_query: dict[str, list[str]] = {}
+    with open(data / "qrels" / "train.tsv") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            if int(row["score"]) > 0 and row["corpus-id"] in docs:
+                by_query.setdefault(row["query-id"], []).append(row["corpus-id"])
+    rng = random.Random(seed)
+    with open(pairs, "w") as p, open(kept, "w") as k:
+        for qid, ids in by_query.items():
+            for d in ids:
+                p.write(json.dumps({"query": queries[qid], "positive": docs[d]}) + "\n")
+            for d in sorted(rng.sample(ids, min(rows_per_query, len(ids)))):
+                k.write(json.dumps({"query": queries[qid], "positive": docs[d]}) + "\n")
+    return pairs, kept
+
+
+def config(args, pairs: Path, arm: str, seed: int) -> dict:
+    mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
+    if teacher_arm := mine.pop("mine_with", None):
+        mine["model"] = str(args.workdir / args.split / f"{teacher_arm}-{seed}" / "out" / "final-model")
+    return {
+        "model": {"name_or_path": minilm(), "query_length": 32, "document_length": args.document_length},
+        "data": {"train": {"path": str(pairs)}, "eval_beir": str(args.data), "eval_split": args.split},
+        "training": {
+            "per_device_batch_size": args.batch,
+            "max_steps": args.steps,
+            "learning_rate": args.lr,
+            "warmup_ratio": 0.1,
+            "seed": seed,
+            "log_every": 10,
+        },
+        "checkpoint": {"every_steps": 10_000},
+        "evaluation": {"after_training": False},  # evaluated by evaluate_model, per query
+        "mine": mine,
+    }
+
+
+_EVALUATE = """
+import json, sys
+from trainer.config import ModelConfig
+from trainer.evaluate import load_beir, retrieval_metrics, search
+from trainer.model import build_model
+path, data, split, length = sys.argv[1:5]
+s = load_beir(data, split)
+run = search(build_model(ModelConfig(name_or_path=path, query_length=32, document_length=int(length)), "cpu"), s)
+qrels = {q: s.qrels[q] for q in s.query_ids}
+out = retrieval_metrics(run, qrels)
+out["per_query"] = {q: retrieval_metrics({q: run[q]}, {q: qrels[q]})["ndcg@10"] for q in qrels}
+print(json.dumps(out))
+"""
+
+
+def evaluate_model(path: Path, args) -> dict:
+    """Metrics and per-query nDCG@10 of a saved model on the split, by the trainer's own exact search."""
+    import subprocess
+
+    cmd = [sys.executable, "-c", _EVALUATE, str(path), str(args.data), args.split, str(args.document_length)]
+    res = subprocess.run(cmd, env={**ENV, "OMP_NUM_THREADS": str(args.threads)}, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(res.stderr[-2000:])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def run_arm(args, pairs: Path, kept: Path, arm: str, seed: int) -> dict:
+    """One run (reused from --workdir when finished): nDCG@10 per query, wall seconds, rows kept."""
+    from filelock import FileLock
+
+    wd = args.workdir / args.split / f"{arm}-{seed}"
+    wd.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(wd / ".lock")):  # a trained-* arm runs its teacher arm itself, maybe beside it
+        return _run_arm(args, pairs, kept, arm, seed, wd)
+
+
+def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> dict:
+    done = wd / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    env = {"OMP_NUM_THREADS": str(args.threads)}
+    start = time.perf_counter()
+    if arm == "reference":
+        extra = ["--lr", str(args.lr), "--seed", str(seed), "--save", str(wd / "model")]
+        run_reference(wd, 1, minilm(), kept, args.batch, args.steps, 32, args.document_length, extra=extra, env=env)
+        wall = time.perf_counter() - start
+        metrics = evaluate_model(wd / "model", args)
+        rows = sum(1 for _ in open(kept))
+    else:
+        if teacher_arm := ARMS[arm].get("mine_with"):  # that run first: its model mines
+            before = run_arm(args, pairs, kept, teacher_arm, seed)["wall_seconds"]
+        m = run_colbert_train(wd, 1, config(args, pairs, arm, seed), env)
+        wall = m["wall_seconds"] + (before if teacher_arm else 0.0)
+        metrics = evaluate_model(wd / "out" / "final-model", args)
+        mined = sorted((wd / "out" / "mined").glob("round-*/mining.json"))
+        rows = json.loads(mined[-1].read_text())["rows"]
+    result = {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics.get("recall@100"),
+              "per_query": metrics.get("per_query", {}), "wall_seconds": round(wall, 1), "rows": rows}  # fmt: skip
+    done.write_text(json.dumps(result))
+    print(f"{args.split} seed {seed} {arm:12s} nDCG@10 {result['ndcg@10']:.4f} ({result['wall_seconds']}s)", flush=True)
+    return result
+
+
+def paired(runs: dict[int, dict], base: dict[int, dict], draws: int = 2000) -> dict:
+    """Mean paired gain over seeds, the worst seed, and a 95% bootstrap interval over (seed, query) pairs."""
+    seeds = [s for s in runs if s in base]
+    gains = [runs[s]["ndcg@10"] - base[s]["ndcg@10"] for s in seeds]
+    diffs = [
+        [runs[s]["per_query"][q] - base[s]["per_query"][q] for q in base[s]["per_query"]]
+        for s in seeds
+        if runs[s]["per_query"] and base[s]["per_query"]
+    ]
+    low = high = None
+    if diffs:
+        rng, n = random.Random(0), len(diffs[0])
+        means = sorted(
+            statistics.mean(statistics.mean(d[rng.randrange(n)] for _ in range(n)) for d in diffs)
+            for _ in range(draws // 10)
+        )
+        low, high = means[int(0.025 * len(means))], means[int(0.975 * len(means)) - 1]
+    return {"gain": statistics.mean(gains), "worst": min(gains), "low": low, "high": high}
+
+
+def summarize(runs: dict[str, dict[int, dict]]) -> dict:
+    out = {}
+    for arm, by_seed in runs.items():
+        values = [r["ndcg@10"] for r in by_seed.values()]
+        out[arm] = {
+            "seeds": len(values),
+            "mean": statistics.mean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "recall@100": statistics.mean(r["recall@100"] or 0 for r in by_seed.values()),
+            "wall_seconds": statistics.mean(r["wall_seconds"] for r in by_seed.values()),
+            "rows": sorted({r["rows"] for r in by_seed.values()}),
+            **({"vs_baseline": paired(by_seed, runs[BASELINE])} if BASELINE in runs and arm != BASELINE else {}),
+        }
+    return out
+
+
+def table(result: dict) -> str:
+    lines = [
+        f"| arm | seeds | nDCG@10 mean ± std | paired gain over {BASELINE} (worst seed) [95% interval] "
+        "| Recall@100 | rows trained from | wall s (mine + train) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm, s in result["summary"].items():
+        v = s.get("vs_baseline")
+        if arm == BASELINE or v is None:
+            gain = "baseline" if arm == BASELINE else "-"
+        else:
+            gain = f"{v['gain']:+.4f} ({v['worst']:+.4f})"
+            gain += f" [{v['low']:+.4f}, {v['high']:+.4f}]" if v["low"] is not None else ""
+        lines.append(f"| {arm} | {s['seeds']} | {s['mean']:.4f} ± {s['std']:.4f} | {gain} | {s['recall@100']:.3f} "
+                     f"| {', '.join(map(str, s['rows']))} | {s['wall_seconds']:.0f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = list(result["summary"])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for x, arm in enumerate(arms):
+        values = [r["ndcg@10"] for r in result["runs"][arm].values()]
+        colour = "#bbbbbb" if arm == BASELINE else "#fdae6b" if arm == "reference" else "#3182bd"
+        ax.bar(x, result["summary"][arm]["mean"], color=colour)
+        ax.scatter([x] * len(values), values, color="black", zorder=3, s=12)
+        bx.scatter(result["summary"][arm]["wall_seconds"], result["summary"][arm]["mean"], color=colour)
+        bx.annotate(arm, (result["summary"][arm]["wall_seconds"], result["summary"][arm]["mean"]), fontsize=7)
+    ax.set_xticks(range(len(arms)), arms, rotation=30, fontsize=7)
+    low = min(r["ndcg@10"] for a in arms for r in result["runs"][a].values())
+    ax.set_ylim(low - 0.01, None)
+    ax.set_ylabel(f"NFCorpus {result['split']} nDCG@10")
+    ax.set_title(f"equal steps ({result['steps']}), a dot per seed; commit {result['commit']}", fontsize=8)
+    bx.set_xlabel("wall seconds (mining + training, one process)")
+    bx.set_ylabel("mean nDCG@10")
+    bx.set_title("equal compute: quality against time", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="the BEIR NFCorpus directory (train/dev/test qrels)")
+    parser.add_argument("--split", choices=["dev", "test"], default="dev", help="choose on dev, report on test")
+    parser.add_argument("--arms", nargs="+", default=[BASELINE, "reference", "recipe"], choices=list(ARMS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=48)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--document-length", type=int, default=128)
+    parser.add_argument("--rows-per-query", type=int, default=4)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/nfcorpus-bench"))
+    parser.add_argument("--parallel", type=int, default=2, help="runs side by side (each --threads threads)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="default bench/results/nfcorpus_SPLIT.json")
+    parser.add_argument("--plot", type=Path, help="default docs/nfcorpus_SPLIT.png")
+    args = parser.parse_args()
+    args.data, args.workdir = args.data.resolve(), args.workdir.resolve()  # the runs work in other directories
+    if not (args.data / "qrels" / "train.tsv").is_file():
+        raise SystemExit(f"--data {args.data}: no qrels/train.tsv; give the BEIR NFCorpus directory")
+    pairs, kept = prepare(args.data, args.workdir / "data", args.rows_per_query)
+    jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+    runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
+    with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+        futures = {pool.submit(run_arm, args, pairs, kept, arm, seed): (arm, seed) for arm, seed in jobs}
+        for f in concurrent.futures.as_completed(futures):
+            arm, seed = futures[f]
+            runs[arm][seed] = f.result()
+    runs = {arm: dict(sorted(by_seed.items())) for arm, by_seed in runs.items()}
+    result = {"commit": git_commit(), "split": args.split, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+              "document_length": args.document_length, "rows_per_query": args.rows_per_query, "seeds": args.seeds,
+              "arms": {a: ARMS[a] for a in args.arms}, "runs": runs}  # fmt: skip
+    result["summary"] = summarize(runs)
+    out = args.out or ROOT / "bench" / "results" / f"nfcorpus_{args.split}.json"
+    slim = {a: {s: {k: v for k, v in r.items() if k != "per_query"} for s, r in rs.items()} for a, rs in runs.items()}
+    out.write_text(json.dumps({**result, "runs": slim}, indent=2) + "\n")
+    print(table(result))
+    plot(result, args.plot or ROOT / "docs" / f"nfcorpus_{args.split}.png")
+
+
+if __name__ == "__main__":
+    main()
