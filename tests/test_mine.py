@@ -451,3 +451,18 @@ def test_plaid_mining_shards_the_index_over_ranks_and_finds_what_exact_maxsim_fi
     agree = sum(len(set(a["negatives"]) & set(b["negatives"])) for a, b in both)
     print(f"{len(exact)} exact rows, {len(plaid)} plaid rows, {len(both)} in both, {agree} negatives agree")
     assert len(both) >= 12 and agree >= 0.4 * 2 * len(both), agree
+
+
+def test_sampling_top_takes_the_hardest_left_and_margins_cap_and_floor_the_scores():
+    cands = [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0), (5, 5.0), (6, 4.0), (7, 3.0)]
+    top = _cfg(rank_range=[1, 6], max_score_ratio=1.0, sampling="top")
+    for seed in range(5):  # ranks 1-6 after the cap: the first two, whatever the seed
+        assert _choose(cands, {99}, 10.0, top, random.Random(seed)) == [(1, 9.0), (2, 8.0)]
+    # an absolute margin of 2.5 below the positive's 10.0: nothing above 7.5
+    assert _choose(cands, {99}, 10.0, top.model_copy(update={"margin": 2.5}), random.Random(0)) == [(3, 7.0), (4, 6.0)]
+    # a floor of 5.5: only 1-4 are left; with the margin, 3 and 4
+    floored = top.model_copy(update={"margin": 2.5, "min_score": 5.5, "sampling": "random"})
+    for seed in range(5):
+        assert {d for d, _ in _choose(cands, {99}, 10.0, floored, random.Random(seed))} == {3, 4}
+    higher = floored.model_copy(update={"min_score": 6.5})
+    assert _choose(cands, {99}, 10.0, higher, random.Random(0)) is Dropped.TOO_FEW

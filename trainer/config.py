@@ -175,6 +175,12 @@ class DataConfig(_Strict):
 class ContrastiveLoss(_Strict):
     name: Literal["contrastive"] = "contrastive"
     temperature: float = Field(1.0, gt=0, description="Scores are divided by this before the softmax.")
+    mask_labelled_positives: bool = Field(
+        False,
+        description="Leave out of each query's in-batch negatives every document data.train labels relevant to "
+        "it (another row's positive of the same query, or of a query with the same text): on data with many "
+        "positives per query these are not negatives (trainer/data/labelled.py).",
+    )
 
 
 class CachedContrastiveLoss(_Strict):
@@ -325,6 +331,20 @@ class MineConfig(_Strict):
         le=1,
         description="Skip a candidate scoring above this fraction of the positive's score (a likely false "
         "negative), as sentence-transformers' mine_hard_negatives does with its relative margin.",
+    )
+    margin: float | None = Field(
+        None,
+        ge=0,
+        description="Also skip a candidate scoring above the positive's score minus this (an absolute margin, "
+        "sentence-transformers' absolute_margin). Default: none.",
+    )
+    min_score: float | None = Field(
+        None, description="Skip a candidate scoring below this (too easy to teach anything). Default: none."
+    )
+    sampling: Literal["random", "top"] = Field(
+        "random",
+        description="random: a seeded sample of the rank range; top: its first `negatives` (the hardest left, "
+        "NV-Retriever's TopK-PercPos).",
     )
     positive_within: int | None = Field(
         None,

@@ -308,8 +308,9 @@ class Dropped(str, Enum):
 def choose_negatives(
     candidates: Candidates, positives: set[int], positive_score: float, cfg: MineConfig, rng: random.Random
 ) -> list[tuple[int, float]] | Dropped:
-    """``cfg.negatives`` (document, score) pairs sampled from ranks ``cfg.rank_range`` of ``candidates``
-    once the positives and the likely false negatives (above ``max_score_ratio`` x the positive's score)
+    """``cfg.negatives`` (document, score) pairs sampled (or the first, ``sampling: top``) from ranks
+    ``cfg.rank_range`` of ``candidates`` once the positives, the likely false negatives (above
+    ``max_score_ratio`` x the positive's score, or above it minus ``margin``) and those below ``min_score``
     are removed; why not, when the row is dropped.
 
     The filter comes before the ranks (NV-Retriever's TopK-PercPos, arXiv:2407.15831). Ranks counted
@@ -321,12 +322,16 @@ def choose_negatives(
         return Dropped.POSITIVE_WITHIN  # consistency filtering
     threshold = cfg.max_score_ratio * positive_score if positive_score > 0 else float("inf")  # a ratio of a
     # non-positive score says nothing about false negatives
-    ranked = [c for c in others if c[1] <= threshold]
+    if cfg.margin is not None:
+        threshold = min(threshold, positive_score - cfg.margin)
+    floor = cfg.min_score if cfg.min_score is not None else float("-inf")
+    ranked = [c for c in others if floor <= c[1] <= threshold]
     low, high = cfg.rank_range
     window = ranked[low - 1 : high]
     if len(window) < cfg.negatives:
         return Dropped.TOO_FEW
-    return sorted(rng.sample(window, cfg.negatives), key=lambda c: -c[1])
+    chosen = window[: cfg.negatives] if cfg.sampling == "top" else rng.sample(window, cfg.negatives)
+    return sorted(chosen, key=lambda c: -c[1])
 
 
 # ---- the phase -------------------------------------------------------------------------------------

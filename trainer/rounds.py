@@ -61,7 +61,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                         )
                     }
                 )
-                metrics = train.run(rcfg, layout)
+                metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs())
             previous = out / "final-model"
     if not metrics and layout.is_main:  # every round was done before: report the last one's figures
         metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())

@@ -26,8 +26,9 @@ from trainer import distributed as D
 from trainer import grad_sync, resume
 from trainer.atomic import replace_dir, write_text
 from trainer.cli import PROCESS_STARTED
-from trainer.config import TrainConfig, job_scale
+from trainer.config import DataSource, TrainConfig, job_scale
 from trainer.data import StreamingData, TokenizedData, batches, load_rows
+from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
@@ -43,8 +44,10 @@ __all__ = ["run", "build", "decay_groups"]
 log = logging.getLogger("trainer")
 
 
-def run(cfg: TrainConfig, layout: Layout) -> dict:
-    """Train on this rank; returns the final metrics (identical on every rank)."""
+def run(cfg: TrainConfig, layout: Layout, labelled_from: DataSource | None = None) -> dict:
+    """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
+    (query, positive) pairs that say which documents are labelled positives, when data.train is mined
+    rows (default: data.train itself)."""
     device = D.device_for(layout)
     ckpt_dir = Path(cfg.output_dir) / "checkpoints"
     with (
@@ -53,7 +56,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
         StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
-        t = build(cfg, layout, device)
+        t = build(cfg, layout, device, labelled_from)
         _resume(t, cfg, layout, ckpt_dir)
         t.progress = Progress(t.total_steps, t.step, enabled=layout.is_main)  # TrainJob status + log line
         split = _evaluate_before(t, cfg, layout, tracker)
@@ -71,7 +74,9 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
 # ---- set-up ---------------------------------------------------------------------------------------
 
 
-def build(cfg: TrainConfig, layout: Layout, device: torch.device) -> TrainState:
+def build(
+    cfg: TrainConfig, layout: Layout, device: torch.device, labelled_from: DataSource | None = None
+) -> TrainState:
     """Model (the same initial weights everywhere), data, loss, optimizer, schedule, precision."""
     tcfg = cfg.training
     random.seed(tcfg.seed + layout.rank)
@@ -86,6 +91,12 @@ def build(cfg: TrainConfig, layout: Layout, device: torch.device) -> TrainState:
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
     data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed)
+    labelled = None
+    if getattr(cfg.loss, "mask_labelled_positives", False):
+        source = labelled_from or cfg.data.train
+        labelled = labelled_pairs(load_rows(source.pairs(), distillation=False, cache_dir=cfg.data.cache_dir))
+        data.keys = True
+        log.info("loss: %d labelled (query, document) pairs kept out of in-batch negatives", len(labelled))
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     log.info("scale: %s", scale.line())
     log.info("steps=%d (%d/epoch) mode=%s master=%s:%s", total_steps, data.steps_per_epoch, layout.mode,
@@ -108,7 +119,7 @@ def build(cfg: TrainConfig, layout: Layout, device: torch.device) -> TrainState:
         scaler=torch.amp.GradScaler(device.type, enabled=precision == "fp16"),  # scale() is a no-op when off
         autocast=autocast_for(precision, device),
         data=data,
-        loss_fn=build_loss(cfg.loss, gather=scale.gather),
+        loss_fn=build_loss(cfg.loss, gather=scale.gather, labelled=labelled),
         total_steps=total_steps,
         accumulation=scale.accumulation,
         max_grad_norm=tcfg.max_grad_norm,

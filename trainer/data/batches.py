@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.data.labelled import text_key
 from trainer.data.rows import DataError, Rows
 
 __all__ = ["Batch", "StreamingData", "TokenizedData", "batches"]
@@ -42,12 +43,14 @@ class Batch:
     query_length: int
     document_length: int
     scores: torch.Tensor | None = None  # (b, docs_per_query), distillation only
+    query_keys: torch.Tensor | None = None  # (b,) int64 text keys (data/labelled.py): which pairs are labelled
+    document_keys: torch.Tensor | None = None  # (b * docs_per_query,)
 
     def _map(self, fn) -> Batch:
         tensors = lambda f: {k: fn(v) for k, v in f.items()}  # noqa: E731
-        scores = fn(self.scores) if self.scores is not None else None
+        opt = lambda t: fn(t) if t is not None else None  # noqa: E731
         return Batch(tensors(self.queries), tensors(self.documents), self.docs_per_query, self.query_length,
-                     self.document_length, scores)  # fmt: skip
+                     self.document_length, opt(self.scores), opt(self.query_keys), opt(self.document_keys))  # fmt: skip
 
     def to(self, device: torch.device) -> Batch:
         return self._map(lambda t: t.to(device, non_blocking=True))
@@ -62,14 +65,20 @@ def _tokenize(model, texts: list[str], is_query: bool, chunk: int = 1024) -> dic
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
-def _trimmed(queries: dict, documents: dict, dpq: int, model, scores) -> Batch:
+def _trimmed(queries: dict, documents: dict, dpq: int, model, scores, keys=(None, None)) -> Batch:
     width = int(documents["attention_mask"].sum(1).max())  # trim padding columns no document uses
     documents = {k: v[:, :width] for k, v in documents.items()}
-    return Batch(queries, documents, dpq, model.query_length, model.document_length, scores)
+    return Batch(queries, documents, dpq, model.query_length, model.document_length, scores, *keys)
+
+
+def _keys(queries: list[str], documents: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([text_key(t) for t in queries]), torch.tensor([text_key(t) for t in documents])
 
 
 class _Schedule:
     """The (seed, step) -> indices arithmetic both data classes share; subclasses build ``host_batch``."""
+
+    keys = False  # set to give each batch its texts' keys (loss.mask_labelled_positives)
 
     def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int):
         self.rows, self.model, self.per_device, self.seed = rows, model, per_device, seed
@@ -107,10 +116,11 @@ class StreamingData(_Schedule):
 
     def host_batch(self, step: int, rank: int) -> Batch:
         queries, documents, scores = self.rows.take(self.indices(step, rank).tolist())
+        flat = [x for docs in documents for x in docs]
         q = _tokenize(self.model, queries, is_query=True)
-        d = _tokenize(self.model, [x for docs in documents for x in docs], is_query=False)
+        d = _tokenize(self.model, flat, is_query=False)
         s = torch.tensor(scores) if scores is not None else None
-        return _trimmed(q, d, self.docs_per_query, self.model, s)
+        return _trimmed(q, d, self.docs_per_query, self.model, s, _keys(queries, flat) if self.keys else (None, None))
 
 
 class TokenizedData(_Schedule):
@@ -125,12 +135,16 @@ class TokenizedData(_Schedule):
             k: v.view(len(rows), self.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()
         }
         self.scores = torch.tensor(scores) if scores is not None else None
+        q_keys, d_keys = _keys(queries, flat_docs)
+        self.key_table = (q_keys, d_keys.view(len(rows), self.docs_per_query))
 
     def host_batch(self, step: int, rank: int) -> Batch:
         idx = self.indices(step, rank)
         q = {k: v[idx] for k, v in self.queries.items()}
         d = {k: v[idx].flatten(0, 1) for k, v in self.documents.items()}
-        return _trimmed(q, d, self.docs_per_query, self.model, self.scores[idx] if self.scores is not None else None)
+        keys = (self.key_table[0][idx], self.key_table[1][idx].flatten()) if self.keys else (None, None)
+        return _trimmed(q, d, self.docs_per_query, self.model, self.scores[idx] if self.scores is not None else None,
+                        keys)  # fmt: skip
 
 
 class _Steps(torch.utils.data.Dataset):

@@ -23,10 +23,10 @@ __all__ = [
 ]
 
 
-def build_loss(cfg, gather: bool):
+def build_loss(cfg, gather: bool, labelled: frozenset | None = None):
     """The loss object for a ``TrainConfig.loss`` section."""
     if cfg.name == "contrastive":
-        return Contrastive(temperature=cfg.temperature, gather=gather)
+        return Contrastive(temperature=cfg.temperature, gather=gather, labelled=labelled)
     if cfg.name == "cached-contrastive":
         return CachedContrastive(temperature=cfg.temperature, gather=gather, mini_batch_size=cfg.mini_batch_size)
     return Distillation(normalize_scores=cfg.normalize_scores)
