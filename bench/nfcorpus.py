@@ -52,6 +52,12 @@ ARMS: dict[str, dict] = {
                       "mine_with": "bm25-1"},
     "reference": {},  # PyLate's script: no mining
 }  # fmt: skip
+ARMS["bm25-3"] = {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95}
+MASK = {"loss": {"name": "contrastive", "mask_labelled_positives": True}}  # in-batch labelled positives out
+for _arm in ("bm25-1", "bm25-3", "model-1", "model-3", "trained-1"):
+    ARMS[f"{_arm}-mask"] = {**ARMS[_arm], **MASK}
+ARMS["trained-1-mask"]["mine_with"] = "bm25-1-mask"
+
 ARMS["recipe"] = ARMS["model-3"]  # what recipes/domain-adaptation-from-pairs.yaml ships (kept in step by hand)
 
 
@@ -83,6 +89,7 @@ def prepare(data: Path, out: Path, rows_per_query: int, seed: int = 0) -> tuple[
 
 def config(args, pairs: Path, arm: str, seed: int) -> dict:
     mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
+    loss = mine.pop("loss", {"name": "contrastive"})
     if teacher_arm := mine.pop("mine_with", None):
         mine["model"] = str(args.workdir / args.split / f"{teacher_arm}-{seed}" / "out" / "final-model")
     return {
@@ -96,6 +103,7 @@ def config(args, pairs: Path, arm: str, seed: int) -> dict:
             "seed": seed,
             "log_every": 10,
         },
+        "loss": loss,
         "checkpoint": {"every_steps": 10_000},
         "evaluation": {"after_training": False},  # evaluated by evaluate_model, per query
         "mine": mine,

@@ -127,6 +127,11 @@ class ModelConfig(_Strict):
         le=4096,
         description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own.",
     )
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = Field(
+        None,
+        description="transformers' attention kernel: eager, sdpa (fused, PyTorch's own), or flash_attention_2 "
+        "(CUDA, needs the flash-attn package and bf16/fp16). Unset: transformers' default for the model.",
+    )
 
 
 class Columns(_Strict):
@@ -225,6 +230,12 @@ class TrainingConfig(_Strict):
     )
     max_grad_norm: float | None = Field(1.0, gt=0, description="Clipped on the global-batch gradient.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    compile: bool = Field(
+        False, description="torch.compile the encoder (the first steps then pay for compiling). Off until measured."
+    )
+    tf32: bool = Field(
+        True, description="TF32 matrix multiplies on CUDA GPUs that have them (Ampere or newer); no effect on CPU."
+    )
     seed: int = 42
     gather_across_devices: bool | None = Field(
         None, description="In-batch negatives from every rank; default on when the world size is > 1."

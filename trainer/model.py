@@ -9,6 +9,7 @@ GradScaler on older GPUs, fp32 on CPU.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def build_model(cfg: ModelConfig, device: torch.device | str, key: str = "model.
 
     hf_logging.set_verbosity_error()  # keep rank-prefixed logs readable
     path = resolve_model_path(cfg.name_or_path)
+    check_attention(cfg.attn_implementation, torch.device(device))
+    kwargs = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
     try:
         model = models.ColBERT(
             path,
@@ -50,6 +53,7 @@ def build_model(cfg: ModelConfig, device: torch.device | str, key: str = "model.
             query_length=cfg.query_length,
             document_length=cfg.document_length,
             embedding_size=cfg.embedding_size,
+            model_kwargs=kwargs,
         )
     except (OSError, ValueError) as e:
         raise ConfigError(
@@ -60,6 +64,20 @@ def build_model(cfg: ModelConfig, device: torch.device | str, key: str = "model.
         if ".pooler." in name:  # ColBERT uses token embeddings; the pooler never gets a gradient
             p.requires_grad_(False)
     return model
+
+
+def check_attention(kind: str | None, device: torch.device) -> None:
+    """flash_attention_2 only where it can run: a CUDA device and the flash-attn package (one line, not
+    transformers' traceback at model load)."""
+    if kind != "flash_attention_2":
+        return
+    if device.type != "cuda":
+        raise ConfigError("model.attn_implementation flash_attention_2 needs a CUDA GPU; use sdpa on CPU")
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError(
+            "model.attn_implementation flash_attention_2 needs the flash-attn package, which this image does not "
+            "have; use sdpa, or install flash-attn"
+        )
 
 
 def choose_precision(requested: str, device: torch.device) -> str:

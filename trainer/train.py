@@ -82,6 +82,10 @@ def build(
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
     model = build_model(cfg.model, device)
+    if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tcfg.tf32
+    if tcfg.compile:
+        model[0].auto_model.compile()  # in place: the state dict keeps its names, checkpoints stay loadable
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
