@@ -15,6 +15,9 @@ It measures what no CPU run can show:
 3. **The trainer's collectives on device tensors** (``bench/gpu_collectives.py``): the gather's
    all-gather and reduce-scatter (fp32, bf16) and DDP's bucketed all-reduce, 2 processes (gloo on one
    GPU, NCCL on two or more).
+2b. **PyLate's recipe on the same device** (``bench/reference_recipe.py``): the same model, data,
+   lengths, batch and steps, at its own bf16 setting; samples/s counted the same way (steps x batch /
+   its training seconds) and the ratio ours / recipe, with MFU for both sides.
 4. **The same job on GPU and CPU**: 20 steps of the packaged MiniLM (dropout off: CUDA and CPU draw
    different masks), bf16 on the GPU against fp32 on the CPU; the step losses must agree within bf16
    tolerance.
@@ -32,7 +35,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/gpu.py` as well as `python -m bench.gpu`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ENV, ROOT, git_commit, minilm, quickstart_data, run_colbert_train, torchrun
+from bench.common import ENV, ROOT, git_commit, minilm, quickstart_data, run_colbert_train, run_reference, torchrun
 
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "A10": 125.0}
 BF16_LOSS_TOLERANCE = 0.03  # relative, per step: bf16 keeps 8 bits of mantissa
@@ -108,6 +111,8 @@ def throughput(work: Path, args, arch: dict, model: Path, data: Path, peak: floa
         flops = flops_per_step(arch, batch, 2, args.q, args.d)
         sps = args.steps * batch / m["train_seconds"]  # counted here: steps x batch / loop seconds
         steady = m.get("steady_samples_per_second") or sps
+        ref = run_reference(work / f"ref-b{batch}", 1, model, data, batch, args.steps, args.q, args.d)
+        ref_sps = args.steps * batch / ref["train_seconds"]  # the same count, over HF's train_runtime
         rows.append(
             {
                 "per_device_batch": batch,
@@ -119,6 +124,9 @@ def throughput(work: Path, args, arch: dict, model: Path, data: Path, peak: floa
                 "mfu": float(f"{flops * steady / batch / (peak * 1e12):.4g}") if peak else None,
                 "peak_gpu_memory_mb": m.get("peak_gpu_memory_mb"),
                 "wall_seconds": round(m["wall_seconds"], 1),
+                "reference_samples_per_second": round(ref_sps, 2),
+                "ratio_to_reference": round(sps / ref_sps, 3),  # both over their whole training loops
+                "reference_mfu": float(f"{flops * ref_sps / batch / (peak * 1e12):.4g}") if peak else None,
             }
         )
     return rows
@@ -159,14 +167,17 @@ def table(r: dict) -> str:
     lines = [
         f"GPU check on {r['device']} (commit {r['commit']}; peak bf16 {r['peak_bf16_tflops']} TFLOP/s)",
         "",
-        "| per-device batch | precision | step ms | samples/s | TFLOP/s | MFU | peak GPU MiB |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| per-device batch | precision | step ms | samples/s | TFLOP/s | MFU | peak GPU MiB "
+        "| PyLate recipe samples/s | recipe MFU | ours / recipe |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for t in r["throughput"]:
         mfu = f"{t['mfu']:.1%}" if t["mfu"] is not None else "n/a"
+        ref_mfu = f"{t['reference_mfu']:.1%}" if t["reference_mfu"] is not None else "n/a"
         lines.append(
             f"| {t['per_device_batch']} | {t['precision']} | {t['step_ms']} | {t['steady_samples_per_second']} "
-            f"| {t['achieved_tflops']} | {mfu} | {t['peak_gpu_memory_mb'] or 'n/a'} |"
+            f"| {t['achieved_tflops']} | {mfu} | {t['peak_gpu_memory_mb'] or 'n/a'} "
+            f"| {t['reference_samples_per_second']} | {ref_mfu} | {t['ratio_to_reference']:.2f}x |"
         )
     c = r["collectives"]
     lines += ["", f"| collective ({c.get('backend', '?')}, {c.get('device', '?')}, 2 processes) | ok | seconds |"]

@@ -24,10 +24,14 @@ def test_gpu_script_runs_on_cpu_with_a_tiny_config(tmp_path):
     assert [t["per_device_batch"] for t in result["throughput"]] == [4, 8]
     for t in result["throughput"]:
         assert t["samples_per_second"] > 0 and t["achieved_tflops"] > 0 and t["precision"] == "fp32"
-        assert t["mfu"] is None  # no bf16 peak is claimed for a CPU
+        assert t["mfu"] is None and t["reference_mfu"] is None  # no bf16 peak is claimed for a CPU
+        assert t["reference_samples_per_second"] > 0  # PyLate's recipe ran beside it, same batch and steps
+        assert t["ratio_to_reference"] == pytest.approx(t["samples_per_second"] / t["reference_samples_per_second"],
+                                                        rel=0.01)  # fmt: skip
     assert all(result["collectives"][k]["ok"] for k in ("gather_fp32", "gather_bf16", "ddp_bucketed_all_reduce"))
     assert "skipped" in result["same_job"]
     assert "| per-device batch | precision |" in res.stdout and "| gather_bf16 | yes |" in res.stdout
+    assert "| ours / recipe |" in res.stdout
 
 
 def test_flops_formula_matches_torchs_own_count():
