@@ -53,6 +53,8 @@ ARMS: dict[str, dict] = {
     "reference": {},  # PyLate's script: no mining
 }  # fmt: skip
 ARMS["bm25-3"] = {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95}
+ARMS["bm25-1-far"] = {"retriever": "bm25", "negatives": 1, "rank_range": [10, 50], "max_score_ratio": 1.0}
+ARMS["model-1-top"] = {**ARMS["model-1"], "sampling": "top"}
 MASK = {"loss": {"name": "contrastive", "mask_labelled_positives": True}}  # in-batch labelled positives out
 for _arm in ("bm25-1", "bm25-3", "model-1", "model-3", "trained-1"):
     ARMS[f"{_arm}-mask"] = {**ARMS[_arm], **MASK}

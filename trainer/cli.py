@@ -22,7 +22,15 @@ from pathlib import Path
 
 from trainer.config import ConfigError, TrainConfig, load_config
 from trainer.env import EnvError, Launch, resolve
-from trainer.errors import EXIT_CONFIG, EXIT_DIR_ENV, EXIT_PEER, WeightsDiverged, job_exit_code, peer_failure
+from trainer.errors import (
+    EXIT_CONFIG,
+    EXIT_DIR_ENV,
+    EXIT_PEER,
+    NonFinite,
+    WeightsDiverged,
+    job_exit_code,
+    peer_failure,
+)
 from trainer.preemption import EXIT_PREEMPTED, Preempted
 
 __all__ = ["main", "PROCESS_STARTED", "setup_logging", "stage", "launch_torchrun"]
@@ -67,6 +75,8 @@ def _main(argv: list[str]) -> int:
     except Preempted as e:
         print(f"colbert-train: {e}", file=sys.stderr)
         return EXIT_PREEMPTED
+    except NonFinite as e:
+        return _fail(str(e), EXIT_CONFIG)
     except WeightsDiverged as e:
         return _fail(str(e), EXIT_PEER)
     except RuntimeError as e:

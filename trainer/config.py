@@ -230,6 +230,12 @@ class TrainingConfig(_Strict):
     )
     max_grad_norm: float | None = Field(1.0, gt=0, description="Clipped on the global-batch gradient.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    skip_nonfinite_steps: int = Field(
+        0,
+        ge=0,
+        description="Steps whose gradient is NaN or infinite to skip (each logged, no update) before the job "
+        "stops with exit code 2 naming the step. Default 0: the first one stops it.",
+    )
     compile: bool = Field(
         False, description="torch.compile the encoder (the first steps then pay for compiling). Off until measured."
     )

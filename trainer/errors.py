@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["EXIT_CONFIG", "EXIT_PEER", "EXIT_DIR_ENV", "JobVerdict", "WeightsDiverged", "job_exit_code", "peer_failure"]
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_PEER",
+    "EXIT_DIR_ENV",
+    "JobVerdict",
+    "NonFinite",
+    "WeightsDiverged",
+    "job_exit_code",
+    "peer_failure",
+]
 
 # The exit-code contract, read by PyTorchJob's `restartPolicy: ExitCode` (and by `colbert-k8s local`):
 # 1-127 are permanent (the job fails at once: restarting cannot fix a bad config), 128-255 retryable.
@@ -25,6 +34,11 @@ class JobVerdict(Exception):
     """Raised by every rank at the same point, after a collective decided it (a checkpoint refused
     for the job, diverged weights, ranks of different shapes, a stop request). The ranks can then
     leave the process group together, as on success (``distributed.process_group``)."""
+
+
+class NonFinite(JobVerdict):
+    """The loss or gradient of a step is NaN or infinite: stopped before the update, so no weight, checkpoint
+    or final model holds it. Permanent (exit 2): a restart would meet the same rows at the same step."""
 
 
 class WeightsDiverged(JobVerdict, RuntimeError):

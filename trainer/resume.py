@@ -29,7 +29,7 @@ import torch
 
 from trainer import distributed as D
 from trainer.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
-from trainer.errors import WeightsDiverged
+from trainer.errors import NonFinite, WeightsDiverged
 
 __all__ = [
     "CheckpointError",
@@ -196,6 +196,12 @@ def check_same_weights(model, where: str) -> None:
             names.append(name)
             sums.append(torch.stack([t.sum(), (t * t).sum()]))
     mine = torch.stack(sums).cpu()
+    if not torch.isfinite(mine).all():  # NaN != NaN: it would read as "weights differ between rank 0 and rank 0"
+        bad = names[int((~torch.isfinite(mine)).any(dim=1).nonzero()[0])]
+        raise NonFinite(
+            f"weights are not finite {where} (first: {bad}); nothing is saved from them. Check the rows before "
+            "this step (teacher scores) or lower training.learning_rate"
+        )
     for r, theirs in enumerate(D.gather_objects(mine)):
         if not torch.equal(theirs, mine):
             bad = int((theirs != mine).any(dim=1).nonzero()[0])

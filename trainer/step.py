@@ -8,13 +8,17 @@ call these same functions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from trainer.errors import NonFinite
 from trainer.grad_sync import deferred
+
+log = logging.getLogger("trainer")
 
 __all__ = ["TrainState", "accumulate_gradients", "apply_update", "optimizer_step"]
 
@@ -40,6 +44,8 @@ class TrainState:
     metrics: dict = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)  # perf_counter at the end of each step of this run
     progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
+    skip_nonfinite: int = 0  # training.skip_nonfinite_steps: non-finite steps to skip before stopping
+    skipped_nonfinite: int = 0  # skipped by this process so far
 
 
 def accumulate_gradients(t: TrainState, feed: Iterator) -> float:
@@ -65,6 +71,20 @@ def apply_update(t: TrainState) -> float:
     if t.scaler.is_enabled():
         t.scaler.unscale_(t.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(t.params, t.max_grad_norm or float("inf"))
+    if not t.scaler.is_enabled() and not torch.isfinite(grad_norm):  # fp16's scaler skips such steps itself
+        t.optimizer.zero_grad(set_to_none=True)  # nothing of this step reaches the weights
+        if t.skipped_nonfinite >= t.skip_nonfinite:
+            raise NonFinite(
+                f"step {t.step + 1}: the gradient is not finite (norm {float(grad_norm)}): a NaN or infinite loss; "
+                "the weights were not updated and nothing was saved from it. Check the rows of this step "
+                "(teacher scores), lower training.learning_rate, or allow a few with training.skip_nonfinite_steps"
+            )
+        t.skipped_nonfinite += 1
+        log.warning("step %d: non-finite gradient (norm %s), skipped (%d of training.skip_nonfinite_steps %d)",
+                    t.step + 1, float(grad_norm), t.skipped_nonfinite, t.skip_nonfinite)  # fmt: skip
+        t.scheduler.step()
+        t.step += 1
+        return float(grad_norm)
     t.scaler.step(t.optimizer)
     t.scaler.update()
     t.scheduler.step()

@@ -127,6 +127,7 @@ def build(
         total_steps=total_steps,
         accumulation=scale.accumulation,
         max_grad_norm=tcfg.max_grad_norm,
+        skip_nonfinite=tcfg.skip_nonfinite_steps,
         metrics={
             "world_size": layout.world_size,
             "global_batch": scale.global_batch,
@@ -305,6 +306,7 @@ def _record_speed(t: TrainState, device, elapsed: float, losses: list[float]) ->
 
 def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: float, tracker: Tracker) -> None:
     """All ranks evaluate; rank 0 saves the final model atomically and writes metrics.json."""
+    resume.check_same_weights(t.model, "at the end")  # no final model of non-finite or diverged weights
     if split and cfg.evaluation.after_training:
         t.metrics["after"] = _evaluate(t, cfg, layout, split, tracker, "after training")
         if cfg.evaluation.every_steps:

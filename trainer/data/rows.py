@@ -242,6 +242,11 @@ class _RowChecker:
         if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in sc):
             # JSON's NaN and Infinity parse as floats, and one would make every loss after it NaN
             raise DataError(f"{where}: column '{cols.scores}' must hold finite numbers (no NaN or Infinity)")
+        if big := next((s for s in sc if abs(s) > _FLOAT32_MAX), None):  # finite as float64, inf as float32
+            raise DataError(
+                f"{where}: column '{cols.scores}' holds {big:.3g}, beyond float32 (the precision rows train in, "
+                f"at most {_FLOAT32_MAX:.3g}); rescale the scores"
+            )
         self._same_width(len(docs), where)
         return query, list(docs), [float(s) for s in sc]
 
@@ -286,6 +291,9 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
     docs = check.width or 1 + len(src.columns.negatives)
     out.with_suffix(".json").write_text(json.dumps({"rows": n, "docs_per_query": docs, "scores": distillation}))
     return n
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _fingerprint(path: Path, src: DataSource, distillation: bool) -> str:
