@@ -136,6 +136,34 @@ def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig) -> None:
     assert _digest(pods[0]) == reference
 
 
+@pytest.mark.slow
+def test_a_flipped_bit_in_the_newest_checkpoint_resumes_from_the_one_before_to_identical_weights(
+    setup, uninterrupted, tmp_path
+):
+    """One flipped bit in a weight of state.pt loaded, trained to the end and "succeeded" with other weights
+    than the uninterrupted run's. Its manifest now gives it away: it is set aside as corrupt-step-N, and
+    the previous checkpoint carries the job to the uninterrupted run's bytes."""
+    tmp, model, data = setup
+    cfg = _config(tmp, model, data)
+    pods = [tmp_path / "master-0", tmp_path / "worker-0"]
+    procs = start_pods(cfg, pods, free_port())
+    _wait_for_step(pods[0], 7, procs)
+    procs[1].send_signal(signal.SIGKILL)
+    wait_pods(procs, timeout=120)
+    newest, before = _steps(pods[0])[-1], _steps(pods[0])[-2]
+    state = pods[0] / "out" / "checkpoints" / f"step-{newest:08d}" / "state.pt"
+    data_bytes = bytearray(state.read_bytes())
+    data_bytes[len(data_bytes) // 2] ^= 0x01  # inside a tensor's storage: torch.load would not notice
+    state.write_bytes(bytes(data_bytes))
+    codes = wait_pods(start_pods(cfg, pods, free_port()))
+    assert codes == [0, 0], last_log(pods[0])[-3000:]
+    log = last_log(pods[0])
+    assert f"step-{newest:08d} is corrupt (state.pt does not match its sha256" in log
+    assert f"resumed from out/checkpoints/step-{before:08d} at step {before}/{STEPS}" in log
+    assert (pods[0] / "out" / "checkpoints" / f"corrupt-step-{newest:08d}" / "state.pt").is_file()
+    assert _digest(pods[0]) == uninterrupted
+
+
 def _checkpointed_job(setup, tmp_path, **over) -> tuple[Path, list[Path]]:
     """A 2-pod job stopped after its step-3 checkpoint (max_steps 3 leaves one at step 3 via SIGTERM)."""
     tmp, model, data = setup
@@ -186,8 +214,8 @@ def test_bad_checkpoints_are_one_line(setup, tmp_path):
     for _ in range(2):  # the refusal holds on the operator's next restart too
         assert both(_config(tmp, model, data)) == [2, 2]
         _one_error(pods[0], "no readable checkpoint")
-    aside = pods[0] / "out" / "checkpoints" / f"unreadable-step-{saved:08d}" / "state.pt"
-    assert aside.stat().st_size == 1000
+    aside = pods[0] / "out" / "checkpoints" / f"corrupt-step-{saved:08d}" / "state.pt"
+    assert aside.stat().st_size == 1000  # shorter than its manifest says: set aside as corrupt, kept
 
 
 @pytest.mark.slow

@@ -2,17 +2,23 @@
 
 Layout under ``<output_dir>/checkpoints/``::
 
-    step-00000100/state.pt     model, optimizer, scheduler, step, every rank's RNG state
-    .tmp-step-00000200/        being written; never read
+    step-00000100/state.pt       model, optimizer, scheduler, step, every rank's RNG state
+    step-00000100/manifest.json  the format version, and the size and sha256 of state.pt: written last
+    .tmp-step-00000200/          being written; never read
 
 Rank 0 writes into a hidden temporary directory on the same volume, fsyncs, then renames it into
-place, so a directory named ``step-*`` is always complete. A checkpoint that fails to deserialise
-(a dying disk, a hand-copied partial file) is renamed ``unreadable-step-*`` (kept, never deleted, and
-out of the way of pruning) and the previous one is used; when none is readable, that is an error.
+place, so a directory named ``step-*`` is always complete. Before loading, the manifest is checked:
+a checkpoint whose bytes are not what was written (a flipped bit, a truncated copy) is renamed
+``corrupt-step-*``, one that fails to deserialise ``unreadable-step-*`` (both kept, never deleted, out
+of the way of pruning), and the previous one is tried; when none is good, that is an error. A
+checkpoint of another ``CHECKPOINT_FORMAT`` is refused in one line; one written before manifests
+existed is loaded unverified, with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -26,11 +32,14 @@ from trainer.config import ConfigError
 from trainer.errors import JobVerdict
 
 __all__ = [
+    "CHECKPOINT_FORMAT",
     "CheckpointError",
     "save_checkpoint",
     "latest_checkpoint",
     "load_checkpoint",
     "list_checkpoints",
+    "verify",
+    "write_manifest",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,6 +50,52 @@ class CheckpointError(ConfigError, JobVerdict):
 
 
 _NAME = re.compile(r"^step-(\d{8})$")
+CHECKPOINT_FORMAT = 1  # bump when the state's keys change meaning; a checkpoint of another is refused
+_MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(directory: Path, files: list[str]) -> None:
+    """The size and sha256 of each of ``files`` and the format version, fsynced: the directory's last file."""
+    manifest = {
+        "format": CHECKPOINT_FORMAT,
+        "files": {n: {"size": (directory / n).stat().st_size, "sha256": _sha256(directory / n)} for n in files},
+    }
+    with open(directory / _MANIFEST, "w") as f:
+        f.write(json.dumps(manifest, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify(directory: Path) -> str | None:
+    """Why ``directory`` is not what its manifest says (None: it is, or it has no manifest)."""
+    try:
+        manifest = json.loads((directory / _MANIFEST).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"its manifest is unreadable ({e})"
+    if manifest.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint {directory} has format {manifest.get('format')!r}, this trainer reads format "
+            f"{CHECKPOINT_FORMAT}; resume it with the colbert-k8s version that wrote it, or use a new output_dir"
+        )
+    for name, want in manifest.get("files", {}).items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["size"]:
+            return f"{name} holds {path.stat().st_size} bytes, the manifest says {want['size']}"
+        if _sha256(path) != want["sha256"]:
+            return f"{name} does not match its sha256 (the bytes changed after they were written)"
+    return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -70,6 +125,7 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], keep_last: int
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
+    write_manifest(tmp, ["state.pt"])
     _fsync_dir(tmp)
     if final.exists():  # same step written before a crash: the new one is as complete
         shutil.rmtree(final)
@@ -85,9 +141,18 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads; a damaged one is set aside (renamed, never deleted)."""
+    """The newest checkpoint that is what was written and loads; a damaged one is set aside (renamed,
+    never deleted) and the one before it is tried."""
     unreadable = []
     for _step, path in reversed(list_checkpoints(root)):
+        if problem := verify(path):
+            aside = path.with_name(f"corrupt-{path.name}")
+            os.replace(path, aside)
+            log.warning("checkpoint %s is corrupt (%s); kept as %s, trying the previous one", path, problem, aside)
+            unreadable.append(f"{path.name}: {problem}")
+            continue
+        if not (path / _MANIFEST).is_file():
+            log.warning("checkpoint %s has no manifest (written before 0.3): loading it unverified", path)
         try:
             return path, load_checkpoint(path)
         except Exception as e:  # truncated by a dying disk, not by us: fall back one
@@ -96,10 +161,12 @@ def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
             reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             log.warning("checkpoint %s is unreadable (%s); kept as %s, trying the previous one", path, reason, aside)
             unreadable.append(f"{path.name}: {reason}")
-    unreadable += [p.name for p in root.glob("unreadable-step-*")] if root.is_dir() and not unreadable else []
+    if root.is_dir() and not unreadable:
+        unreadable += [p.name for p in (*root.glob("unreadable-step-*"), *root.glob("corrupt-step-*"))]
     if unreadable:
         raise CheckpointError(
-            f"no readable checkpoint in {root} ({'; '.join(unreadable)}); they were renamed unreadable-step-*: "
+            f"no readable checkpoint in {root} ({'; '.join(unreadable)[:400]}); they were renamed "
+            "corrupt-step-* or unreadable-step-*: "
             "restore a good copy, or start over with checkpoint.resume: false or a new output_dir"
         )
     return None
