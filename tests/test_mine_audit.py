@@ -308,3 +308,29 @@ def test_a_mined_job_masks_the_pairs_of_its_own_data_train(tmp_path, tiny_model)
     res = _trainer(config, tmp_path, world=2)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "loss: 32 labelled (query, document) pairs kept out of in-batch negatives" in res.stdout
+
+
+@pytest.mark.slow
+def test_changed_mining_settings_under_training_checkpoints_are_refused_before_mining(tmp_path, tiny_model):
+    """mine.negatives 2 -> 3 reused the old rows while the scale line said 3; re-mined, the checkpoint would
+    go on training on other rows. A round with checkpoints now refuses the change in one line."""
+    import shutil
+
+    data = write_triplets(tmp_path / "t.jsonl", 32)
+    config = _job(tmp_path, tiny_model, data, retriever="bm25")
+    assert _trainer(config, tmp_path).returncode == 0
+    out = tmp_path / "out"
+    assert list((out / "checkpoints").glob("step-*"))  # every_steps 1: the step-1 checkpoint stays
+    (out / "metrics.json").unlink()  # as if killed after that checkpoint
+    shutil.rmtree(out / "final-model")
+    cfg = yaml.safe_load(config.read_text())
+    cfg["mine"]["negatives"] = 3
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    res = _trainer(changed, tmp_path)
+    errors = [line for line in res.stdout.splitlines() if "error:" in line]
+    assert res.returncode == 2 and len(errors) == 1, res.stdout[-3000:]
+    assert "the mining inputs changed (mine.negatives: 2 -> 3)" in errors[0] and "Traceback" not in res.stdout
+    assert "mine: retrieving" not in res.stdout  # refused before any mining
+    res = _trainer(config, tmp_path)  # set back: resumes
+    assert res.returncode == 0 and "resumed from" in res.stdout, res.stdout[-3000:]

@@ -333,3 +333,51 @@ def test_cuda_rng_follows_the_process_to_another_layout(monkeypatch):
     pod.install(monkeypatch)
     resume.set_rng(saved, torch.device("cuda", 0))
     assert torch.equal(pod.states[0], saver.states[3])
+
+
+def test_a_changed_learning_rate_is_applied_on_resume_not_dropped():
+    """The optimizer and scheduler restore their own copy of the learning rate: 1e-3 -> 5e-4 resumed on the
+    old schedule and ended byte-identical to the old run. The new peak now applies from the resumed step."""
+    import torch
+    from transformers import get_scheduler
+
+    from trainer.config import parse_config
+    from trainer.resume import apply_changed_hyperparameters
+
+    def objects(lr):
+        p = torch.nn.Parameter(torch.ones(2))
+        opt = torch.optim.AdamW([{"params": [p], "weight_decay": 0.1}], lr=lr)
+        return opt, get_scheduler("linear", opt, 2, 10)
+
+    opt, sched = objects(1e-3)
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
+    opt, sched = objects(5e-4)  # the resumed job builds with the new value, then loads the old state
+    opt.load_state_dict(saved["optimizer"])
+    sched.load_state_dict(saved["scheduler"])
+    cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 10, "learning_rate": 5e-4,
+                                                                        "weight_decay": 0.0}})  # fmt: skip
+    old = {"training": {"learning_rate": 1e-3, "weight_decay": 0.1}}
+    changes = apply_changed_hyperparameters(old, cfg, opt, sched)
+    assert len(changes) == 2 and "training.learning_rate 0.001 -> 0.0005" in changes[0]
+    fresh_opt, fresh = objects(5e-4)  # a run started at 5e-4: where its schedule is at step 4
+    for _ in range(4):
+        fresh_opt.step()
+        fresh.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(fresh_opt.param_groups[0]["lr"])
+    sched.step()
+    fresh.step()
+    assert sched.get_last_lr() == pytest.approx(fresh.get_last_lr())
+    assert opt.param_groups[0]["weight_decay"] == 0.0
+
+
+@pytest.mark.slow
+def test_a_checkpoint_is_refused_for_other_rows_of_data_train(setup, tmp_path):
+    """data.train swapped for another file trained 4 steps on one and 6 on the other, without a word."""
+    tmp, model, data = setup
+    _, pods = _checkpointed_job(setup, tmp_path)
+    other = write_triplets(tmp_path / "other.jsonl", 80)
+    assert wait_pods(start_pods(_config(tmp, model, other), pods, free_port())) == [2, 2]
+    _one_error(pods[0], "was trained on other rows than data.train holds now")

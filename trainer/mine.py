@@ -47,7 +47,9 @@ __all__ = [
     "choose_negatives",
     "load_pairs",
     "mine",
+    "changed_inputs",
     "mined_source",
+    "mining_fingerprint",
 ]
 
 log = logging.getLogger("trainer")
@@ -424,13 +426,13 @@ def mine(
 
 
 def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
-    """Everything the mined rows are a function of: data.train's rows (path, size, mtime, columns, limit),
+    """Everything the mined rows are a function of: data.train's rows (their content, columns and limit),
     the ``mine:`` section (but ``rounds``, which only adds rounds after), the model's settings, the seed
     that samples the negatives, and the model that retrieves."""
     rows = load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
     return {
         "format": 1,
-        "data.train": rows.path.parent.name,  # load_rows' cache key of the source
+        "data.train": rows.identity(),  # by content: the same file staged again is the same
         "mine": cfg.mine.model_dump(mode="json", exclude={"rounds"}),
         "model": cfg.model.model_dump(mode="json"),
         "training.seed": cfg.training.seed,
@@ -447,21 +449,29 @@ def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
-    """Remove mined parts (and the joined rows) made from other inputs than ``fingerprint``'s, saying which
-    setting changed: a restart with another ``query_chunk`` once trained some rows twice and others never."""
-    found = [p for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet") if p.is_file()]
-    if not found:
-        return
+def changed_inputs(out_dir: Path, fingerprint: dict) -> str | None:
+    """Which inputs changed since the rows in ``out_dir`` were mined ("mine.negatives: 2 -> 3"), or None
+    when nothing was mined there yet or nothing changed."""
+    if not any(p.is_file() for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet")):
+        return None
     try:
         before = json.loads((out_dir / _FINGERPRINT).read_text())
     except (OSError, ValueError):
         before = {}
     if before == fingerprint:
-        return
+        return None
     old, new = _flat(before), _flat(fingerprint)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    what = ", ".join(f"{k}: {old.get(k, 'unknown')!s:.60} -> {new.get(k)!s:.60}" for k in changed[:3])
+    return ", ".join(f"{k}: {old.get(k, 'unknown')!s:.60} -> {new.get(k)!s:.60}" for k in changed[:3])
+
+
+def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
+    """Remove mined parts (and the joined rows) made from other inputs than ``fingerprint``'s, saying which
+    setting changed: a restart with another ``query_chunk`` once trained some rows twice and others never."""
+    what = changed_inputs(out_dir, fingerprint)
+    if what is None:
+        return
+    found = [p for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet") if p.is_file()]
     log.warning("mine: the rows in %s were mined from other inputs (%s); mining them again", out_dir, what)
     for p in found:
         p.unlink()

@@ -43,6 +43,7 @@ __all__ = [
     "save",
     "check_same_weights",
     "check_compatible",
+    "apply_changed_hyperparameters",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,16 @@ def set_rng(state: dict[str, Any], device: torch.device) -> None:
 
 
 def capture(
-    step: int, model, optimizer, scheduler, scaler, cfg, metrics: dict, world_size: int, device: torch.device
+    step: int,
+    model,
+    optimizer,
+    scheduler,
+    scaler,
+    cfg,
+    metrics: dict,
+    world_size: int,
+    device: torch.device,
+    data: str | None = None,
 ) -> dict | None:
     """The job's state at ``step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere)."""
     all_rng = D.gather_objects(rng_state(device))
@@ -111,6 +121,7 @@ def capture(
         "rng": all_rng,
         "config": cfg.model_dump(mode="json"),
         "metrics": metrics,
+        "data": data,  # the identity of the rows trained on (Rows.identity: by content)
     }
 
 
@@ -129,7 +140,7 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
     return d
 
 
-def check_compatible(path: Path, state: dict, cfg, world_size: int) -> None:
+def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | None = None) -> None:
     """Refuse a checkpoint of another config, or of another world size unless the config fixes the global
     batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one line."""
     saved_ws = state.get("world_size", len(state.get("rng", [])))
@@ -138,6 +149,12 @@ def check_compatible(path: Path, state: dict, cfg, world_size: int) -> None:
             f"checkpoint {path} was written by a job of world size {saved_ws}, this job has {world_size}: "
             f"its per-device batch is per rank; run with {saved_ws} processes, set training.global_batch_size "
             "(an elastic job), or start over with a new output_dir (or checkpoint.resume: false)"
+        )
+    if data is not None and state.get("data") not in (None, data):
+        raise CheckpointError(
+            f"checkpoint {path} was trained on other rows than data.train holds now ({cfg.data.train.path}: "
+            "another file, rows added, or rows mined with other mine: settings); "
+            "resuming would train on two data sets: use a new output_dir, or put the old data back"
         )
     now = cfg.model_dump(mode="json")
     for keys in _MUST_MATCH:
@@ -149,20 +166,41 @@ def check_compatible(path: Path, state: dict, cfg, world_size: int) -> None:
             )
 
 
-def load_for_job(ckpt_dir: Path, cfg, world_size: int) -> tuple[Path, dict] | None:
+def load_for_job(ckpt_dir: Path, cfg, world_size: int, data: str | None = None) -> tuple[Path, dict] | None:
     """Rank 0 picks and checks the checkpoint (or none); every rank receives the same answer."""
     answer: tuple[Path, dict] | None | CheckpointError = None
     if D.rank() == 0 and cfg.checkpoint.resume:
         try:
             answer = latest_checkpoint(ckpt_dir)
             if answer:
-                check_compatible(answer[0], answer[1], cfg, world_size)
+                check_compatible(answer[0], answer[1], cfg, world_size, data)
         except CheckpointError as e:
             answer = e
     answer = D.broadcast_object(answer)
     if isinstance(answer, CheckpointError):
         raise CheckpointError(str(answer))
     return answer
+
+
+def apply_changed_hyperparameters(state_config: dict, cfg, optimizer, scheduler, decay_group: int = 0) -> list[str]:
+    """A checkpoint restores the optimizer's and scheduler's own copies of the learning rate and weight decay;
+    the config's new values replace them here (the schedule keeps its shape and position, scaled to the new
+    peak), so a changed value is applied, never silently dropped. Returns a line per change, for the log."""
+    changes = []
+    old_lr = _dig(state_config, ("training", "learning_rate"))
+    new_lr = cfg.training.learning_rate
+    if old_lr is not None and old_lr != new_lr:
+        ratio = new_lr / old_lr
+        scheduler.base_lrs = [lr * ratio for lr in scheduler.base_lrs]
+        for group in optimizer.param_groups:
+            group["lr"] *= ratio
+            group["initial_lr"] = group.get("initial_lr", old_lr) * ratio
+        changes.append(f"training.learning_rate {old_lr} -> {new_lr} (the schedule goes on at the new peak)")
+    old_wd = _dig(state_config, ("training", "weight_decay"))
+    if old_wd is not None and old_wd != cfg.training.weight_decay:
+        optimizer.param_groups[decay_group]["weight_decay"] = cfg.training.weight_decay
+        changes.append(f"training.weight_decay {old_wd} -> {cfg.training.weight_decay}")
+    return changes
 
 
 def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, scaler) -> tuple[int, dict, dict]:

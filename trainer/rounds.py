@@ -23,9 +23,11 @@ import torch
 
 from trainer import distributed as D
 from trainer import train
+from trainer.checkpoint import list_checkpoints
 from trainer.config import TrainConfig
+from trainer.data import DataError
 from trainer.env import Layout
-from trainer.mine import mine, mined_source
+from trainer.mine import MiningError, changed_inputs, mine, mined_source, mining_fingerprint
 from trainer.model import build_model
 
 __all__ = ["round_config", "run"]
@@ -53,7 +55,9 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                 )
                 load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
                 source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
-                mined = mine(cfg, layout, Path(cfg.output_dir) / "mined" / f"round-{r}", load, source)
+                mined_dir = Path(cfg.output_dir) / "mined" / f"round-{r}"
+                _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
+                mined = mine(cfg, layout, mined_dir, load, source)
                 rcfg = rcfg.model_copy(
                     update={
                         "data": rcfg.data.model_copy(
@@ -66,6 +70,24 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
     if not metrics and layout.is_main:  # every round was done before: report the last one's figures
         metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
     return metrics
+
+
+def _refuse_new_rows_under_checkpoints(cfg: TrainConfig, layout: Layout, mined: Path, checkpoints: Path, source: str):
+    """A round with training checkpoints whose mining inputs changed (mine.negatives 2 -> 3) would mine new
+    rows and resume training on them: refused before any mining, in one line, on every rank alike."""
+    problem = None
+    if layout.is_main and cfg.checkpoint.resume and list_checkpoints(checkpoints):
+        try:
+            what = changed_inputs(mined, mining_fingerprint(cfg, source))
+        except DataError:
+            what = None  # mine() names a data problem itself
+        if what:
+            problem = (
+                f"the mining inputs changed ({what}) but {checkpoints} holds training checkpoints made from the "
+                "rows mined before; use a new output_dir for the new settings, or set them back to resume"
+            )
+    if problem := D.broadcast_object(problem):
+        raise MiningError(problem)
 
 
 def round_config(cfg: TrainConfig, r: int) -> TrainConfig:

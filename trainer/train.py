@@ -175,10 +175,10 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
     """Rank 0 decides for the whole job; every rank restores the same state, then the weights are compared.
 
     The checkpoint's RNG streams are kept in ``t.rng`` and set by the loop right before the next step."""
-    found = resume.load_for_job(ckpt_dir, cfg, layout.world_size)
+    found = resume.load_for_job(ckpt_dir, cfg, layout.world_size, _data_key(t))
     if found:
         path, state = found
-        written_by = state.get("world_size")
+        written_by, saved_config = state.get("world_size"), state.get("config", {})
         t.step, saved, t.rng = resume.restore(path, state, layout.rank, t.model, t.optimizer, t.scheduler, t.scaler)
         if written_by != layout.world_size:  # an elastic resume: the data position and the mathematics carry over
             t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, D.device_for(layout))
@@ -187,6 +187,8 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
                      cfg.training.global_batch_size)  # fmt: skip
         t.metrics.update(saved)  # e.g. the evaluation before training
         log.info("resumed from %s at step %d/%d", path, t.step, t.total_steps)
+        for change in resume.apply_changed_hyperparameters(saved_config, cfg, t.optimizer, t.scheduler):
+            log.info("changed since the checkpoint, applied from step %d: %s", t.step + 1, change)
         del state, found
     resume.check_same_weights(t.model, f"at step {t.step} after start-up")
 
@@ -277,11 +279,18 @@ def _keep_if_best(t: TrainState, cfg: TrainConfig, layout: Layout, result: dict)
         log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
 
 
+def _data_key(t: TrainState) -> str | None:
+    """The identity of the rows being trained on (``Rows.identity``: by content, so a re-staged copy is the same)."""
+    rows = getattr(t.data, "rows", None)
+    return rows.identity() if rows is not None else None
+
+
 def _checkpoint(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path, device) -> None:
     resume.check_same_weights(t.model, f"at step {t.step}")
     state = resume.capture(
-        t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size, device
-    )
+        t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size, device,
+        data=_data_key(t),
+    )  # fmt: skip
     resume.save(ckpt_dir, state, cfg.checkpoint.keep_last)
 
 

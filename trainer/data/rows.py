@@ -69,6 +69,15 @@ class Rows:
         scores = [r["scores"] for r in rows] if self.has_scores else None
         return [r["query"] for r in rows], [r["documents"] for r in rows], scores
 
+    def identity(self, samples: int = 64) -> str:
+        """What these rows are, by content: the count, the width and ``samples`` rows spread evenly over the
+        file. Another file, rows mined with other settings, or rows added change it; the same file staged
+        again (another path or time) does not. One row edited between the samples goes unnoticed."""
+        n = len(self)
+        idx = sorted({round(i * (n - 1) / max(1, samples - 1)) for i in range(samples)}) if n else []
+        payload = [n, self.docs_per_query, *self.take(idx)]
+        return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:20]
+
     def all(self) -> tuple[list[str], list[list[str]], list[list[float]] | None]:
         """Every row, in one read (small sets: ``data.pretokenize``, tests)."""
         table = self._file().read_all()
