@@ -334,3 +334,17 @@ def test_changed_mining_settings_under_training_checkpoints_are_refused_before_m
     assert "mine: retrieving" not in res.stdout  # refused before any mining
     res = _trainer(config, tmp_path)  # set back: resumes
     assert res.returncode == 0 and "resumed from" in res.stdout, res.stdout[-3000:]
+
+
+def test_a_truncated_mined_part_is_mined_again_not_trusted(tmp_path, caplog):
+    """A truncated part counted as done, and every restart died in a 40-line ArrowInvalid traceback."""
+    out = tmp_path / "mined"
+    cfg = _bm25_rows(tmp_path, "a", negatives=2, query_chunk=8)
+    whole = pq.read_table(mine(cfg, Layout(), out))
+    (out / "train.parquet").unlink()  # killed before the join, with part 1 cut short
+    part = out / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[:100])
+    with caplog.at_level("WARNING", logger="trainer"):
+        again = pq.read_table(mine(cfg, Layout(), out))
+    assert again.equals(whole)
+    assert any("part-00001.parquet is unreadable" in r.getMessage() for r in caplog.records)

@@ -376,6 +376,8 @@ def mine(
         range(s, min(s + mcfg.query_chunk, len(pairs.queries))) for s in range(0, len(pairs.queries), mcfg.query_chunk)
     ]
     parts = [out_dir / f"part-{i:05d}.parquet" for i in range(len(chunks))]
+    if writes:
+        _forget_unreadable(parts)
     todo = [i for i, part in enumerate(parts) if not all(D.gather_objects(part.is_file() or not writes))]
     log.info(
         "mine: %d rows, %d distinct queries, %d documents; %d of %d parts to do",
@@ -476,6 +478,19 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     for p in found:
         p.unlink()
     (out_dir / "mining.json").unlink(missing_ok=True)
+
+
+def _forget_unreadable(parts: list[Path]) -> None:
+    """A part that Parquet cannot read (truncated by a full disk or a copy) is removed, so it is mined again:
+    counted as done, it failed every restart with ArrowInvalid."""
+    for part in parts:
+        if not part.is_file():
+            continue
+        try:
+            pq.read_metadata(part)
+        except (OSError, pa.ArrowInvalid) as e:
+            log.warning("mine: %s is unreadable (%s); mining it again", part, str(e).splitlines()[0][:120])
+            part.unlink()
 
 
 def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
