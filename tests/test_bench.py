@@ -79,3 +79,31 @@ def test_reciprocal_rank_fusion_puts_what_both_runs_rank_high_first():
     fused = rrf([bm25, dense])["q"]
     assert sorted(fused, key=lambda d: -fused[d])[0] == "b"  # second in both beats first-and-last
     assert fused["a"] == pytest.approx(1 / 61 + 1 / 65) and fused["b"] == pytest.approx(2 / 62)
+
+
+def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(tmp_path):
+    """bench/nfcorpus.py on a three-document BEIR layout (the suite never needs ../shared): every train qrel
+    becomes a row, the reference's input keeps rows_per_query of each query, and the paired gain is the
+    per-seed difference."""
+    from bench.nfcorpus import ARMS, RECIPE, paired, prepare
+
+    (tmp_path / "qrels").mkdir()
+    docs = [{"_id": f"d{i}", "title": f"T{i}", "text": f"text {i}"} for i in range(3)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "a question"}) + "\n")
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\nq1\td1\t1\nq1\td2\t0\n")
+    pairs, kept = prepare(tmp_path, tmp_path / "out", rows_per_query=1)
+    rows = [json.loads(line) for line in pairs.open()]
+    assert [r["positive"] for r in rows] == ["T0 text 0", "T1 text 1"]  # relevance 0 is no positive
+    assert len(kept.read_text().splitlines()) == 1
+    runs = {1: {"ndcg@10": 0.5, "per_query": {"a": 0.5, "b": 0.5}},
+            2: {"ndcg@10": 0.7, "per_query": {"a": 1.0, "b": 0.4}}}  # fmt: skip
+    base = {1: {"ndcg@10": 0.4, "per_query": {"a": 0.4, "b": 0.4}},
+            2: {"ndcg@10": 0.6, "per_query": {"a": 0.8, "b": 0.4}}}  # fmt: skip
+    got = paired(runs, base)
+    assert got["gain"] == pytest.approx(0.1) and got["worst"] == pytest.approx(0.1)
+    assert got["low"] <= got["gain"] <= got["high"]
+    import yaml
+
+    shipped = yaml.safe_load(RECIPE.read_text())["mine"]
+    assert all(ARMS["recipe"][k] == v for k, v in shipped.items() if k != "corpus")  # the arm is the recipe
