@@ -342,3 +342,32 @@ def test_trainjob_in_network_namespaces_uses_v2s_master_name(tmp_path, tiny_mode
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "--master_addr=tiny-node-0-0.tiny" in res.stdout and "--master_port=29500" in res.stdout
     assert "job tiny succeeded: 2 steps" in res.stdout
+
+
+@pytest.mark.slow
+def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tiny_model):
+    """SIGKILL of the `local` process alone left 2 trainers and 2 DataLoader workers training on, and its
+    /tmp/<job>-config-* behind: a pod's containers end with the pod."""
+    import tempfile
+
+    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
+    before = set(Path(tempfile.gettempdir()).glob("tiny-config-*"))
+    proc = subprocess.Popen(_local(wd), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    for line in proc.stdout:  # until both replicas train
+        if "INFO step 2/400" in line:
+            break
+        assert time.time() < deadline and proc.poll() is None, line
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    trainers = [p for p in descendants if "train" in " ".join(p.cmdline())]
+    assert len(trainers) >= 2
+    made = set(Path(tempfile.gettempdir()).glob("tiny-config-*")) - before
+    assert len(made) == 1
+    proc.kill()  # the local process only, not its group
+    proc.wait()
+    gone, alive = psutil.wait_procs([p for p in descendants if p.is_running()], timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
+    deadline = time.time() + 10
+    while next(iter(made)).exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not next(iter(made)).exists()

@@ -5,15 +5,33 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import click
 
 from operator_cli.lines import text_lines
 from operator_cli.local.replicas import Replica
 
-__all__ = ["kill_group", "start", "stop", "wait_any_failure"]
+__all__ = ["kill_group", "start", "start_reaper", "stop", "tagged_with_prefix", "wait_any_failure"]
+
+# The reaper: waits for EOF on its stdin, which comes when `local` ends however it ends (SIGKILL included:
+# the kernel closes the pipe), then kills every process of this run's replicas and removes the temp dir.
+_REAPER = """
+import os, shutil, signal, sys, time
+sys.stdin.buffer.read()
+from operator_cli.local.processes import tagged_with_prefix
+for _ in range(5):  # a launcher may fork once more while the first sweep runs
+    for pid in tagged_with_prefix(sys.argv[1].encode()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.1)
+shutil.rmtree(sys.argv[2], ignore_errors=True)
+"""
 
 
 def _pump(replica: Replica, lock: threading.Lock) -> None:
@@ -84,16 +102,38 @@ def kill_group(replica: Replica) -> None:
 
 def _tagged(tag: bytes) -> list[int]:
     """The processes whose environment holds ``tag``, this one excluded."""
+    return _environ_matches(lambda entries: tag in entries)
+
+
+def tagged_with_prefix(prefix: bytes) -> list[int]:
+    """The processes with an environment entry starting with ``prefix`` (every replica of one run)."""
+    return _environ_matches(lambda entries: any(e.startswith(prefix) for e in entries))
+
+
+def _environ_matches(match) -> list[int]:
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
                 with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    if tag in f.read().split(b"\0"):
+                    if match(f.read().split(b"\0")):
                         found.append(int(entry.name))
             except OSError:  # gone, or another user's
                 continue
     return found
+
+
+def start_reaper(tag_prefix: bytes, temp_dir: Path) -> subprocess.Popen:
+    """A watcher in a session of its own that outlives this process: when ``local`` ends, even by SIGKILL,
+    its stdin closes, and it kills every process tagged ``tag_prefix`` and removes ``temp_dir``. A pod's
+    containers end with the pod; the replicas (in sessions of their own) otherwise trained on."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(
+        [sys.executable, "-c", _REAPER, tag_prefix.decode(), str(temp_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, env=env,
+    )  # fmt: skip
 
 
 def wait_any_failure(replicas: list[Replica]) -> Replica | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import socket
@@ -19,8 +20,8 @@ import click
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.local.elastic import replay_elastic
-from operator_cli.local.processes import start, stop, wait_any_failure
-from operator_cli.local.replicas import Replica, plan_replicas, unsupported
+from operator_cli.local.processes import start, start_reaper, stop, wait_any_failure
+from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage
 from operator_cli.podplan import PodPlan, plan_pods
 from operator_cli.spec import parse_training_config
@@ -92,6 +93,7 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
     grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
     master_ws = announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
+    reaper = start_reaper(f"{POD_TAG}={os.getpid()}-".encode(), config_dir)  # if this process is killed
     for fname, text in cm["data"].items():
         (config_dir / fname).write_text(text)
     network = None
@@ -170,6 +172,8 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
         signal.signal(signal.SIGTERM, previous_term)
         stop(replicas, grace)
         shutil.rmtree(config_dir, ignore_errors=True)
+        reaper.stdin.close()  # it sweeps (nothing is left) and exits
+        reaper.wait(timeout=30)
         if network:
             network.destroy()
 
