@@ -17,6 +17,7 @@ existed is loaded unverified, with a warning.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 
 from trainer.config import ConfigError
-from trainer.errors import JobVerdict
+from trainer.errors import NO_SPACE, DiskFull, JobVerdict
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -38,6 +39,7 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "list_checkpoints",
+    "remove_stale_temporaries",
     "verify",
     "write_manifest",
 ]
@@ -120,13 +122,24 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], keep_last: int
     final = root / f"step-{step:08d}"
     tmp = root / f".tmp-step-{step:08d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    with open(tmp / "state.pt", "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    write_manifest(tmp, ["state.pt"])
-    _fsync_dir(tmp)
+    previous = list_checkpoints(root)
+    need = (previous[-1][1] / "state.pt").stat().st_size if previous else None
+    if need and shutil.disk_usage(root).free < need:  # cheap to know: fail before writing, not midway
+        raise DiskFull.of(OSError(errno.ENOSPC, "not enough free space for another checkpoint"), tmp, need)
+    try:
+        tmp.mkdir()
+        with open(tmp / "state.pt", "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        write_manifest(tmp, ["state.pt"])
+        _fsync_dir(tmp)
+    except (OSError, RuntimeError) as e:  # torch.save's writer raises RuntimeError around the OSError
+        shutil.rmtree(tmp, ignore_errors=True)
+        cause = e if isinstance(e, OSError) else e.__context__ if isinstance(e.__context__, OSError) else None
+        if cause is not None and cause.errno in NO_SPACE or "No space left" in str(e):
+            raise DiskFull.of(cause or OSError(errno.ENOSPC, "No space left on device"), tmp, need) from None
+        raise
     if final.exists():  # same step written before a crash: the new one is as complete
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -134,6 +147,17 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], keep_last: int
     for _, old in list_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def remove_stale_temporaries(output_dir: Path) -> list[Path]:
+    """Remove what killed writers left: ``checkpoints/.tmp-step-*`` and ``.tmp-*`` model and index directories.
+    Called by rank 0 at start, when nothing of this job writes yet (one job owns its output_dir)."""
+    stale = [*output_dir.glob("checkpoints/.tmp-step-*"), *output_dir.glob(".tmp-*")] if output_dir.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if stale:
+        log.info("removed %d temporary file(s) a killed run left in %s", len(stale), output_dir)
+    return stale
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

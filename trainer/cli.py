@@ -26,6 +26,8 @@ from trainer.errors import (
     EXIT_CONFIG,
     EXIT_DIR_ENV,
     EXIT_PEER,
+    NO_SPACE,
+    DiskFull,
     NonFinite,
     WeightsDiverged,
     job_exit_code,
@@ -75,8 +77,12 @@ def _main(argv: list[str]) -> int:
     except Preempted as e:
         print(f"colbert-train: {e}", file=sys.stderr)
         return EXIT_PREEMPTED
-    except NonFinite as e:
+    except (NonFinite, DiskFull) as e:
         return _fail(str(e), EXIT_CONFIG)
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
+        return _fail(str(DiskFull.of(e, e.filename or ".")), EXIT_CONFIG)
     except WeightsDiverged as e:
         return _fail(str(e), EXIT_PEER)
     except RuntimeError as e:

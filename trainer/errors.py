@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 
 __all__ = [
@@ -9,6 +11,8 @@ __all__ = [
     "EXIT_PEER",
     "EXIT_DIR_ENV",
     "JobVerdict",
+    "DiskFull",
+    "NO_SPACE",
     "NonFinite",
     "WeightsDiverged",
     "job_exit_code",
@@ -39,6 +43,31 @@ class JobVerdict(Exception):
 class NonFinite(JobVerdict):
     """The loss or gradient of a step is NaN or infinite: stopped before the update, so no weight, checkpoint
     or final model holds it. Permanent (exit 2): a restart would meet the same rows at the same step."""
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+class DiskFull(JobVerdict):
+    """A write failed for want of space (or a read-only volume): one line naming the path, the bytes needed
+    and free; exit 2 at once (the temporary files are gone; a restart resumes once there is space)."""
+
+    @classmethod
+    def of(cls, e: OSError, path, need: int | None = None) -> DiskFull:
+        import shutil
+
+        try:
+            free = shutil.disk_usage(path if os.path.isdir(path) else os.path.dirname(path) or ".").free
+        except OSError:
+            free = None
+        what = "is read-only" if e.errno == errno.EROFS else "has no space left"
+        sizes = [f"about {need:,} bytes needed"] if need else []
+        sizes += [f"{free:,} free"] if free is not None else []
+        sizes = ", ".join(sizes)
+        return cls(
+            f"{path}: the volume {what} ({e.strerror}{'; ' + sizes if sizes else ''}); nothing half-written was "
+            "kept: free space or grow the volume (or set checkpoint.keep_last lower), then restart to resume"
+        )
 
 
 class WeightsDiverged(JobVerdict, RuntimeError):

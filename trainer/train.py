@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import resource
+import shutil
 import time
 from pathlib import Path
 
@@ -25,11 +26,13 @@ from transformers import get_scheduler
 from trainer import distributed as D
 from trainer import grad_sync, resume
 from trainer.atomic import replace_dir, write_text
+from trainer.checkpoint import remove_stale_temporaries
 from trainer.cli import PROCESS_STARTED
 from trainer.config import DataSource, TrainConfig, job_scale
 from trainer.data import StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
+from trainer.errors import NO_SPACE, DiskFull
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.model import autocast_for, build_model, choose_precision
@@ -175,6 +178,8 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
     """Rank 0 decides for the whole job; every rank restores the same state, then the weights are compared.
 
     The checkpoint's RNG streams are kept in ``t.rng`` and set by the loop right before the next step."""
+    if layout.is_main:
+        remove_stale_temporaries(Path(cfg.output_dir))
     found = resume.load_for_job(ckpt_dir, cfg, layout.world_size, _data_key(t))
     if found:
         path, state = found
@@ -207,12 +212,21 @@ def _loop(t: TrainState, cfg: TrainConfig, layout: Layout, device, ckpt_dir: Pat
     """Optimizer steps until ``total_steps``; logs, evaluates and checkpoints every N steps and on SIGTERM.
 
     Returns (seconds in the loop, the global loss of each step)."""
-    tcfg = cfg.training
     t.model.train()
     started, first_step, losses = time.perf_counter(), t.step, []
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
     feed = batches(t.data, t.step, t.total_steps, layout.rank, device, cfg.data.num_workers, layout.world_size,
                    t.accumulation)  # fmt: skip
+    with contextlib.closing(feed):  # its workers end on every way out of the loop, errors included
+        _steps(t, cfg, layout, device, ckpt_dir, stop, split, tracker, feed, bar, first_step, losses)
+    bar.close()
+    return time.perf_counter() - started, losses
+
+
+def _steps(t: TrainState, cfg: TrainConfig, layout: Layout, device, ckpt_dir, stop, split, tracker, feed, bar,
+           first_step: int, losses: list[float]) -> None:  # fmt: skip
+    """The steps themselves, appending each step's global loss to ``losses``."""
+    tcfg = cfg.training
     if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
         resume.set_rng(t.rng, device)
         t.rng = None
@@ -236,8 +250,6 @@ def _loop(t: TrainState, cfg: TrainConfig, layout: Layout, device, ckpt_dir: Pat
             _keep_if_best(t, cfg, layout, _evaluate(t, cfg, layout, split, tracker, f"at step {t.step}"))
         if t.step % cfg.checkpoint.every_steps == 0 and t.step < t.total_steps:
             _checkpoint(t, cfg, layout, ckpt_dir, device)
-    bar.close()
-    return time.perf_counter() - started, losses
 
 
 def _evaluate(t: TrainState, cfg: TrainConfig, layout: Layout, split, tracker: Tracker, when: str) -> dict:
@@ -333,7 +345,13 @@ def _save_model(model, out_dir: Path, name: str) -> Path:
     """A PyLate model directory written under a temporary name, then renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tmp-{name}-{os.getpid()}"
-    model.save(str(tmp))
+    try:
+        model.save(str(tmp))
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in NO_SPACE:
+            raise DiskFull.of(e, tmp) from None
+        raise
     replace_dir(tmp, out_dir / name)
     return out_dir / name
 

@@ -202,4 +202,14 @@ def batches(
         generator=torch.Generator().manual_seed(data.seed * 1_000_003 + start * 1009 + rank),
     )
     it = iter(loader)
-    return (batch.to(device) for batch in it)
+
+    def feed() -> Iterator[Batch]:
+        try:
+            for batch in it:
+                yield batch.to(device)
+        finally:  # close() on every way out: the workers ignore SIGTERM (above), so the interpreter's exit,
+            # which terminates daemon children with it, would wait on them forever (a full disk hung for days)
+            if hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()
+
+    return feed()
