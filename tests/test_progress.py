@@ -103,7 +103,7 @@ def test_throttled_posts_with_a_rotating_token_and_a_final_100(tls):
     assert len(server.requests) == 1
     Path(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]).write_text("token-2")  # the projected token rotated
     progress.evaluated(50, "ndcg@10", {"ndcg@10": 0.71, "mrr@10": 0.66})
-    _wait(lambda: len(server.requests) >= 2)
+    _wait(lambda: len(server.requests) >= 1)
     progress.step(60, loss=0.2, lr=1e-5, samples_per_second=32.0)
     progress.finish(100)  # right after: the throttle would hold it, the final update is sent anyway
     bodies = [b for _, _, b in server.requests]
@@ -221,3 +221,97 @@ def test_a_training_run_reports_and_survives_a_failing_endpoint(tls, tmp_path, t
     assert out.count(LOG_PREFIX + "{") >= 5  # one per step (log_every 1) and the final one
     assert server.requests and server.requests[-1][2]["trainerStatus"]["progressPercentage"] == 100
     assert server.requests[-1][1] == "Bearer token-1"
+
+
+class _Plain(http.server.ThreadingHTTPServer):
+    """A plain-http server on another port that records what reaches it, or redirects, or drips."""
+
+    daemon_threads = True
+
+    def __init__(self, mode: str = "record", location: str = ""):
+        super().__init__(("127.0.0.1", 0), _PlainHandler)
+        self.mode, self.location, self.requests = mode, location, []
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/status"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class _PlainHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))  # a followed redirect arrives as a GET
+        self.server.requests.append(self.headers.get("Authorization"))
+        if self.server.mode == "drip":  # headers, then one byte every 0.5 s
+            self.send_response(200)
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            for _ in range(40):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.5)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _RedirectingHandler(_Handler):
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append((time.monotonic(), self.headers.get("Authorization"), {}))
+        self.send_response(302)
+        self.send_header("Location", self.server.location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_redirect_never_takes_the_token_to_another_server(tls, caplog):
+    """A 302 from the CA-checked endpoint sent `Bearer <ServiceAccount token>` to a plain-http server on
+    another port, once per update."""
+    elsewhere = _Plain()
+    server, env = tls()
+    server.RequestHandlerClass = _RedirectingHandler
+    server.location = elsewhere.url
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        progress = Progress(total_steps=4, start_step=0, env=env, interval=0.0, timeout=1.0)
+        for step in range(1, 4):
+            progress.step(step, loss=0.5, lr=1e-5, samples_per_second=10.0)
+        progress.finish(4)
+    _wait(lambda: len(server.requests) >= 1)
+    assert server.requests[0][1] == "Bearer token-1"  # the endpoint itself got it
+    assert elsewhere.requests == []  # the other server never saw a request, let alone the token
+    assert any("a redirect, not followed" in r.getMessage() for r in caplog.records)
+    elsewhere.shutdown()
+
+
+def test_a_plain_http_endpoint_never_gets_the_token_and_user_info_is_not_logged(tmp_path, caplog):
+    plain = _Plain()
+    token = tmp_path / "token"
+    token.write_text("secret-token")
+    url = plain.url.replace("http://", "http://user:hunter2@")
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": url, "KUBEFLOW_TRAINER_SERVER_TOKEN": str(token)}
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        progress = Progress(total_steps=2, start_step=0, env=env, interval=0.0, timeout=1.0)
+        progress.step(1, loss=0.5, lr=1e-5, samples_per_second=10.0)
+        progress.finish(2)
+    _wait(lambda: plain.requests)
+    assert all(auth is None for auth in plain.requests)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "is not https: progress is posted without the token" in text
+    assert "hunter2" not in text and "user:" not in text
+    plain.shutdown()
+
+
+def test_the_final_post_is_bounded_by_the_timeout_whatever_the_server_does():
+    """A server answering one byte every 0.5 s held rank 0 in the final post for 19.7 s against a 1 s timeout."""
+    drip = _Plain("drip")
+    progress = Progress(total_steps=2, start_step=0, env={"KUBEFLOW_TRAINER_SERVER_URL": drip.url},
+                        interval=100.0, timeout=1.0)  # fmt: skip
+    started = time.perf_counter()
+    progress.finish(2)
+    assert time.perf_counter() - started < 3.5  # the loop's join (timeout + 1) and the final post's (timeout)
+    drip.shutdown()

@@ -21,6 +21,7 @@ import os
 import ssl
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -41,10 +42,31 @@ def endpoint(env: Mapping[str, str]) -> tuple[str, str | None, str | None] | Non
     return None
 
 
+def redact(url: str) -> str:
+    """``url`` without its user information, for logs.
+
+    >>> redact("https://user:secret@status.example:8443/v1/x?a=1")
+    'https://status.example:8443/v1/x?a=1'
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is an answer, not a new destination: the token goes only to the endpoint the Trainer named."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 def _endpoint_problem(url: str, ca: str | None, token: str | None) -> str | None:
     """What makes the injected endpoint unusable from the start, named once instead of warned every step."""
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        return f"{url[:120]!r} is not an http(s) URL"
+        return f"{redact(url)[:120]!r} is not an http(s) URL"
     for what, path in (("CA certificate", ca), ("token file", token)):
         if path and not os.path.isfile(path):
             return f"{what} {path[:200]} is not a file"
@@ -79,10 +101,14 @@ class Progress:
         if self.target and (problem := _endpoint_problem(*self.target)):
             log.warning("the TrainJob's status endpoint %s; progress goes to the log only", problem)
             self.target = None
+        if self.target and self.target[2] and not self.target[0].startswith("https://"):
+            log.warning("the TrainJob's status endpoint %s is not https: progress is posted without the token "
+                        "(it would travel in clear)", redact(self.target[0]))  # fmt: skip
+            self.target = (self.target[0], self.target[1], None)
         if self.target:
             self._thread = threading.Thread(target=self._send_loop, name="trainer-status", daemon=True)
             self._thread.start()
-            log.info("reporting progress to the TrainJob's status at %s", self.target[0])
+            log.info("reporting progress to the TrainJob's status at %s", redact(self.target[0]))
 
     # ---- from the loop -----------------------------------------------------------------------------
     def step(self, step: int, loss: float, lr: float, samples_per_second: float) -> None:
@@ -109,7 +135,9 @@ class Progress:
                 self._closing = True
                 self._cond.notify()
             self._thread.join(timeout=self.timeout + 1)
-            self._post(body)
+            final = threading.Thread(target=self._post, args=(body,), name="trainer-status-final", daemon=True)
+            final.start()  # a server that answers a byte at a time cannot hold the job past this deadline
+            final.join(timeout=self.timeout)
 
     # ---- the two outputs --------------------------------------------------------------------------
     def _publish(self, step: int, final: bool = False) -> dict:
@@ -166,11 +194,14 @@ class Progress:
                 with open(token_file) as f:  # re-read: projected tokens rotate
                     headers["Authorization"] = f"Bearer {f.read().strip()}"
             context = ssl.create_default_context(cafile=ca) if url.startswith("https") else None
-            request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
+            request = urllib.request.Request(redact(url), json.dumps(body).encode(), headers, method="POST")
+            opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+            with opener.open(request, timeout=self.timeout) as response:
                 response.read()
         except Exception as e:  # noqa: BLE001 (progress must never stop training)
             kind = type(e).__name__
+            if isinstance(e, urllib.error.HTTPError) and 300 <= e.code < 400:
+                kind, e = "redirect", RuntimeError(f"HTTP {e.code}: a redirect, not followed (the token stays home)")
             if kind not in self._warned:
                 self._warned.add(kind)
                 log.warning("could not report progress to the TrainJob's status (%s: %s); training goes on",
