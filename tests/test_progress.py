@@ -103,7 +103,7 @@ def test_throttled_posts_with_a_rotating_token_and_a_final_100(tls):
     assert len(server.requests) == 1
     Path(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]).write_text("token-2")  # the projected token rotated
     progress.evaluated(50, "ndcg@10", {"ndcg@10": 0.71, "mrr@10": 0.66})
-    _wait(lambda: len(server.requests) >= 1)
+    _wait(lambda: len(server.requests) >= 2)
     progress.step(60, loss=0.2, lr=1e-5, samples_per_second=32.0)
     progress.finish(100)  # right after: the throttle would hold it, the final update is sent anyway
     bodies = [b for _, _, b in server.requests]
