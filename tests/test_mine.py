@@ -76,7 +76,7 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
                   positives=[{0}, {1}, {2}])  # fmt: skip
     cands = [
         [(0, 10.0)] + [(i, 9.0 - i / 2) for i in range(1, 12)],  # kept
-        [(2, 9.5), (3, 9.4), (1, 7.5), *((i, 7.4 - i / 100) for i in range(4, 11))],  # all above 0.9 x 7.5: too few
+        [(2, 9.5), (3, 9.4), (1, 7.5), *((i, 7.4 - i / 100) for i in range(4, 12))],  # all above 0.9 x 7.5: too few
         [(i, 5.0) for i in range(3, 11)],  # 8 documents above the positive's 1.0: beyond positive_within 6
     ]
     scores = [{0: 10.0}, {1: 7.5}, {2: 1.0}]

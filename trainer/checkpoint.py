@@ -164,13 +164,22 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path / "state.pt", map_location="cpu", weights_only=False)
 
 
+def _aside(path: Path, why: str) -> Path:
+    """``why-step-N``, or ``why-step-N.2`` and on when one was set aside before (step N rewritten, bad again)."""
+    aside, n = path.with_name(f"{why}-{path.name}"), 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{why}-{path.name}.{n}")
+    return aside
+
+
 def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that is what was written and loads; a damaged one is set aside (renamed,
     never deleted) and the one before it is tried."""
     unreadable = []
     for _step, path in reversed(list_checkpoints(root)):
         if problem := verify(path):
-            aside = path.with_name(f"corrupt-{path.name}")
+            aside = _aside(path, "corrupt")
             os.replace(path, aside)
             log.warning("checkpoint %s is corrupt (%s); kept as %s, trying the previous one", path, problem, aside)
             unreadable.append(f"{path.name}: {problem}")
@@ -180,7 +189,7 @@ def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
         try:
             return path, load_checkpoint(path)
         except Exception as e:  # truncated by a dying disk, not by us: fall back one
-            aside = path.with_name(f"unreadable-{path.name}")
+            aside = _aside(path, "unreadable")
             os.replace(path, aside)
             reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             log.warning("checkpoint %s is unreadable (%s); kept as %s, trying the previous one", path, reason, aside)

@@ -432,11 +432,21 @@ def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
     the ``mine:`` section (but ``rounds``, which only adds rounds after), the model's settings, the seed
     that samples the negatives, and the model that retrieves."""
     rows = load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
+    # encoding batch sizes change no row (lowering one after an out-of-memory keeps the parts done)
+    mine_cfg = cfg.mine.model_dump(mode="json", exclude={"rounds", "batch_size"})
+    if isinstance(mine_cfg.get("teacher"), dict):
+        mine_cfg["teacher"].pop("batch_size", None)
+    corpus = None
+    if cfg.mine.corpus:
+        file = Path(cfg.mine.corpus) / "corpus.jsonl" if Path(cfg.mine.corpus).is_dir() else Path(cfg.mine.corpus)
+        corpus = [file.stat().st_size, file.stat().st_mtime_ns] if file.is_file() else None
+    uses_model = cfg.mine.retriever != "bm25" or (retriever or "").startswith("round")
     return {
         "format": 1,
         "data.train": rows.identity(),  # by content: the same file staged again is the same
-        "mine": cfg.mine.model_dump(mode="json", exclude={"rounds"}),
-        "model": cfg.model.model_dump(mode="json"),
+        "mine": mine_cfg,
+        "mine.corpus file": corpus,  # size and time: a corpus edited in place is mined again
+        "model": cfg.model.model_dump(mode="json") if uses_model else None,
         "training.seed": cfg.training.seed,
         "retriever": retriever or cfg.mine.model or cfg.mine.retriever,
     }
@@ -458,12 +468,18 @@ def changed_inputs(out_dir: Path, fingerprint: dict) -> str | None:
         return None
     try:
         before = json.loads((out_dir / _FINGERPRINT).read_text())
+    except FileNotFoundError:  # mined by a release before fingerprints: trusted as it is, once, with a word
+        log.warning("mine: %s holds rows mined before fingerprints existed; kept as they are", out_dir)
+        return None
     except (OSError, ValueError):
-        before = {}
+        before = {"fingerprint.json": "unreadable"}
     if before == fingerprint:
         return None
     old, new = _flat(before), _flat(fingerprint)
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    # a key the old fingerprint lacks is a setting a later release added: not a change of the user's
+    changed = sorted(k for k in old.keys() if old.get(k) != new.get(k))
+    if not changed:
+        return None
     return ", ".join(f"{k}: {old.get(k, 'unknown')!s:.60} -> {new.get(k)!s:.60}" for k in changed[:3])
 
 
@@ -476,7 +492,7 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     found = [p for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet") if p.is_file()]
     log.warning("mine: the rows in %s were mined from other inputs (%s); mining them again", out_dir, what)
     for p in found:
-        p.unlink()
+        p.unlink(missing_ok=True)  # a pod sharing the volume may have removed it first
     (out_dir / "mining.json").unlink(missing_ok=True)
 
 
@@ -489,8 +505,10 @@ def _forget_unreadable(parts: list[Path]) -> None:
         try:
             pq.read_metadata(part)
         except (OSError, pa.ArrowInvalid) as e:
+            if not part.is_file():  # a pod sharing the volume removed it meanwhile
+                continue
             log.warning("mine: %s is unreadable (%s); mining it again", part, str(e).splitlines()[0][:120])
-            part.unlink()
+            part.unlink(missing_ok=True)
 
 
 def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
@@ -508,8 +526,8 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
         if found is None:
             dropped[Dropped.NO_TERMS.value] += len(rows_of[q])
             continue
-        # the retriever ran out before top_k (BM25 scores 0 for documents sharing no word with the query)
-        short = len(found) < min(cfg.mine.top_k, len(pairs.corpus))
+        # the retriever returned fewer than it was asked for (BM25 scores 0 for documents sharing no word)
+        short = len(found) < min(cfg.mine.top_k + len(pairs.positives[q]), len(pairs.corpus))
         rows = rows_of[q]
         if cfg.mine.rows_per_query is not None and len(rows) > cfg.mine.rows_per_query:
             rows = sorted(random.Random(f"rows-{cfg.training.seed}-{q}").sample(rows, cfg.mine.rows_per_query))

@@ -101,7 +101,7 @@ class Progress:
         if self.target and (problem := _endpoint_problem(*self.target)):
             log.warning("the TrainJob's status endpoint %s; progress goes to the log only", problem)
             self.target = None
-        if self.target and self.target[2] and not self.target[0].startswith("https://"):
+        if self.target and self.target[2] and not self.target[0].lower().startswith("https://"):
             log.warning("the TrainJob's status endpoint %s is not https: progress is posted without the token "
                         "(it would travel in clear)", redact(self.target[0]))  # fmt: skip
             self.target = (self.target[0], self.target[1], None)
@@ -193,7 +193,7 @@ class Progress:
             if token_file:
                 with open(token_file) as f:  # re-read: projected tokens rotate
                     headers["Authorization"] = f"Bearer {f.read().strip()}"
-            context = ssl.create_default_context(cafile=ca) if url.startswith("https") else None
+            context = ssl.create_default_context(cafile=ca) if url.lower().startswith("https") else None
             request = urllib.request.Request(redact(url), json.dumps(body).encode(), headers, method="POST")
             opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
             with opener.open(request, timeout=self.timeout) as response:

@@ -234,13 +234,15 @@ def check_same_weights(model, where: str) -> None:
             names.append(name)
             sums.append(torch.stack([t.sum(), (t * t).sum()]))
     mine = torch.stack(sums).cpu()
-    if not torch.isfinite(mine).all():  # NaN != NaN: it would read as "weights differ between rank 0 and rank 0"
-        bad = names[int((~torch.isfinite(mine)).any(dim=1).nonzero()[0])]
-        raise NonFinite(
-            f"weights are not finite {where} (first: {bad}); nothing is saved from them. Check the rows before "
-            "this step (teacher scores) or lower training.learning_rate"
-        )
-    for r, theirs in enumerate(D.gather_objects(mine)):
+    every = D.gather_objects(mine)  # first: every rank then decides alike, whichever rank went non-finite
+    for theirs in every:
+        if not torch.isfinite(theirs).all():  # NaN != NaN: it read as "weights differ between rank 0 and rank 0"
+            bad = names[int((~torch.isfinite(theirs)).any(dim=1).nonzero()[0])]
+            raise NonFinite(
+                f"weights are not finite {where} (first: {bad}); nothing is saved from them. Check the rows "
+                "before this step (teacher scores) or lower training.learning_rate"
+            )
+    for r, theirs in enumerate(every):
         if not torch.equal(theirs, mine):
             bad = int((theirs != mine).any(dim=1).nonzero()[0])
             raise WeightsDiverged(

@@ -303,7 +303,23 @@ def _checkpoint(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path,
         t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size, device,
         data=_data_key(t),
     )  # fmt: skip
-    resume.save(ckpt_dir, state, cfg.checkpoint.keep_last)
+    _on_every_rank(lambda: resume.save(ckpt_dir, state, cfg.checkpoint.keep_last))
+
+
+def _on_every_rank(write) -> None:
+    """Rank 0's write (the others pass None to save), its full-disk verdict raised on every rank together:
+    raised on rank 0 alone, the others went on into the next step's collectives and the job hung."""
+    problem = None
+    try:
+        write()
+    except DiskFull as e:
+        problem = str(e)
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
+        problem = str(DiskFull.of(e, e.filename or "."))
+    if problem := D.broadcast_object(problem):
+        raise DiskFull(problem)
 
 
 # ---- the end --------------------------------------------------------------------------------------
@@ -332,11 +348,15 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
         t.metrics["after"] = _evaluate(t, cfg, layout, split, tracker, "after training")
         if cfg.evaluation.every_steps:
             _keep_if_best(t, cfg, layout, t.metrics["after"])
-    if layout.is_main:
-        out_dir = Path(cfg.output_dir)
-        t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
-        write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
-        log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
+    out_dir = Path(cfg.output_dir)
+
+    def save() -> None:
+        if layout.is_main:
+            t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
+            write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
+            log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
+
+    _on_every_rank(save)
     t.progress.finish(t.step)
     D.barrier()
 

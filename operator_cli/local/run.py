@@ -172,8 +172,7 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
         signal.signal(signal.SIGTERM, previous_term)
         stop(replicas, grace)
         shutil.rmtree(config_dir, ignore_errors=True)
-        reaper.stdin.close()  # it sweeps (nothing is left) and exits
-        reaper.wait(timeout=30)
+        reaper.stdin.close()  # it sweeps (nothing is left) and exits in its own time
         if network:
             network.destroy()
 

@@ -201,15 +201,23 @@ def batches(
         worker_init_fn=_worker_init,
         generator=torch.Generator().manual_seed(data.seed * 1_000_003 + start * 1009 + rank),
     )
-    it = iter(loader)
+    return _Feed(iter(loader), device)
 
-    def feed() -> Iterator[Batch]:
-        try:
-            for batch in it:
-                yield batch.to(device)
-        finally:  # close() on every way out: the workers ignore SIGTERM (above), so the interpreter's exit,
-            # which terminates daemon children with it, would wait on them forever (a full disk hung for days)
-            if hasattr(it, "_shutdown_workers"):
-                it._shutdown_workers()
 
-    return feed()
+class _Feed:
+    """The batches on the device; ``close()`` ends the DataLoader's workers at once. Call it on every way
+    out: the workers ignore SIGTERM (above), so the interpreter's exit, which terminates daemon children
+    with it, would wait on them forever (a full disk once hung a pod for days)."""
+
+    def __init__(self, it, device: torch.device):
+        self.it, self.device = it, device
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> Batch:
+        return next(self.it).to(self.device)
+
+    def close(self) -> None:
+        if hasattr(self.it, "_shutdown_workers"):  # the multiprocessing iterator's own, orderly shutdown
+            self.it._shutdown_workers()
