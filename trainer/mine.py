@@ -37,6 +37,7 @@ from trainer.encode import embed_texts
 from trainer.env import Layout
 from trainer.errors import JobVerdict
 from trainer.teacher import Teacher
+from trainer.tracking import flatten
 
 __all__ = [
     "MINED_COLUMNS",
@@ -111,9 +112,14 @@ def load_pairs(cfg: TrainConfig) -> Pairs:
     return Pairs(list(query_index), corpus, rows, positives)
 
 
+def _corpus_file(path: str) -> Path:
+    """``mine.corpus``'s file: the path itself, or a BEIR directory's corpus.jsonl."""
+    return Path(path) / "corpus.jsonl" if Path(path).is_dir() else Path(path)
+
+
 def _read_corpus(path: str) -> list[str]:
     """Texts of a .jsonl corpus (``text`` and optional ``title`` per line) or a BEIR directory's corpus.jsonl."""
-    file = Path(path) / "corpus.jsonl" if Path(path).is_dir() else Path(path)
+    file = _corpus_file(path)
     if not file.is_file():
         raise DataError(f"mine.corpus: {file} not found; give a .jsonl file or a BEIR directory")
     texts = []
@@ -438,7 +444,7 @@ def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
         mine_cfg["teacher"].pop("batch_size", None)
     corpus = None
     if cfg.mine.corpus:
-        file = Path(cfg.mine.corpus) / "corpus.jsonl" if Path(cfg.mine.corpus).is_dir() else Path(cfg.mine.corpus)
+        file = _corpus_file(cfg.mine.corpus)
         corpus = [file.stat().st_size, file.stat().st_mtime_ns] if file.is_file() else None
     uses_model = cfg.mine.retriever != "bm25" or (retriever or "").startswith("round")
     return {
@@ -452,19 +458,15 @@ def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
     }
 
 
-def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
-    """>>> _flat({"a": {"b": 1}, "c": 2})
-    {'a.b': 1, 'c': 2}"""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
+def _mined_files(out_dir: Path) -> list[Path]:
+    """The parts and the joined rows a mining pass wrote in ``out_dir``."""
+    return [p for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet") if p.is_file()]
 
 
 def changed_inputs(out_dir: Path, fingerprint: dict) -> str | None:
     """Which inputs changed since the rows in ``out_dir`` were mined ("mine.negatives: 2 -> 3"), or None
     when nothing was mined there yet or nothing changed."""
-    if not any(p.is_file() for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet")):
+    if not _mined_files(out_dir):
         return None
     try:
         before = json.loads((out_dir / _FINGERPRINT).read_text())
@@ -475,7 +477,7 @@ def changed_inputs(out_dir: Path, fingerprint: dict) -> str | None:
         before = {"fingerprint.json": "unreadable"}
     if before == fingerprint:
         return None
-    old, new = _flat(before), _flat(fingerprint)
+    old, new = flatten(before), flatten(fingerprint)
     # a key the old fingerprint lacks is a setting a later release added: not a change of the user's
     changed = sorted(k for k in old.keys() if old.get(k) != new.get(k))
     if not changed:
@@ -489,7 +491,7 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     what = changed_inputs(out_dir, fingerprint)
     if what is None:
         return
-    found = [p for p in (*out_dir.glob("part-*.parquet"), out_dir / "train.parquet") if p.is_file()]
+    found = _mined_files(out_dir)
     log.warning("mine: the rows in %s were mined from other inputs (%s); mining them again", out_dir, what)
     for p in found:
         p.unlink(missing_ok=True)  # a pod sharing the volume may have removed it first

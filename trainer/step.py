@@ -46,6 +46,7 @@ class TrainState:
     progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
     skip_nonfinite: int = 0  # training.skip_nonfinite_steps: non-finite steps to skip before stopping
     skipped_nonfinite: int = 0  # skipped by this process so far
+    data_identity: str | None = None  # Rows.identity() of the rows trained on (checked on resume)
 
 
 def accumulate_gradients(t: TrainState, feed: Iterator) -> float:

@@ -93,7 +93,7 @@ class _Mlflow:
 
         mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "colbert-k8s"))
         self.mlflow, self.run = mlflow, mlflow.start_run(run_name=run_name)
-        mlflow.log_params({k: str(v)[:250] for k, v in _flatten(config).items()})
+        mlflow.log_params({k: str(v)[:250] for k, v in flatten(config).items()})
 
     def log(self, step: int, values: dict[str, float]) -> None:
         self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in values.items()}, step=step)
@@ -120,11 +120,16 @@ class _Wandb:
 _SINKS = {"jsonl": _Jsonl, "tensorboard": _TensorBoard, "mlflow": _Mlflow, "wandb": _Wandb}
 
 
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested keys as dotted paths (MLflow's params, mining's fingerprint differences).
+
+    >>> flatten({"a": {"b": 1}, "c": 2})
+    {'a.b': 1, 'c': 2}
+    """
     out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out

@@ -131,6 +131,7 @@ def build(
         accumulation=scale.accumulation,
         max_grad_norm=tcfg.max_grad_norm,
         skip_nonfinite=tcfg.skip_nonfinite_steps,
+        data_identity=rows.identity(),  # once: checked on resume, saved with every checkpoint
         metrics={
             "world_size": layout.world_size,
             "global_batch": scale.global_batch,
@@ -180,7 +181,7 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
     The checkpoint's RNG streams are kept in ``t.rng`` and set by the loop right before the next step."""
     if layout.is_main:
         remove_stale_temporaries(Path(cfg.output_dir))
-    found = resume.load_for_job(ckpt_dir, cfg, layout.world_size, _data_key(t))
+    found = resume.load_for_job(ckpt_dir, cfg, layout.world_size, t.data_identity)
     if found:
         path, state = found
         written_by, saved_config = state.get("world_size"), state.get("config", {})
@@ -217,39 +218,33 @@ def _loop(t: TrainState, cfg: TrainConfig, layout: Layout, device, ckpt_dir: Pat
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
     feed = batches(t.data, t.step, t.total_steps, layout.rank, device, cfg.data.num_workers, layout.world_size,
                    t.accumulation)  # fmt: skip
+    tcfg = cfg.training
     with contextlib.closing(feed):  # its workers end on every way out of the loop, errors included
-        _steps(t, cfg, layout, device, ckpt_dir, stop, split, tracker, feed, bar, first_step, losses)
+        if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
+            resume.set_rng(t.rng, device)
+            t.rng = None
+        while t.step < t.total_steps:
+            local_loss, grad_norm = optimizer_step(t, feed)
+            # the global-batch mean (comparable across world sizes), and whether any pod got SIGTERM
+            loss, stopping = D.mean_and_any(local_loss, stop.requested, device)
+            losses.append(loss)
+            _note_time(t)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.update(1)
+            if t.step % tcfg.log_every == 0 or t.step == t.total_steps:
+                _report(t, tracker, loss, grad_norm)
+            if stopping:
+                if t.step > first_step:
+                    _checkpoint(t, cfg, layout, ckpt_dir, device)
+                bar.close()
+                raise Preempted(t.step)
+            every = cfg.evaluation.every_steps
+            if split and every and t.step % every == 0 and t.step < t.total_steps:
+                _keep_if_best(t, cfg, layout, _evaluate(t, cfg, layout, split, tracker, f"at step {t.step}"))
+            if t.step % cfg.checkpoint.every_steps == 0 and t.step < t.total_steps:
+                _checkpoint(t, cfg, layout, ckpt_dir, device)
     bar.close()
     return time.perf_counter() - started, losses
-
-
-def _steps(t: TrainState, cfg: TrainConfig, layout: Layout, device, ckpt_dir, stop, split, tracker, feed, bar,
-           first_step: int, losses: list[float]) -> None:  # fmt: skip
-    """The steps themselves, appending each step's global loss to ``losses``."""
-    tcfg = cfg.training
-    if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
-        resume.set_rng(t.rng, device)
-        t.rng = None
-    while t.step < t.total_steps:
-        local_loss, grad_norm = optimizer_step(t, feed)
-        # the global-batch mean (comparable across world sizes), and whether any pod got SIGTERM
-        loss, stopping = D.mean_and_any(local_loss, stop.requested, device)
-        losses.append(loss)
-        _note_time(t)
-        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-        bar.update(1)
-        if t.step % tcfg.log_every == 0 or t.step == t.total_steps:
-            _report(t, tracker, loss, grad_norm)
-        if stopping:
-            if t.step > first_step:
-                _checkpoint(t, cfg, layout, ckpt_dir, device)
-            bar.close()
-            raise Preempted(t.step)
-        every = cfg.evaluation.every_steps
-        if split and every and t.step % every == 0 and t.step < t.total_steps:
-            _keep_if_best(t, cfg, layout, _evaluate(t, cfg, layout, split, tracker, f"at step {t.step}"))
-        if t.step % cfg.checkpoint.every_steps == 0 and t.step < t.total_steps:
-            _checkpoint(t, cfg, layout, ckpt_dir, device)
 
 
 def _evaluate(t: TrainState, cfg: TrainConfig, layout: Layout, split, tracker: Tracker, when: str) -> dict:
@@ -291,17 +286,11 @@ def _keep_if_best(t: TrainState, cfg: TrainConfig, layout: Layout, result: dict)
         log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
 
 
-def _data_key(t: TrainState) -> str | None:
-    """The identity of the rows being trained on (``Rows.identity``: by content, so a re-staged copy is the same)."""
-    rows = getattr(t.data, "rows", None)
-    return rows.identity() if rows is not None else None
-
-
 def _checkpoint(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path, device) -> None:
     resume.check_same_weights(t.model, f"at step {t.step}")
     state = resume.capture(
         t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size, device,
-        data=_data_key(t),
+        data=t.data_identity,
     )  # fmt: skip
     _on_every_rank(lambda: resume.save(ckpt_dir, state, cfg.checkpoint.keep_last))
 
@@ -367,10 +356,8 @@ def _save_model(model, out_dir: Path, name: str) -> Path:
     tmp = out_dir / f".tmp-{name}-{os.getpid()}"
     try:
         model.save(str(tmp))
-    except OSError as e:
+    except OSError:  # a full disk becomes one line in _on_every_rank or the CLI; no half model stays
         shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in NO_SPACE:
-            raise DiskFull.of(e, tmp) from None
         raise
     replace_dir(tmp, out_dir / name)
     return out_dir / name
