@@ -36,6 +36,7 @@ from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.encode import embed_texts
 from trainer.env import Layout
 from trainer.errors import JobVerdict
+from trainer.progress import Progress
 from trainer.teacher import Teacher
 from trainer.tracking import flatten
 
@@ -56,7 +57,7 @@ __all__ = [
 log = logging.getLogger("trainer")
 MINED_COLUMNS = Columns(query="query", positive="positive", negatives=["negatives"])
 TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores")  # with mine.teacher
-_DOC_CHUNK = 512  # documents encoded and scored at once
+DOC_CHUNK = 512  # documents encoded and scored at once
 _QUERY_BLOCK = 64  # queries scored at once against a document chunk
 _DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
 _FINGERPRINT = "fingerprint.json"  # what the parts beside it were mined from (mining_fingerprint)
@@ -138,7 +139,7 @@ Candidates = list[tuple[int, float]]  # (document index, score), best first
 def _my_chunks(documents: int) -> list[int]:
     """The first document of each fixed chunk this rank holds: chunks dealt round-robin, so the same chunks
     are encoded with the same shapes on any world size."""
-    return list(range(0, documents, _DOC_CHUNK))[D.rank() :: D.world_size()]
+    return list(range(0, documents, DOC_CHUNK))[D.rank() :: D.world_size()]
 
 
 def _scoring_width(mask: torch.Tensor) -> int:
@@ -157,23 +158,25 @@ def _scoring_width(mask: torch.Tensor) -> int:
 
 
 class ModelRetriever:
-    """Exact MaxSim of the model being trained. The corpus is cut into fixed chunks of ``_DOC_CHUNK``
+    """Exact MaxSim of the model being trained. The corpus is cut into fixed chunks of ``DOC_CHUNK``
     documents, dealt round-robin to the ranks; each rank encodes its chunks once (fp16, trimmed to the
     chunk's longest document) and scores every query against them, and the per-rank lists are merged.
 
     Every chunk is encoded and scored with the same shapes on any world size, and ties go to the
-    lower document index, so the mined rows are the same bytes on 1 rank or 64."""
+    lower document index, so the mined rows are the same bytes on 1 rank or 64. ``on_chunk`` is called
+    after each chunk this rank encoded (the job's progress)."""
 
-    def __init__(self, model, corpus: list[str], batch_size: int, device: torch.device, show: bool):
+    def __init__(self, model, corpus: list[str], batch_size: int, device, show: bool, on_chunk=lambda: None):
         self.model, self.batch_size, self.device = model, batch_size, device
         starts = _my_chunks(len(corpus))
         self.chunks: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         model.eval()
         for start in tqdm(starts, desc="mine: encode corpus", disable=not show, unit="chunk"):
-            texts = corpus[start : start + _DOC_CHUNK]
+            texts = corpus[start : start + DOC_CHUNK]
             emb, mask = embed_texts(model, texts, False, batch_size, model.document_length, device)
             width = _scoring_width(mask)
             self.chunks.append((start, emb[:, :width].half(), mask[:, :width]))
+            on_chunk()
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
@@ -216,7 +219,7 @@ class PlaidRetriever:
         from pylate import indexes
 
         self.model, self.corpus, self.batch_size, self.device = model, corpus, batch_size, device
-        self.ids = [i for s in _my_chunks(len(corpus)) for i in range(s, min(s + _DOC_CHUNK, len(corpus)))]
+        self.ids = [i for s in _my_chunks(len(corpus)) for i in range(s, min(s + DOC_CHUNK, len(corpus)))]
         self.index = None
         model.eval()
         if self.ids:  # a rank past the last chunk holds nothing
@@ -351,13 +354,16 @@ def mine(
     out_dir: Path,
     load_model: Callable[[], Any] = lambda: None,
     retriever: str = "",
+    progress: Progress | None = None,
 ) -> Path:
     """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
 
     ``load_model`` gives the ColBERT model to retrieve with (None: BM25); it is called only when some
     part is still to be mined, so a restarted job that finds its rows loads no model for them. Parts
     already written on every node are kept if they were mined from the same inputs (``retriever`` names
-    the model that retrieves); the result is renamed into place only once whole."""
+    the model that retrieves); the result is renamed into place only once whole. ``progress``: the
+    job's, whose current round's mining phases this is."""
+    progress = progress or Progress(enabled=False)
     final = out_dir / "train.parquet"
     writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
     try:
@@ -371,6 +377,7 @@ def mine(
         write_text(out_dir / _FINGERPRINT, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
     if all(D.gather_objects(final.is_file() or not writes)):
         log.info("mined rows found: %s", final)
+        progress.skip("encode", "search", "teacher")
         return final
     started = time.perf_counter()
     mcfg = cfg.mine
@@ -391,29 +398,38 @@ def mine(
     )  # fmt: skip
     show = layout.is_main
     plaid_dir = out_dir / f".plaid-{layout.rank}"  # this rank's index of its share (retriever: plaid), removed after
-    if todo:
+    before = len(parts) - len(todo)  # parts an earlier run wrote
+    if not todo:
+        progress.skip("encode", "search", "teacher")
+    else:
+        progress.begin("encode")
         model = load_model()
         plaid = model is not None and mcfg.retriever == "plaid"
         log.info("mine: retrieving with %s", "BM25" if model is None else "PLAID" if plaid else "exact MaxSim")
         if model is None:
             retriever = Bm25Retriever(pairs.corpus, show)
         else:
-            device = next(model.parameters()).device
+            device, chunk_done = next(model.parameters()).device, lambda: progress.advance("encode")
             retriever = (
                 PlaidRetriever(model, pairs.corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
                 if plaid
-                else ModelRetriever(model, pairs.corpus, mcfg.batch_size, device, show)
+                else ModelRetriever(model, pairs.corpus, mcfg.batch_size, device, show, chunk_done)
             )
+        progress.advance("encode", None)
         rows_of = _rows_by_query(pairs)
         teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
         for i in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
             qs = list(chunks[i])
+            progress.begin("search", items=len(parts), done=before)
             cands, pos_scores = retriever.search(
                 [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
             )
             table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
+            progress.advance("search")
             if teacher is not None:
+                progress.begin("teacher", items=len(parts), done=before)
                 table = _taught(table, teacher)
+                progress.advance("teacher")
             if writes:
                 with replacing(parts[i]) as tmp:
                     pq.write_table(table, tmp)

@@ -10,7 +10,10 @@ write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, s
 ``output_dir/mined/round-R/``. A round whose ``metrics.json`` exists is done; a restarted job skips
 it and resumes the first unfinished round from its own checkpoints.
 
-One process group spans every round (``distributed.process_group`` is a no-op inside it).
+One process group spans every round (``distributed.process_group`` is a no-op inside it), and so do
+one progress (trainer/progress.py: every round's mining and training are phases of it, 100% only at the
+very end) and one peer watchdog (trainer/watchdog.py: a peer frozen while mining is noticed as fast as
+one frozen while training).
 """
 
 from __future__ import annotations
@@ -24,11 +27,21 @@ import torch
 from trainer import distributed as D
 from trainer import train
 from trainer.checkpoint import list_checkpoints
-from trainer.config import TrainConfig
+from trainer.config import ConfigError, TrainConfig
 from trainer.data import DataError
 from trainer.env import Layout
-from trainer.mine import MiningError, changed_inputs, mine, mined_source, mining_fingerprint
+from trainer.mine import (
+    DOC_CHUNK,
+    MiningError,
+    changed_inputs,
+    load_pairs,
+    mine,
+    mined_source,
+    mining_fingerprint,
+)
 from trainer.model import build_model
+from trainer.progress import Phase, Progress, job_plan
+from trainer.watchdog import watching
 
 __all__ = ["round_config", "run"]
 
@@ -41,14 +54,20 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
         return train.run(cfg, layout)
     device = D.device_for(layout)
     metrics: dict = {}
-    with D.process_group(layout, cfg.distributed.timeout_seconds):
+    with (
+        D.process_group(layout, cfg.distributed.timeout_seconds),
+        watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
+    ):
+        progress = Progress(plan=_plan(cfg, layout), enabled=layout.is_main)
         previous: Path | None = None
         for r in range(1, cfg.mine.rounds + 1):
             rcfg = round_config(cfg, r)
             out = Path(rcfg.output_dir)
             done = D.broadcast_object((out / "metrics.json").is_file() if layout.is_main else None)
+            progress.round = r
             if done:
                 log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / "metrics.json")
+                progress.skip()
             else:
                 log.info(
                     "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
@@ -57,7 +76,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                 source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
                 mined_dir = Path(cfg.output_dir) / "mined" / f"round-{r}"
                 _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
-                mined = mine(cfg, layout, mined_dir, load, source)
+                mined = mine(cfg, layout, mined_dir, load, source, progress)
                 rcfg = rcfg.model_copy(
                     update={
                         "data": rcfg.data.model_copy(
@@ -65,11 +84,24 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
                         )
                     }
                 )
-                metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs())
+                metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress)
             previous = out / "final-model"
+        progress.close()  # the 100%, when the last round's training did not post it (it was done before)
     if not metrics and layout.is_main:  # every round was done before: report the last one's figures
         metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
     return metrics
+
+
+def _plan(cfg: TrainConfig, layout: Layout) -> list:
+    """Rank 0's estimate of the job's phases (trainer/progress.py), from data.train and the corpus; a
+    problem with them is left for mining to name in one line on every rank, and the plan is then a guess."""
+    if not layout.is_main:
+        return []
+    try:
+        pairs = load_pairs(cfg)
+        return job_plan(cfg, layout.world_size, len(pairs.rows), len(pairs.queries), len(pairs.corpus), DOC_CHUNK)
+    except ConfigError:  # DataError included: raised again where every rank meets it
+        return [Phase(r, "train", f"round {r}/{cfg.mine.rounds}: train", 1, 1.0) for r in range(1, cfg.mine.rounds + 1)]
 
 
 def _refuse_new_rows_under_checkpoints(cfg: TrainConfig, layout: Layout, mined: Path, checkpoints: Path, source: str):

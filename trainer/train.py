@@ -40,28 +40,30 @@ from trainer.preemption import Preempted, StopRequest
 from trainer.progress import Progress
 from trainer.step import TrainState, optimizer_step
 from trainer.tracking import Tracker
-from trainer.watchdog import PeerWatchdog
+from trainer.watchdog import watching
 
 __all__ = ["run", "build", "decay_groups"]
 
 log = logging.getLogger("trainer")
 
 
-def run(cfg: TrainConfig, layout: Layout, labelled_from: DataSource | None = None) -> dict:
+def run(
+    cfg: TrainConfig, layout: Layout, labelled_from: DataSource | None = None, progress: Progress | None = None
+) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
     (query, positive) pairs that say which documents are labelled positives, when data.train is mined
-    rows (default: data.train itself)."""
+    rows (default: data.train itself). ``progress``: the job's, when training is one of its phases."""
     device = D.device_for(layout)
     ckpt_dir = Path(cfg.output_dir) / "checkpoints"
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
-        _peer_watchdog(cfg, layout),
+        watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
         StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
         t = build(cfg, layout, device, labelled_from)
         _resume(t, cfg, layout, ckpt_dir)
-        t.progress = Progress(t.total_steps, t.step, enabled=layout.is_main)  # TrainJob status + log line
+        t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line
         split = _evaluate_before(t, cfg, layout, tracker)
         elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop, split, tracker)
         _record_speed(t, device, elapsed, losses)
@@ -159,20 +161,6 @@ def _tracker(cfg: TrainConfig, layout: Layout):
         yield tracker
     finally:
         tracker.close()
-
-
-@contextlib.contextmanager
-def _peer_watchdog(cfg: TrainConfig, layout: Layout):
-    """Heartbeats on the rendezvous store while the process group lives (see watchdog.py)."""
-    if not (layout.distributed and torch.distributed.is_initialized()):
-        yield
-        return
-    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    dog = PeerWatchdog(layout.rank, layout.world_size, addr, port, cfg.distributed.peer_timeout_seconds).start()
-    try:
-        yield
-    finally:
-        dog.stop()
 
 
 def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> None:

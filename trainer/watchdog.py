@@ -12,25 +12,53 @@ because the thread runs while the main thread waits in C++. A peer whose counter
 ``peer_timeout_seconds`` of this process's clock (no clock comparison across nodes), or a store that
 stays unreachable as long (rank 0 is gone), ends this process with exit code 129 (retryable,
 trainer/errors.py) and one line.
+
+One watchdog watches the whole process group (:func:`watching`): mining, teacher scoring, every round
+and training (``trainer/rounds.py`` opens it with the group; ``trainer/train.py``'s is then a no-op).
+So the counters run on across phases and are never restarted by one: a rank entering the next phase
+cannot be mistaken for a rank whose counter went back, nor be marked done by the phase before. It is
+stopped on every way out (success, a verdict, an exception), before the group and its store go.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from trainer.errors import EXIT_PEER
 
-__all__ = ["PeerWatchdog", "EXIT_PEER_LOST"]
+__all__ = ["PeerWatchdog", "EXIT_PEER_LOST", "watching"]
 
 log = logging.getLogger(__name__)
 EXIT_PEER_LOST = EXIT_PEER  # retryable (trainer/errors.py)
 _PREFIX = "colbert-k8s/heartbeat/"
 _DONE = b"done"
+_running: PeerWatchdog | None = None  # the one of this process's group, while it runs
+
+
+@contextlib.contextmanager
+def watching(distributed: bool, rank: int, world_size: int, timeout_s: float) -> Iterator[None]:
+    """A :class:`PeerWatchdog` while the block runs, inside the process group; a no-op without a group
+    and inside a block that already watches (a round's training inside ``trainer/rounds.py``'s)."""
+    global _running
+    import torch.distributed as dist
+
+    if _running is not None or not (distributed and dist.is_initialized()):
+        yield
+        return
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    dog = _running = PeerWatchdog(rank, world_size, addr, port, timeout_s).start()
+    try:
+        yield
+    finally:
+        _running = None
+        dog.stop()
 
 
 class PeerWatchdog:
