@@ -79,8 +79,11 @@ def _progress(cluster, kind, pods: list[dict]) -> dict | None:
 
 
 def _progress_line(p: dict) -> str:
+    """One line from the newest log line: the phase of the whole job ("mining round 2/2: encode corpus
+    3/6") and the job's percentage; a line of a release before phases names the step alone."""
     eta = p.get("eta_seconds")
-    parts = [f"step {p['step']}/{p['total']} ({p['percent']}%)"]
+    head = p.get("phase") or f"step {p.get('step')}/{p.get('total')}"
+    parts = [f"{head} ({p.get('percent')}%)"]
     if eta is not None:
         parts.append(
             f"ETA {eta // 3600}h{eta % 3600 // 60:02d}m" if eta >= 3600 else f"ETA {eta // 60}m{eta % 60:02d}s"

@@ -315,3 +315,92 @@ def test_the_final_post_is_bounded_by_the_timeout_whatever_the_server_does():
     progress.finish(2)
     assert time.perf_counter() - started < 3.5  # the loop's join (timeout + 1) and the final post's (timeout)
     drip.shutdown()
+
+
+# ---- one progress over every phase (issue 32) ---------------------------------------------------------
+
+
+def _lines(caplog) -> list[dict]:
+    return [json.loads(r.getMessage()[len(LOG_PREFIX) :]) for r in caplog.records
+            if r.getMessage().startswith(LOG_PREFIX)]  # fmt: skip
+
+
+def _two_round_plan(**mine):
+    from trainer.config import parse_config
+    from trainer.progress import job_plan
+
+    cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 4, "per_device_batch_size": 4},
+                        "mine": {"rounds": 2, "query_chunk": 16, **mine},
+                        **({"loss": {"name": "distillation"}} if "teacher" in mine else {})})  # fmt: skip
+    return job_plan(cfg, 1, rows=48, queries=48, documents=1100, chunk=512)
+
+
+def _run_round(progress: Progress, r: int, steps: int, teacher: bool = False) -> None:
+    """What trainer/rounds.py, mine.py and train.py call for one round, in their order."""
+    progress.round = r
+    progress.begin("encode")
+    for _ in range(3):  # 1100 documents: chunks of 512
+        progress.advance("encode")
+    progress.advance("encode", None)
+    for _ in range(3):  # 48 queries, 16 per part
+        progress.begin("search", items=3)
+        progress.advance("search")
+        if teacher:
+            progress.begin("teacher", items=3)
+            progress.advance("teacher")
+    progress.train(steps, 0)
+    for step in range(1, steps + 1):
+        progress.step(step, loss=1.0, lr=1e-5, samples_per_second=8.0)
+    progress.finish(steps)
+
+
+@pytest.mark.parametrize("teacher", [False, True], ids=["retriever", "teacher"])
+def test_a_two_round_job_is_one_progress_monotone_with_100_once_at_the_end(caplog, teacher):
+    """A 2-round mining job posted 25, 100, 25, 100: each round's training restarted the progress, and mining
+    reported nothing. Round 2 here even trains more steps than planned (epochs over more rows than estimated)."""
+    extra = {"teacher": {"name_or_path": "t"}} if teacher else {}
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        progress = Progress(plan=_two_round_plan(**extra), env={}, interval=0.0)
+        _run_round(progress, 1, 4, teacher)
+        _run_round(progress, 2, 9, teacher)
+        progress.close()  # rounds.py's, after the last round: the 100% was sent already
+    lines = _lines(caplog)
+    percents = [line["percent"] for line in lines]
+    assert percents == sorted(percents) and percents.count(100) == 1 and percents[-1] == 100, percents
+    assert 0 < percents[len(percents) // 2] < 100
+    phases = [line["phase"] for line in lines]
+    assert "mining round 2/2: encode corpus 1/3" in phases and "mining round 1/2: search queries 3/3" in phases
+    assert ("mining round 2/2: teacher scores 2/3" in phases) == teacher
+    assert "round 1/2: train step 4/4" in phases and phases[-1] == "round 2/2: train step 9/9"
+    round_2 = lines[phases.index("mining round 2/2: encode corpus 0/3")]
+    assert "loss" not in round_2 and "step" not in round_2  # round 1's training figures stay with round 1
+    assert all(line["eta_seconds"] is not None for line in lines[1:])
+
+
+def test_a_restarted_job_starts_where_its_finished_phases_put_it(caplog):
+    """Round 1 done before, round 2's rows mined before, its training resumed at step 2 of 4."""
+    first = Progress(plan=_two_round_plan(), env={}, enabled=True)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        _run_round(first, 1, 4)
+        first.round = 2
+        first.skip("encode", "search", "teacher")
+        first.train(4, 2)
+        reached = _lines(caplog)[-1]["percent"]
+        caplog.clear()
+        again = Progress(plan=_two_round_plan(), env={})
+        again.round = 1
+        again.skip()
+        again.round = 2
+        again.skip("encode", "search", "teacher")
+        again.train(4, 2)
+    line = _lines(caplog)[0]
+    assert line["percent"] == reached > 50 and line["phase"] == "round 2/2: train step 2/4"
+    assert line["eta_seconds"] is None  # nothing done by this process yet: no speed to tell the time left by
+
+
+def test_the_plan_examples_hold():
+    import doctest
+
+    import trainer.progress
+
+    assert doctest.testmod(trainer.progress).failed == 0
