@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -466,3 +467,40 @@ def test_sampling_top_takes_the_hardest_left_and_margins_cap_and_floor_the_score
         assert {d for d, _ in _choose(cands, {99}, 10.0, floored, random.Random(seed))} == {3, 4}
     higher = floored.model_copy(update={"min_score": 6.5})
     assert _choose(cands, {99}, 10.0, higher, random.Random(0)) is Dropped.TOO_FEW
+
+
+@pytest.mark.slow
+def test_a_peer_frozen_while_mining_is_noticed_by_the_heartbeat(tmp_path, tiny_model):
+    """The watchdog ran during training only: a peer frozen while the corpus was encoded was noticed at the
+    collective timeout (30 minutes by default). SIGSTOP keeps its sockets open, as a lost node does."""
+    import signal
+
+    from tests.pods import last_log, start_pods
+    from trainer.errors import EXIT_PEER
+
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    corpus = tmp_path / "corpus.jsonl"  # the positives and 3000 more: 6 chunks, 3 on each rank
+    positives = [json.loads(line)["positive"] for line in data.open()]
+    texts = positives + [f"filler document {i} on sorting lists of numbers {i % 97}" for i in range(3000)]
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    config = _job(tmp_path, tiny_model, data, retriever="model", corpus=str(corpus))
+    cfg = yaml.safe_load(config.read_text())
+    cfg["distributed"] = {"peer_timeout_seconds": 5}  # the collective timeout stays at its 1800 s
+    config.write_text(yaml.safe_dump(cfg))
+    pods = [tmp_path / "pod-0", tmp_path / "pod-1"]
+    procs = start_pods(config, pods, free_port())
+    try:
+        while '"phase": "mining round 1/1: encode corpus 0/3"' not in last_log(pods[0]):
+            assert all(p.poll() is None for p in procs), last_log(pods[0])[-3000:]
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGSTOP)
+        assert procs[0].wait(timeout=120) == EXIT_PEER, last_log(pods[0])[-3000:]
+        log = last_log(pods[0])
+        noticed = [line for line in log.splitlines() if "has not sent a heartbeat" in line]
+        assert len(noticed) == 1, noticed
+        assert "rank 1 has not sent a heartbeat for 5s (distributed.peer_timeout_seconds)" in noticed[0]
+        assert "Traceback" not in log and "steps=" not in log  # noticed while mining: training never began
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -329,9 +329,10 @@ def _two_round_plan(**mine):
     from trainer.config import parse_config
     from trainer.progress import job_plan
 
-    cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 4, "per_device_batch_size": 4},
-                        "mine": {"rounds": 2, "query_chunk": 16, **mine},
-                        **({"loss": {"name": "distillation"}} if "teacher" in mine else {})})  # fmt: skip
+    loss = {"loss": {"name": "distillation"}} if "teacher" in mine else {}
+    training = {"max_steps": 4, "per_device_batch_size": 4}
+    cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": training,
+                        "mine": {"rounds": 2, "query_chunk": 16, **mine}, **loss})  # fmt: skip
     return job_plan(cfg, 1, rows=48, queries=48, documents=1100, chunk=512)
 
 
