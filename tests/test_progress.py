@@ -405,3 +405,59 @@ def test_the_plan_examples_hold():
     import trainer.progress
 
     assert doctest.testmod(trainer.progress).failed == 0
+
+
+@pytest.mark.slow
+def test_a_two_round_mining_job_reports_one_progress_to_the_trainjob(tls, tmp_path, tiny_model):
+    """The trainer itself: BM25 mines round 1, round 1's model round 2; every post to the TrainJob's status
+    and every log line goes up, and 100% comes once, last. Restarted in round 2's training (its final model
+    gone, a checkpoint left), it starts where the first run was at that point, not at 0."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT, write_triplets
+    from tests.test_mine import _job
+
+    server, env = tls("ok")
+    config = _job(tmp_path, tiny_model, write_triplets(tmp_path / "t.jsonl", 48), retriever="bm25", rounds=2)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["training"]["log_every"] = 1
+    config.write_text(yaml.safe_dump(cfg))
+
+    def job() -> list[dict]:
+        res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(config)], cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
+                             timeout=600)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+        out = res.stdout + res.stderr
+        return [json.loads(line[line.index(LOG_PREFIX) + len(LOG_PREFIX) :]) for line in out.splitlines()
+                if LOG_PREFIX + "{" in line]  # fmt: skip
+
+    def one_progress(percents: list[int]) -> None:
+        assert percents == sorted(percents) and percents.count(100) == 1 and percents[-1] == 100, percents
+
+    lines = job()
+    posts = [body["trainerStatus"] for _, _, body in server.requests]
+    one_progress([line["percent"] for line in lines])
+    one_progress([post["progressPercentage"] for post in posts])
+    assert len(posts) >= 2  # the first, and the 100% (more as the 5 s throttle lets through)
+    for _, _, body in server.requests:
+        _validates(body)
+    phases = [line["phase"] for line in lines]
+    for phase in ("mining round 1/2: index corpus (BM25) 1/1", "mining round 1/2: search queries 3/3",
+                  "round 1/2: train step 2/2", "mining round 2/2: encode corpus 1/1", "round 2/2: train step 1/2"):
+        assert phase in phases, phases  # fmt: skip
+    assert {"name": "phase", "value": "round 2/2: train step 2/2"} in posts[-1]["metrics"]
+    reached = lines[phases.index("round 2/2: train step 1/2")]["percent"]
+
+    out = tmp_path / "out"
+    (out / "metrics.json").unlink()
+    shutil.rmtree(out / "final-model")
+    server.requests.clear()
+    again = job()
+    assert again[0]["phase"] == "round 2/2: train step 1/2" and again[0]["percent"] == reached > 50
+    one_progress([line["percent"] for line in again])
+    one_progress([body["trainerStatus"]["progressPercentage"] for _, _, body in server.requests])
