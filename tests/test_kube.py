@@ -577,3 +577,34 @@ def test_status_shows_progress_from_rank_0s_log(api):
     )
     record = json.loads(run(api, "status", "demo", "-o", "json").output)
     assert record["progress"]["step"] == 20 and record["progress"]["best"]["value"] == 0.61
+
+
+def test_status_shows_the_phase_of_the_whole_job(api, caplog):
+    """The line trainer/progress.py writes while round 2 encodes its corpus, read back by ``status``: the phase
+    and the job's percentage, where a line naming the step alone showed the previous round's last step."""
+    import json
+    import logging
+
+    from trainer.config import parse_config
+    from trainer.progress import Progress, job_plan
+
+    cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 4},
+                        "mine": {"rounds": 2, "retriever": "bm25"}})  # fmt: skip
+    progress = Progress(plan=job_plan(cfg, 1, rows=64, queries=64, documents=3000, chunk=512), env={}, interval=0)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        progress.round = 1
+        progress.skip()
+        progress.round = 2
+        progress.begin("encode")
+        for _ in range(3):
+            progress.advance("encode")
+    line = caplog.records[-1].getMessage()
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Running"))
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Running"))
+    log = f"[rank 0] 10:00:00 INFO {line}\n".encode()
+    api.react("get", "/api/v1/namespaces/default/pods/demo-master-0/log") << {"Content-Type": "text/plain"} << log
+    res = run(api, "status", "demo")
+    assert res.exit_code == 0, res.output
+    shown = next(s for s in res.output.splitlines() if s.startswith("progress:"))
+    assert shown.startswith("progress: mining round 2/2: encode corpus 3/6 ("), shown
+    assert f"({json.loads(line.split(' ', 1)[1])['percent']}%)" in shown and "step" not in shown
