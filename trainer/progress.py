@@ -382,5 +382,5 @@ class Progress:
                 kind, e = "redirect", RuntimeError(f"HTTP {e.code}: a redirect, not followed (the token stays home)")
             if kind not in self._warned:
                 self._warned.add(kind)
-                log.warning("could not report progress to the TrainJob's status (%s: %s); training goes on",
+                log.warning("could not report progress to the TrainJob's status (%s: %s); the job goes on",
                             kind, str(e).splitlines()[0][:160] if str(e) else "")  # fmt: skip
