@@ -447,9 +447,14 @@ def test_a_two_round_mining_job_reports_one_progress_to_the_trainjob(tls, tmp_pa
     for _, _, body in server.requests:
         _validates(body)
     phases = [line["phase"] for line in lines]
-    for phase in ("mining round 1/2: index corpus (BM25) 1/1", "mining round 1/2: search queries 3/3",
-                  "round 1/2: train step 2/2", "mining round 2/2: encode corpus 1/1", "round 2/2: train step 1/2"):
-        assert phase in phases, phases  # fmt: skip
+    for phase in (
+        "mining round 1/2: index corpus (BM25) 1/1",
+        "mining round 1/2: search queries 3/3",
+        "round 1/2: train step 2/2",
+        "mining round 2/2: encode corpus 1/1",
+        "round 2/2: train step 1/2",
+    ):
+        assert phase in phases, phases
     assert {"name": "phase", "value": "round 2/2: train step 2/2"} in posts[-1]["metrics"]
     reached = lines[phases.index("round 2/2: train step 1/2")]["percent"]
 
