@@ -403,18 +403,7 @@ def mine(
         progress.skip("encode", "search", "teacher")
     else:
         progress.begin("encode")
-        model = load_model()
-        plaid = model is not None and mcfg.retriever == "plaid"
-        log.info("mine: retrieving with %s", "BM25" if model is None else "PLAID" if plaid else "exact MaxSim")
-        if model is None:
-            retriever = Bm25Retriever(pairs.corpus, show)
-        else:
-            device, chunk_done = next(model.parameters()).device, lambda: progress.advance("encode")
-            retriever = (
-                PlaidRetriever(model, pairs.corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
-                if plaid
-                else ModelRetriever(model, pairs.corpus, mcfg.batch_size, device, show, chunk_done)
-            )
+        retriever = _retriever(load_model(), pairs.corpus, mcfg, show, plaid_dir, lambda: progress.advance("encode"))
         progress.advance("encode", None)
         rows_of = _rows_by_query(pairs)
         teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
@@ -447,6 +436,19 @@ def mine(
         log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
         _explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
     return final
+
+
+def _retriever(model, corpus: list[str], mcfg: MineConfig, show: bool, plaid_dir: Path, on_chunk: Callable):
+    """BM25 (no model), PLAID or exact MaxSim, as the model and ``mine.retriever`` say, with the corpus
+    (this rank's share of it) indexed or encoded; ``on_chunk`` after each chunk exact MaxSim encodes."""
+    plaid = model is not None and mcfg.retriever == "plaid"
+    log.info("mine: retrieving with %s", "BM25" if model is None else "PLAID" if plaid else "exact MaxSim")
+    if model is None:
+        return Bm25Retriever(corpus, show)
+    device = next(model.parameters()).device
+    if plaid:
+        return PlaidRetriever(model, corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
+    return ModelRetriever(model, corpus, mcfg.batch_size, device, show, on_chunk)
 
 
 def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
