@@ -9,6 +9,7 @@ import re
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_PEER",
+    "EXIT_EXPORT",
     "EXIT_DIR_ENV",
     "JobVerdict",
     "DiskFull",
@@ -24,6 +25,7 @@ __all__ = [
 EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment: permanent
 EXIT_PEER = 129  # a peer died or froze, a collective failed, ranks diverged: retryable from the checkpoint
 # (SIGTERM's checkpoint-and-stop is 143 = 128 + SIGTERM, trainer/preemption.py: retryable as well.)
+EXIT_EXPORT = 150  # the export failed after its retries: retryable; the model is safe, a restart exports again
 EXIT_DIR_ENV = "COLBERT_K8S_EXIT_DIR"  # where torchrun's children leave their codes for the launcher
 
 # What gloo and NCCL raise (as plain RuntimeError, or torch's DistError) when a peer vanished.

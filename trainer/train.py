@@ -70,6 +70,7 @@ def run(cfg: TrainConfig, layout: Layout, labelled_from: DataSource | None = Non
         from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
 
         t.metrics["index"] = build_and_evaluate(t.metrics["model_dir"], cfg)
+        write_text(Path(t.metrics["model_dir"]) / "README.md", _card(cfg, t.metrics))  # now with the index's figures
         write_text(Path(cfg.output_dir) / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
     return t.metrics
 
@@ -137,6 +138,7 @@ def build(
             "global_batch": scale.global_batch,
             "loss": cfg.loss.name,
             "precision": precision,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
         },  # fmt: skip
     )
 
@@ -341,7 +343,8 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
 
     def save() -> None:
         if layout.is_main:
-            t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
+            card = _card(cfg, t.metrics)
+            t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model", card).resolve())
             write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
             log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
 
@@ -350,17 +353,28 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
     D.barrier()
 
 
-def _save_model(model, out_dir: Path, name: str) -> Path:
-    """A PyLate model directory written under a temporary name, then renamed into place."""
+def _save_model(model, out_dir: Path, name: str, card: str | None = None) -> Path:
+    """A PyLate model directory (with its model card, when given) written under a temporary name, then
+    renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tmp-{name}-{os.getpid()}"
     try:
         model.save(str(tmp))
+        if card is not None:
+            (tmp / "README.md").write_text(card)
     except OSError:  # a full disk becomes one line in _on_every_rank or the CLI; no half model stays
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_dir(tmp, out_dir / name)
     return out_dir / name
+
+
+def _card(cfg: TrainConfig, metrics: dict) -> str:
+    """The model card (trainer/card.py), named as users will load it: the Hub id when exported there."""
+    from trainer.card import render
+
+    hub = cfg.export and cfg.export.destination.startswith("hf://")
+    return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/") if hub else None)
 
 
 def _peak_rss_mb(children: bool = False) -> float:
