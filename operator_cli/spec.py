@@ -325,6 +325,7 @@ class JobSpec:
             raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
         self._check_api()
         self._check_elastic()
+        self._check_export()
 
     def _check_api(self) -> None:
         if self.api not in APIS:
@@ -371,6 +372,21 @@ class JobSpec:
                 micro_batches(cfg, nodes * self.nproc_per_node)
             except ConfigError as e:
                 raise CliError(f"{flag}: {nodes} node(s) x {self.nproc_per_node} process(es): {e}") from None
+
+    def _check_export(self) -> None:
+        """``export.destination`` needs its credentials in the pods: named here, not found after training.
+        An object store may use workload identity instead, which comes with the pods' service account."""
+        from trainer.export import credential_hint, parse_destination
+
+        cfg = self.train_config
+        if cfg.export is None:
+            return
+        dest = parse_destination(cfg.export.destination)
+        missing = credential_hint(dest, set(self.secret_env) | set(self.env))
+        if missing and (dest.hub or not self.service_account):
+            what, flags = missing
+            identity = "" if dest.hub else ", or --service-account NAME bound to a cloud role (workload identity)"
+            raise CliError(f"export.destination {dest} {what} in the pods", hint=f"pass {flags}{identity}")
 
     def _refuse_credentials(self) -> None:
         """No flag's value goes into a manifest when it holds a token or a URL with a password, whatever the

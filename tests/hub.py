@@ -121,7 +121,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif repo_id in hub.repos:
             self._error(409, "You already created this model repo")
         else:
-            hub.repos[repo_id] = Repo(private=bool(body.get("private")))
+            hub.repos[repo_id] = Repo(private=body.get("visibility") == "private" or bool(body.get("private")))
             self._send(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
 
     def post_branch(self, hub, repo_id, branch) -> None:

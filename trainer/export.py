@@ -145,11 +145,12 @@ def parse_destination(value: str) -> Destination:
     return Destination(parts.scheme, parts.netloc, prefix + "/" if prefix else "")
 
 
-def credential_hint(dest: Destination, env: set[str] | dict) -> str | None:
-    """What to pass when the environment holds none of the destination's credential sets, else None.
+def credential_hint(dest: Destination, env: set[str] | dict) -> tuple[str, str] | None:
+    """(what is missing, the flags that pass it) when the environment holds none of the destination's
+    credential sets; else None.
 
     >>> credential_hint(parse_destination("hf://org/m"), {})
-    'hf:// needs HF_TOKEN (a token with write access) in the environment: --secret-env HF_TOKEN=SECRET/KEY'
+    ('needs HF_TOKEN (a token with write access)', '--secret-env HF_TOKEN=SECRET/KEY')
     >>> credential_hint(parse_destination("s3://b/p"), {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) is None
     True
     """
@@ -157,9 +158,8 @@ def credential_hint(dest: Destination, env: set[str] | dict) -> str | None:
     if any(all(var in env for var in one) for one in sets):
         return None
     if dest.hub:
-        return "hf:// needs HF_TOKEN (a token with write access) in the environment: --secret-env HF_TOKEN=SECRET/KEY"
-    first = " and ".join(f"--secret-env {v}=SECRET/KEY" for v in sets[0])
-    return f"{dest.scheme}:// needs credentials in the environment: {first} (or workload identity)"
+        return "needs HF_TOKEN (a token with write access)", "--secret-env HF_TOKEN=SECRET/KEY"
+    return "needs credentials", " and ".join(f"--secret-env {v}=SECRET/KEY" for v in sets[0])
 
 
 # ---- what is exported -----------------------------------------------------------------------------
@@ -395,13 +395,14 @@ def preflight(cfg) -> None:
     if cfg.export is None:
         return
     dest = parse_destination(cfg.export.destination)
-    hint = credential_hint(dest, os.environ)
+    missing = credential_hint(dest, os.environ)
+    hint = f"{dest.scheme}:// {missing[0]} in the environment: {missing[1]}" if missing else None
     if dest.hub:
         if hint:
             raise ExportError(f"export.destination {dest}: {hint}")
         _probe_hub(cfg, dest)
     else:  # no credentials in the environment may still mean workload identity: the probe decides
-        _probe_store(dest, hint)
+        _probe_store(dest, hint and hint + " (or workload identity)")
     log.info("export: %s takes writes; the model goes there after training", dest)
 
 
