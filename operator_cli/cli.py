@@ -5,6 +5,7 @@
     colbert-k8s status NAME -w     colbert-k8s logs NAME -f --all
     colbert-k8s list -o json       colbert-k8s delete NAME
     colbert-k8s resize NAME --nodes 4
+    colbert-k8s fetch NAME --to ./model   (a finished job's model, off its claim)
     colbert-k8s render ...         colbert-k8s local ...   (the same job, on this machine)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit``
@@ -595,6 +596,34 @@ def delete_cmd(name: str, keep_storage: bool, **o) -> None:
         click.echo(f"deleted {what}")
     for what in cluster.skipped:
         click.echo(f"kept {what}", err=True)
+
+
+@cli.command("fetch")
+@click.argument("name")
+@_namespace_option
+@cluster_options
+@click.option("--to", type=click.Path(file_okay=False), help="Directory to copy into. Default: ./NAME.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --to, once the new copy is whole.")
+@click.option(
+    "--timeout",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(min=60, max=7 * 24 * 3600),
+    help="Seconds the fetch pod may live (its activeDeadlineSeconds); raise it for large outputs.",
+)
+def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> None:
+    """Copy a finished job's final-model, metrics.json, best-model and index off its claim.
+
+    A short-lived pod of this tool's own mounts the claim read-only and streams a tar (as kubectl cp);
+    it is deleted when the copy ends. For jobs whose /workspace is a PVC; see export: for object storage."""
+    from operator_cli.kube.fetch import fetch
+
+    name = _job_name(name)
+    dest = Path(to) if to else Path(name)
+    bar = lambda total: click.progressbar(length=total, label=f"fetching {name}", file=sys.stderr)  # noqa: E731
+    done = fetch(_cluster(o), name, dest, overwrite=overwrite, deadline=timeout, progress=bar,
+                 warn=lambda line: click.echo(line, err=True))  # fmt: skip
+    click.echo(f"fetched {', '.join(done.items)} of {name} into {dest} ({done.bytes / 1e6:.1f} MB)")
 
 
 @cli.command("local")

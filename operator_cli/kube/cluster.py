@@ -198,6 +198,8 @@ class Cluster:
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "ConfigMap":
             fn = lambda: self.core.create_namespaced_config_map(self.ns, obj)
+        elif kind == "Pod":
+            fn = lambda: self.core.create_namespaced_pod(self.ns, obj)
         elif kind == "PersistentVolumeClaim":
             fn = lambda: self.core.create_namespaced_persistent_volume_claim(self.ns, obj)
         elif kind in (C.KIND, C.V2_KIND):
@@ -212,6 +214,8 @@ class Cluster:
         """Delete; False when it was already gone."""
         if kind == "ConfigMap":
             fn = lambda: self.core.delete_namespaced_config_map(name, self.ns)
+        elif kind == "Pod":
+            fn = lambda: self.core.delete_namespaced_pod(name, self.ns)
         elif kind == "PersistentVolumeClaim":
             fn = lambda: self.core.delete_namespaced_persistent_volume_claim(name, self.ns)
         else:
@@ -226,6 +230,14 @@ class Cluster:
             if e.status == 404:  # 404: nothing to remove
                 return False
             raise
+
+    def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """One pod of this tool's own (``fetch``'s), rendered and labelled like every object it creates."""
+        return self._create_one(pod)
+
+    def delete_pod(self, name: str) -> bool:
+        """Delete a pod this tool created; False when it was already gone."""
+        return self._delete_one("Pod", name)
 
     def create_all(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Create in order; if one is refused, remove the ones just created (all-or-nothing)."""
@@ -257,7 +269,7 @@ class Cluster:
         found = {key: self._object(*key) for key in extra}  # before the job goes: GC takes what it owns
         if not self._delete_one(kind.kind, name):
             raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
-        removed = [f"{kind.kind} {name}"]
+        removed = [f"{kind.kind} {name}"] + self._delete_fetch_pods(name)
         for (kind, obj_name), obj in found.items():
             if obj is None:
                 continue
@@ -268,6 +280,17 @@ class Cluster:
             if self._delete_one(kind, obj_name) or self._object(kind, obj_name) is None:
                 removed.append(f"{kind} {obj_name}")
         return removed
+
+    def _delete_fetch_pods(self, name: str) -> list[str]:
+        """A ``fetch`` pod left by a killed CLI (by its labels; the job's garbage collection may take it too)."""
+        selector = f"{C.LABEL_INSTANCE}={name},{C.LABEL_MANAGED_BY}={C.MANAGED_BY},{C.LABEL_COMPONENT}=fetch"
+        try:
+            pods = self.items(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "Pod")
+        except CliError as e:
+            self.skipped.append(f"any fetch pod of {name} (cannot list pods: {e.message})")
+            return []
+        ours = [p["metadata"]["name"] for p in pods if _ours(p, name) and _labels(p).get(C.LABEL_COMPONENT) == "fetch"]
+        return [f"Pod {pod}" for pod in ours if self._delete_one("Pod", pod)]
 
     def _object(self, kind: str, name: str) -> dict[str, Any] | None:
         fn = {

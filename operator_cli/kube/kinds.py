@@ -7,7 +7,7 @@ from typing import Any
 
 from operator_cli import constants as C
 
-__all__ = ["JobKind", "KINDS", "kind_of", "job_state", "masterless", "shape_problem"]
+__all__ = ["JobKind", "KINDS", "find_all", "kind_of", "job_state", "masterless", "shape_problem", "workspace_claim"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +130,23 @@ def job_state(job: dict[str, Any]) -> str:
         if final in types:
             return final
     return types[-1] if types else "Pending"
+
+
+def find_all(obj: Any, key: str) -> list[Any]:
+    """Every value of ``key`` anywhere in ``obj``, outermost first: where each API keeps its pod template
+    differs (a PyTorchJob's replica specs, a TrainJob's runtime patches), the fields in it do not."""
+    found = []
+    if isinstance(obj, dict):
+        for k, value in obj.items():
+            found += [value] if k == key else find_all(value, key)
+    elif isinstance(obj, list):
+        for item in obj:
+            found += find_all(item, key)
+    return found
+
+
+def workspace_claim(job: dict[str, Any]) -> str | None:
+    """The claim mounted at /workspace, or None when it is a per-pod emptyDir (``--pod-local-storage``)."""
+    volumes = [v for found in find_all(job.get("spec", {}), "volumes") if isinstance(found, list) for v in found]
+    workspace = next((v for v in volumes if isinstance(v, dict) and v.get("name") == "workspace"), {})
+    return (workspace.get("persistentVolumeClaim") or {}).get("claimName")

@@ -1,0 +1,486 @@
+"""``colbert-k8s fetch NAME [--to DIR]``: a finished job's outputs, copied off its claim, without object storage.
+
+How, as ``kubectl cp`` does it: a short-lived pod of this tool's own (:func:`pod_manifest`, labelled like every
+object the tool creates, component ``fetch``, owned by the job) mounts the job's claim **read-only**, in the
+job's own image and as the job's non-root user; a tar of the outputs is streamed out of it over the pod's
+``exec`` subresource (binary websocket frames, :class:`ExecStream`) and extracted here. The pod is deleted on
+every exit path; ``activeDeadlineSeconds`` ends it should this process be killed, and ``delete NAME`` removes
+a leftover one (it carries the job's instance label).
+
+What is fetched: only what the trainer writes whole (built under a temporary name, then renamed):
+``final-model`` (with its card), ``metrics.json``, ``best-model`` and ``index``, those present. Checkpoints,
+staged data and caches stay on the claim.
+
+Refused in one line, before any pod is created:
+
+* a job this tool did not create (as ``status`` and ``delete``);
+* a job whose ``/workspace`` was each pod's emptyDir: there is no claim to read (use ``export:`` next time);
+* a job not finished (Succeeded or Failed): its final model is not written yet, ``best-model`` and ``index``
+  may be replaced mid-copy, and a ReadWriteOnce claim is still attached to its node;
+* an ``output_dir`` outside ``/workspace``; an existing non-empty ``--to`` unless ``--overwrite``.
+
+Extraction (:func:`extract`) trusts nothing in the archive: every member must lie under one of the names
+asked for, with no absolute path and no ``..``; tarfile's ``data`` filter refuses links that leave the
+directory and device files. It is written into a temporary sibling of ``--to`` and renamed into place only
+once whole (:func:`staged`): a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from operator_cli import constants as C
+from operator_cli.errors import CliError
+from operator_cli.kube.cluster import Cluster
+from operator_cli.kube.kinds import find_all, job_state, kind_of, workspace_claim
+from operator_cli.kube.transport import call
+
+__all__ = ["ITEMS", "ExecStream", "FetchPod", "Fetched", "extract", "fetch", "plan", "pod_manifest", "source_dir",
+           "staged"]  # fmt: skip
+
+ITEMS = ("final-model", "metrics.json", "best-model", "index")  # what the trainer writes whole
+FINISHED = ("Succeeded", "Failed")
+CONTAINER = "fetch"
+START_SECONDS = 300  # for the pod to be scheduled, pull the image and mount the claim
+IDLE_SECONDS = 120  # the longest silence from the pod's tar before the stream counts as stalled
+POLL_SECONDS = 1.0
+
+# Run in the pod by its own python (the job's image has one: it runs colbert-train); argv: the output dir,
+# then the names. LIST says which are there and their size (for the progress bar); TAR streams them,
+# links as links (never followed).
+LIST = """import json, os, sys
+root, found, size = sys.argv[1], [], 0
+for name in sys.argv[2:]:
+    path = os.path.join(root, name)
+    if os.path.lexists(path):
+        found.append(name)
+        size += os.lstat(path).st_size if not os.path.isdir(path) else sum(
+            os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
+print(json.dumps({"exists": os.path.isdir(root), "items": found, "bytes": size}))
+"""
+TAR = """import os, sys, tarfile
+with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    for name in sys.argv[2:]:
+        tar.add(os.path.join(sys.argv[1], name), arcname=name)
+"""
+
+
+@dataclass(frozen=True)
+class FetchPod:
+    """What the fetch pod's template reads (``templates/fetchpod.yaml.j2``); ``name`` is the job's, for the
+    instance label, as a JobSpec's is."""
+
+    name: str
+    namespace: str
+    pod_name: str
+    image: str
+    claim: str
+    source: str  # the job's output_dir, inside the pod
+    deadline: int  # activeDeadlineSeconds
+    owner: dict[str, str] | None = None  # the job, for Kubernetes' garbage collector
+    image_pull_secrets: list[str] = field(default_factory=list)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # the job's own --label values
+    annotations: dict[str, str] = field(default_factory=dict)
+    container: str = CONTAINER
+
+
+@dataclass(frozen=True)
+class Fetched:
+    items: list[str]
+    bytes: int
+    to: Path
+
+
+def source_dir(output_dir: str) -> str:
+    """Where the job's ``output_dir`` lies in a pod: relative paths resolve in the working directory, /workspace.
+
+    >>> source_dir("output"), source_dir("/workspace/runs/a/"), source_dir("./a/../b")
+    ('/workspace/output', '/workspace/runs/a', '/workspace/b')
+    >>> source_dir("/data/out")
+    Traceback (most recent call last):
+    ...
+    operator_cli.errors.CliError: the job's output_dir /data/out is not on its claim (/workspace)
+    """
+    path = os.path.normpath(os.path.join(C.WORKSPACE_MOUNT, output_dir))
+    if os.path.commonpath([path, C.WORKSPACE_MOUNT]) != C.WORKSPACE_MOUNT:
+        raise CliError(
+            f"the job's output_dir {output_dir} is not on its claim ({C.WORKSPACE_MOUNT})",
+            hint="fetch copies from the claim mounted at /workspace; copy other paths with kubectl",
+        )
+    return path
+
+
+# ---- what to fetch, from the live job ----------------------------------------------------------------------
+
+
+def plan(cluster: Cluster, name: str, deadline: int, pod_name: str | None = None) -> FetchPod:
+    """The fetch pod for job ``name``, or one line saying why there is nothing to fetch from."""
+    job = cluster.get_own_job(name)
+    kind, what = kind_of(job), f"{job.get('kind', C.KIND)} {cluster.ns}/{name}"
+    if (claim := workspace_claim(job)) is None:
+        raise CliError(
+            f"{what} has no claim: its /workspace was each pod's emptyDir, gone with the pods",
+            hint="next time, keep the model with export: (object storage or the Hub) or a claim (--pvc/--pvc-size)",
+        )
+    if (state := job_state(job)) not in FINISHED:
+        raise CliError(
+            f"{what} is {state}: fetch copies a finished job's outputs (its final model is written at the end, "
+            "and a ReadWriteOnce claim stays attached to its node)",
+            hint=f"wait with `colbert-k8s status {name} -w`, then fetch",
+            exit_code=1,
+        )
+    spec, meta = job.get("spec", {}), job["metadata"]
+    image = spec.get("trainer", {}).get("image") if kind.api == "trainjob" else None
+    image = image or next((c.get("image") for cs in find_all(spec, "containers") for c in cs if c.get("image")), None)
+    if not image:
+        raise CliError(f"{what} names no image to read its claim with", hint="fetch it with kubectl cp instead")
+    labels = {k: v for k, v in (meta.get("labels") or {}).items()
+              if not k.startswith("app.kubernetes.io/") and k != C.LABEL_KUEUE_QUEUE}  # fmt: skip
+    owner = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.kind, "name": name, "uid": meta["uid"]}
+    return FetchPod(
+        name=name,
+        namespace=cluster.ns,
+        pod_name=pod_name or f"{name[:40]}-fetch-{secrets.token_hex(3)}",
+        image=image,
+        claim=claim,
+        source=source_dir(_output_dir(cluster, name)),
+        deadline=deadline,
+        owner=owner if meta.get("uid") else None,
+        image_pull_secrets=sorted({s["name"] for found in find_all(spec, "imagePullSecrets") for s in found}),
+        tolerations=next(iter(find_all(spec, "tolerations")), []),
+        labels=labels,
+    )
+
+
+def _output_dir(cluster: Cluster, name: str) -> str:
+    """The job's ``output_dir``, from the config in its ConfigMap (what its pods ran with)."""
+    from operator_cli.spec import parse_training_config
+
+    cm = f"{name}-config"
+    obj = cluster.read(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)
+    text = ((obj or {}).get("data") or {}).get(C.CONFIG_FILE)
+    if not isinstance(text, str):
+        raise CliError(
+            f"ConfigMap {cluster.ns}/{cm} (the job's config) is missing or holds no {C.CONFIG_FILE}: "
+            "cannot tell where the job wrote its outputs",
+            hint="fetch it with kubectl cp instead",
+        )
+    try:
+        return parse_training_config(text).output_dir
+    except Exception as e:  # ConfigError, or a config of another version: one line either way
+        raise CliError(f"ConfigMap {cluster.ns}/{cm} holds a config this version cannot read ({e})") from None
+
+
+def pod_manifest(pod: FetchPod) -> dict[str, Any]:
+    """The fetch pod (pure: ``fetch`` creates exactly this)."""
+    from operator_cli.render import render_one
+
+    return render_one("fetchpod.yaml.j2", pod)
+
+
+# ---- the exec stream ---------------------------------------------------------------------------------------
+
+
+class ExecStream:
+    """An exec's stdout as a file for tarfile's stream mode (``read``); its stderr and exit status kept aside.
+
+    It reads websocket-client's frames itself (``recv_data_frame``: one channel byte, then the bytes): the
+    kubernetes client's ``WSClient`` keeps a second copy of all stdout in memory (``capture_all``, which
+    ``stream()`` cannot turn off) and joins frames by concatenation, right for a command's output, not for
+    gigabytes of model. ``sock`` is that websocket, with its timeout set (a stalled pod is one line)."""
+
+    def __init__(self, sock: Any, what: str, progress: Callable[[int], Any] | None = None):
+        self.sock, self.what, self.progress = sock, what, progress or (lambda n: None)
+        self._out, self._err, self._status = bytearray(), bytearray(), bytearray()
+        self._open = True
+
+    def read(self, size: int = -1) -> bytes:
+        while self._open and (size < 0 or len(self._out) < size):
+            if not self._receive() and self._out:
+                break  # a short read is fine; wait only when there is nothing to give
+        size = len(self._out) if size < 0 else min(size, len(self._out))
+        data = bytes(self._out[:size])
+        del self._out[:size]
+        return data
+
+    def _receive(self) -> bool:
+        """One frame into its channel's buffer; False when it brought no stdout."""
+        from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
+
+        try:
+            opcode, frame = self.sock.recv_data_frame()
+        except WebSocketTimeoutException:
+            raise CliError(
+                f"{self.what}: the pod sent nothing for {self.sock.gettimeout():g}s",
+                hint="the node or the API server may be overloaded; run fetch again",
+            ) from None
+        except (WebSocketConnectionClosedException, ConnectionError):
+            self._open = False
+            return False
+        if opcode == ABNF.OPCODE_CLOSE:
+            self._open = False
+            return False
+        data = bytes(frame.data or b"")
+        channel, payload = (data[0], data[1:]) if data else (None, b"")
+        if channel == 1:
+            self._out += payload
+            self.progress(len(payload))
+            return bool(payload)
+        if channel == 2:
+            self._err += payload
+            del self._err[:-4096]  # the last lines say why
+        elif channel == 3:  # the command's exit status (a metav1.Status), just before the close
+            self._status += payload
+        return False  # 255: a v5 channel close; 0 and 4 are ours to write
+
+    def finish(self) -> None:
+        """Read to the end (a tar's padding), then one line unless the command exited 0."""
+        while self._open:
+            self._receive()
+            self._out.clear()
+        try:
+            status = json.loads(bytes(self._status)) if self._status else None
+        except ValueError:
+            status = {"message": bytes(self._status[:200]).decode("utf-8", "replace")}
+        if isinstance(status, dict) and status.get("status") == "Success":
+            return
+        if not isinstance(status, dict):
+            raise CliError(
+                f"{self.what}: the stream ended before the command's exit status (the pod was stopped: its "
+                "deadline passed, or its node went away)",
+                hint="run fetch again (with a larger --timeout for large outputs)",
+            )
+        causes = (status.get("details") or {}).get("causes") or []
+        code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), None)
+        lines = [line for line in self._err.decode("utf-8", "replace").splitlines() if line.strip()]
+        why = lines[-1] if lines else status.get("message") or "no reason given"
+        raise CliError(f"{self.what} failed" + (f" (exit code {code})" if code else "") + f": {why[:300]}")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sock.close()
+
+
+def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -> ExecStream:
+    """``command`` run in the fetch pod over the exec subresource, binary-safe."""
+    from kubernetes.stream import stream
+
+    what = f"{command[0]} in Pod {cluster.ns}/{pod}"
+    try:
+        ws = call(
+            lambda: stream(cluster.core.connect_get_namespaced_pod_exec, pod, cluster.ns, command=command,
+                           container=CONTAINER, stdin=False, stdout=True, stderr=True, tty=False,
+                           _preload_content=False, binary=True),  # fmt: skip
+            "exec in",
+            "Pod",
+            cluster.ns,
+            pod,
+            cluster.host,
+            cluster.timeout,
+        )
+    except CliError as e:
+        if e.status == 0 and "403" in e.message:  # the websocket handshake's refusal arrives as text
+            raise CliError(
+                f"cannot exec in Pod {cluster.ns}/{pod}: 403 Forbidden",
+                hint=f"fetch needs RBAC permission to create pods/exec; check with "
+                f"`kubectl auth can-i create pods --subresource=exec -n {cluster.ns}`",
+                status=403,
+            ) from e
+        raise
+    ws.sock.settimeout(IDLE_SECONDS)
+    return ExecStream(ws.sock, what, progress)
+
+
+# ---- safe extraction ---------------------------------------------------------------------------------------
+
+
+def check_destination(to: Path, overwrite: bool) -> None:
+    """Before any request: ``--to`` is free (absent or an empty directory), or ``--overwrite`` replaces it."""
+    if to.is_symlink() or (to.exists() and not (to.is_dir() and not any(to.iterdir()))):
+        if not overwrite:
+            raise CliError(
+                f"--to {to} exists and is not an empty directory",
+                hint="pass another --to, or --overwrite to replace it once the new copy is whole",
+            )
+    at = to.absolute().parent
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if not (at.is_dir() and os.access(at, os.W_OK | os.X_OK)):
+        raise CliError(f"--to {to}: cannot create it in {at}", hint="pass a directory you can write to")
+
+
+@contextlib.contextmanager
+def staged(to: Path, overwrite: bool) -> Iterator[Path]:
+    """A new directory beside ``to``, renamed to ``to`` once the block succeeds; removed if it fails."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    tmp = to.parent / f".{to.name}.fetch-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = None
+        if to.is_symlink() or to.exists():
+            check_destination(to, overwrite)  # again: something may have appeared there meanwhile
+            old = to.parent / f".{to.name}.old-{secrets.token_hex(4)}"
+            os.replace(to, old)
+        os.replace(tmp, to)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+
+
+def extract(fileobj: IO[bytes], dest: Path, names: set[str], what: str) -> None:
+    """A tar stream into ``dest``: only members under ``names``, nothing outside ``dest``, no devices."""
+
+    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+        parts = PurePosixPath(member.name).parts
+        problem = None
+        if member.name.startswith("/") or PurePosixPath(member.name).is_absolute():
+            problem = "an absolute path"
+        elif ".." in parts:
+            problem = "a '..' component"
+        elif not parts or parts[0] not in names:
+            problem = f"a path outside {', '.join(sorted(names))}"
+        else:
+            try:
+                return tarfile.data_filter(member, path)
+            except tarfile.FilterError as e:
+                problem = _filter_reason(e)
+        raise CliError(
+            f"{what}: the archive holds {member.name[:120]!r}, {problem}; refused, nothing was written",
+            hint="the job's output directory holds something unexpected; inspect it with kubectl",
+        )
+
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+            tar.extractall(dest, filter=check)
+    except tarfile.TarError as e:
+        raise CliError(f"{what}: the archive is cut short or corrupt ({e}); nothing was written",
+                       hint="run fetch again") from None  # fmt: skip
+    except OSError as e:
+        raise CliError(f"cannot write into {dest.parent}: {e.strerror or e}; nothing was written",
+                       hint="free some space or pass another --to") from None  # fmt: skip
+
+
+def _filter_reason(e: tarfile.FilterError) -> str:
+    if isinstance(e, tarfile.SpecialFileError):
+        return "a device or pipe"
+    if isinstance(e, (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError)):
+        return "a link pointing outside the fetched directory"
+    if isinstance(e, tarfile.OutsideDestinationError):
+        return "a path that leaves the fetched directory"
+    return type(e).__name__
+
+
+# ---- the whole fetch ---------------------------------------------------------------------------------------
+
+
+def fetch(
+    cluster: Cluster,
+    name: str,
+    to: Path,
+    *,
+    overwrite: bool = False,
+    deadline: int = 3600,
+    pod_name: str | None = None,
+    progress: Callable[[int], contextlib.AbstractContextManager] | None = None,
+    warn: Callable[[str], Any] = print,
+    open_exec: Callable[..., ExecStream] = exec_stream,
+) -> Fetched:
+    """Copy job ``name``'s whole outputs into ``to``; the fetch pod is gone again on every exit path.
+
+    ``progress(total_bytes)`` is a context manager giving ``update(n)`` (``click.progressbar``);
+    ``open_exec`` runs a command in the pod (:func:`exec_stream`; tests pass a stand-in)."""
+    check_destination(to, overwrite)
+    pod = plan(cluster, name, deadline, pod_name)
+    cluster.create_pod(pod_manifest(pod))
+    try:
+        _wait_running(cluster, pod.pod_name, min(START_SECONDS, deadline))
+        listing = _listing(cluster, pod, open_exec)
+        items = listing["items"]
+        what = f"the tar of {name}'s outputs from Pod {cluster.ns}/{pod.pod_name}"
+        bar = progress(int(listing["bytes"])) if progress else contextlib.nullcontext(None)
+        with staged(to, overwrite) as tmp, bar as shown:
+            stream = open_exec(cluster, pod.pod_name, ["python", "-c", TAR, pod.source, *items],
+                               shown.update if shown is not None else None)  # fmt: skip
+            try:
+                extract(stream, tmp, set(items), what)
+                stream.finish()
+            finally:
+                stream.close()
+    finally:
+        _remove(cluster, pod.pod_name, name, warn)
+    return Fetched(items, int(listing["bytes"]), to)
+
+
+def _listing(cluster: Cluster, pod: FetchPod, open_exec) -> dict[str, Any]:
+    """Which of :data:`ITEMS` the output directory holds, and their size; none is one line."""
+    stream = open_exec(cluster, pod.pod_name, ["python", "-c", LIST, pod.source, *ITEMS])
+    try:
+        out = stream.read()
+        stream.finish()
+    finally:
+        stream.close()
+    try:
+        listing = json.loads(out)
+        assert isinstance(listing["items"], list) and isinstance(listing["bytes"], int)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        raise CliError(f"Pod {cluster.ns}/{pod.pod_name} answered the listing of {pod.source} with something "
+                       "else than its JSON", hint="check that the job's image runs python") from None  # fmt: skip
+    if not listing["items"]:
+        there = "holds none of " + ", ".join(ITEMS) if listing.get("exists") else "does not exist"
+        raise CliError(
+            f"nothing to fetch: job {pod.name}'s output_dir {pod.source} on claim {pod.claim} {there}",
+            hint=f"see `colbert-k8s logs {pod.name}`: a job that failed before its end writes no final model",
+            exit_code=1,
+        )
+    return listing
+
+
+def _wait_running(cluster: Cluster, pod: str, seconds: float) -> None:
+    """Until the pod runs (scheduled, image pulled, claim mounted); why not, in one line, after ``seconds``."""
+    from operator_cli.kube.pods import pod_reason
+
+    give_up = time.monotonic() + seconds
+    while True:
+        obj = call(lambda: cluster.core.read_namespaced_pod(pod, cluster.ns), "get", "Pod", cluster.ns, pod,
+                   cluster.host, cluster.timeout)  # fmt: skip
+        phase = (obj.status.phase if obj.status else None) or "Pending"
+        running = [cs for cs in (obj.status.container_statuses or []) if cs.state and cs.state.running]
+        if phase == "Running" and running:
+            return
+        if phase in ("Succeeded", "Failed") or time.monotonic() > give_up:
+            try:
+                events = call(
+                    lambda: cluster.core.list_namespaced_event(cluster.ns, field_selector=f"involvedObject.name={pod}"),
+                    "list", "Event", cluster.ns, None, cluster.host, cluster.timeout,
+                ).items  # fmt: skip
+            except CliError:  # events are a nicety: no permission must not hide the pod's own state
+                events = []
+            why = pod_reason(obj, events) or obj.status and obj.status.reason or "no reason reported"
+            raise CliError(
+                f"Pod {cluster.ns}/{pod} (fetch) is {phase} after {seconds:g}s: {why}",
+                hint="a claim another pod still uses on another node cannot be mounted (ReadWriteOnce); "
+                f"see `kubectl describe pod {pod} -n {cluster.ns}`",
+            )
+        time.sleep(POLL_SECONDS)
+
+
+def _remove(cluster: Cluster, pod: str, job: str, warn: Callable[[str], Any]) -> None:
+    try:
+        cluster.delete_pod(pod)
+    except CliError as e:  # never hides the fetch's own outcome; the pod's deadline ends it anyway
+        warn(f"warning: could not delete Pod {cluster.ns}/{pod} ({e.message}); it stops at its deadline, "
+             f"and `colbert-k8s delete {job}` removes it")  # fmt: skip
