@@ -19,10 +19,10 @@ Refused in one line, before any pod is created:
   may be replaced mid-copy, and a ReadWriteOnce claim is still attached to its node;
 * an ``output_dir`` outside ``/workspace``; an existing non-empty ``--to`` unless ``--overwrite``.
 
-Extraction (:func:`extract`) trusts nothing in the archive: every member must lie under one of the names
+Extraction (:mod:`.archive`) trusts nothing in the archive: every member must lie under one of the names
 asked for, with no absolute path and no ``..``; tarfile's ``data`` filter refuses links that leave the
 directory and device files. It is written into a temporary sibling of ``--to`` and renamed into place only
-once whole (:func:`staged`): a failure leaves nothing half-written.
+once whole: a failure leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -31,22 +31,30 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
-import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from pathlib import Path
+from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.kube.archive import ExecStream, check_destination, extract, staged
 from operator_cli.kube.cluster import Cluster
 from operator_cli.kube.kinds import find_all, job_state, kind_of, workspace_claim
 from operator_cli.kube.transport import call
 
-__all__ = ["ITEMS", "ExecStream", "FetchPod", "Fetched", "extract", "fetch", "plan", "pod_manifest", "source_dir",
-           "staged"]  # fmt: skip
+__all__ = [
+    "ITEMS",
+    "FetchPod",
+    "Fetched",
+    "exec_stream",
+    "fetch",
+    "fetch_pod",
+    "plan",
+    "pod_manifest",
+    "source_dir",
+]
 
 ITEMS = ("final-model", "metrics.json", "best-model", "index")  # what the trainer writes whole
 FINISHED = ("Succeeded", "Failed")
@@ -127,7 +135,14 @@ def source_dir(output_dir: str) -> str:
 def plan(cluster: Cluster, name: str, deadline: int, pod_name: str | None = None) -> FetchPod:
     """The fetch pod for job ``name``, or one line saying why there is nothing to fetch from."""
     job = cluster.get_own_job(name)
-    kind, what = kind_of(job), f"{job.get('kind', C.KIND)} {cluster.ns}/{name}"
+    return fetch_pod(job, lambda: _output_dir(cluster, name), cluster.ns, deadline, pod_name)
+
+
+def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str, deadline: int,
+              pod_name: str | None = None) -> FetchPod:  # fmt: skip
+    """The fetch pod for a live job (pure; ``output_dir`` is read only once the job passes its checks)."""
+    kind, name, meta = kind_of(job), job["metadata"]["name"], job["metadata"]
+    what = f"{job.get('kind', C.KIND)} {namespace}/{name}"
     if (claim := workspace_claim(job)) is None:
         raise CliError(
             f"{what} has no claim: its /workspace was each pod's emptyDir, gone with the pods",
@@ -140,21 +155,21 @@ def plan(cluster: Cluster, name: str, deadline: int, pod_name: str | None = None
             hint=f"wait with `colbert-k8s status {name} -w`, then fetch",
             exit_code=1,
         )
-    spec, meta = job.get("spec", {}), job["metadata"]
+    spec = job.get("spec", {})
     image = spec.get("trainer", {}).get("image") if kind.api == "trainjob" else None
     image = image or next((c.get("image") for cs in find_all(spec, "containers") for c in cs if c.get("image")), None)
     if not image:
         raise CliError(f"{what} names no image to read its claim with", hint="fetch it with kubectl cp instead")
     labels = {k: v for k, v in (meta.get("labels") or {}).items()
               if not k.startswith("app.kubernetes.io/") and k != C.LABEL_KUEUE_QUEUE}  # fmt: skip
-    owner = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.kind, "name": name, "uid": meta["uid"]}
+    owner = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.kind, "name": name, "uid": meta.get("uid")}
     return FetchPod(
         name=name,
-        namespace=cluster.ns,
+        namespace=namespace,
         pod_name=pod_name or f"{name[:40]}-fetch-{secrets.token_hex(3)}",
         image=image,
         claim=claim,
-        source=source_dir(_output_dir(cluster, name)),
+        source=source_dir(output_dir()),
         deadline=deadline,
         owner=owner if meta.get("uid") else None,
         image_pull_secrets=sorted({s["name"] for found in find_all(spec, "imagePullSecrets") for s in found}),
@@ -192,86 +207,6 @@ def pod_manifest(pod: FetchPod) -> dict[str, Any]:
 # ---- the exec stream ---------------------------------------------------------------------------------------
 
 
-class ExecStream:
-    """An exec's stdout as a file for tarfile's stream mode (``read``); its stderr and exit status kept aside.
-
-    It reads websocket-client's frames itself (``recv_data_frame``: one channel byte, then the bytes): the
-    kubernetes client's ``WSClient`` keeps a second copy of all stdout in memory (``capture_all``, which
-    ``stream()`` cannot turn off) and joins frames by concatenation, right for a command's output, not for
-    gigabytes of model. ``sock`` is that websocket, with its timeout set (a stalled pod is one line)."""
-
-    def __init__(self, sock: Any, what: str, progress: Callable[[int], Any] | None = None):
-        self.sock, self.what, self.progress = sock, what, progress or (lambda n: None)
-        self._out, self._err, self._status = bytearray(), bytearray(), bytearray()
-        self._open = True
-
-    def read(self, size: int = -1) -> bytes:
-        while self._open and (size < 0 or len(self._out) < size):
-            if not self._receive() and self._out:
-                break  # a short read is fine; wait only when there is nothing to give
-        size = len(self._out) if size < 0 else min(size, len(self._out))
-        data = bytes(self._out[:size])
-        del self._out[:size]
-        return data
-
-    def _receive(self) -> bool:
-        """One frame into its channel's buffer; False when it brought no stdout."""
-        from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
-
-        try:
-            opcode, frame = self.sock.recv_data_frame()
-        except WebSocketTimeoutException:
-            raise CliError(
-                f"{self.what}: the pod sent nothing for {self.sock.gettimeout():g}s",
-                hint="the node or the API server may be overloaded; run fetch again",
-            ) from None
-        except (WebSocketConnectionClosedException, ConnectionError):
-            self._open = False
-            return False
-        if opcode == ABNF.OPCODE_CLOSE:
-            self._open = False
-            return False
-        data = bytes(frame.data or b"")
-        channel, payload = (data[0], data[1:]) if data else (None, b"")
-        if channel == 1:
-            self._out += payload
-            self.progress(len(payload))
-            return bool(payload)
-        if channel == 2:
-            self._err += payload
-            del self._err[:-4096]  # the last lines say why
-        elif channel == 3:  # the command's exit status (a metav1.Status), just before the close
-            self._status += payload
-        return False  # 255: a v5 channel close; 0 and 4 are ours to write
-
-    def finish(self) -> None:
-        """Read to the end (a tar's padding), then one line unless the command exited 0."""
-        while self._open:
-            self._receive()
-            self._out.clear()
-        try:
-            status = json.loads(bytes(self._status)) if self._status else None
-        except ValueError:
-            status = {"message": bytes(self._status[:200]).decode("utf-8", "replace")}
-        if isinstance(status, dict) and status.get("status") == "Success":
-            return
-        if not isinstance(status, dict):
-            raise CliError(
-                f"{self.what}: the stream ended before the command's exit status (the pod was stopped: its "
-                "deadline passed, or its node went away)",
-                hint="run fetch again (with a larger --timeout for large outputs)",
-            )
-        causes = (status.get("details") or {}).get("causes") or []
-        code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), None)
-        lines = [line for line in self._err.decode("utf-8", "replace").splitlines() if line.strip()]
-        why = lines[-1] if lines else status.get("message") or "no reason given"
-        raise CliError(f"{self.what} failed" + (f" (exit code {code})" if code else "") + f": {why[:300]}")
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.sock.close()
-
-
 def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -> ExecStream:
     """``command`` run in the fetch pod over the exec subresource, binary-safe."""
     from kubernetes.stream import stream
@@ -279,9 +214,19 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
     what = f"{command[0]} in Pod {cluster.ns}/{pod}"
     try:
         ws = call(
-            lambda: stream(cluster.core.connect_get_namespaced_pod_exec, pod, cluster.ns, command=command,
-                           container=CONTAINER, stdin=False, stdout=True, stderr=True, tty=False,
-                           _preload_content=False, binary=True),  # fmt: skip
+            lambda: stream(
+                cluster.core.connect_get_namespaced_pod_exec,
+                pod,
+                cluster.ns,
+                command=command,
+                container=CONTAINER,
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            ),  # fmt: skip
             "exec in",
             "Pod",
             cluster.ns,
@@ -302,88 +247,6 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
     return ExecStream(ws.sock, what, progress)
 
 
-# ---- safe extraction ---------------------------------------------------------------------------------------
-
-
-def check_destination(to: Path, overwrite: bool) -> None:
-    """Before any request: ``--to`` is free (absent or an empty directory), or ``--overwrite`` replaces it."""
-    if to.is_symlink() or (to.exists() and not (to.is_dir() and not any(to.iterdir()))):
-        if not overwrite:
-            raise CliError(
-                f"--to {to} exists and is not an empty directory",
-                hint="pass another --to, or --overwrite to replace it once the new copy is whole",
-            )
-    at = to.absolute().parent
-    while not at.exists() and at != at.parent:
-        at = at.parent
-    if not (at.is_dir() and os.access(at, os.W_OK | os.X_OK)):
-        raise CliError(f"--to {to}: cannot create it in {at}", hint="pass a directory you can write to")
-
-
-@contextlib.contextmanager
-def staged(to: Path, overwrite: bool) -> Iterator[Path]:
-    """A new directory beside ``to``, renamed to ``to`` once the block succeeds; removed if it fails."""
-    to.parent.mkdir(parents=True, exist_ok=True)
-    tmp = to.parent / f".{to.name}.fetch-{secrets.token_hex(4)}"
-    tmp.mkdir()
-    try:
-        yield tmp
-        old = None
-        if to.is_symlink() or to.exists():
-            check_destination(to, overwrite)  # again: something may have appeared there meanwhile
-            old = to.parent / f".{to.name}.old-{secrets.token_hex(4)}"
-            os.replace(to, old)
-        os.replace(tmp, to)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
-
-
-def extract(fileobj: IO[bytes], dest: Path, names: set[str], what: str) -> None:
-    """A tar stream into ``dest``: only members under ``names``, nothing outside ``dest``, no devices."""
-
-    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
-        parts = PurePosixPath(member.name).parts
-        problem = None
-        if member.name.startswith("/") or PurePosixPath(member.name).is_absolute():
-            problem = "an absolute path"
-        elif ".." in parts:
-            problem = "a '..' component"
-        elif not parts or parts[0] not in names:
-            problem = f"a path outside {', '.join(sorted(names))}"
-        else:
-            try:
-                return tarfile.data_filter(member, path)
-            except tarfile.FilterError as e:
-                problem = _filter_reason(e)
-        raise CliError(
-            f"{what}: the archive holds {member.name[:120]!r}, {problem}; refused, nothing was written",
-            hint="the job's output directory holds something unexpected; inspect it with kubectl",
-        )
-
-    try:
-        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
-            tar.extractall(dest, filter=check)
-    except tarfile.TarError as e:
-        raise CliError(f"{what}: the archive is cut short or corrupt ({e}); nothing was written",
-                       hint="run fetch again") from None  # fmt: skip
-    except OSError as e:
-        raise CliError(f"cannot write into {dest.parent}: {e.strerror or e}; nothing was written",
-                       hint="free some space or pass another --to") from None  # fmt: skip
-
-
-def _filter_reason(e: tarfile.FilterError) -> str:
-    if isinstance(e, tarfile.SpecialFileError):
-        return "a device or pipe"
-    if isinstance(e, (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError)):
-        return "a link pointing outside the fetched directory"
-    if isinstance(e, tarfile.OutsideDestinationError):
-        return "a path that leaves the fetched directory"
-    return type(e).__name__
-
-
 # ---- the whole fetch ---------------------------------------------------------------------------------------
 
 
@@ -397,13 +260,14 @@ def fetch(
     pod_name: str | None = None,
     progress: Callable[[int], contextlib.AbstractContextManager] | None = None,
     warn: Callable[[str], Any] = print,
-    open_exec: Callable[..., ExecStream] = exec_stream,
+    open_exec: Callable[..., ExecStream] | None = None,
 ) -> Fetched:
     """Copy job ``name``'s whole outputs into ``to``; the fetch pod is gone again on every exit path.
 
     ``progress(total_bytes)`` is a context manager giving ``update(n)`` (``click.progressbar``);
     ``open_exec`` runs a command in the pod (:func:`exec_stream`; tests pass a stand-in)."""
     check_destination(to, overwrite)
+    open_exec = open_exec or exec_stream
     pod = plan(cluster, name, deadline, pod_name)
     cluster.create_pod(pod_manifest(pod))
     try:
