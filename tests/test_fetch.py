@@ -384,3 +384,27 @@ def test_delete_removes_a_leftover_fetch_pod_and_only_its_own(api):
     assert res.exit_code == 0, res.output
     assert "deleted Pod demo-fetch-1" in res.output.splitlines()
     assert [p["metadata"]["name"] for p in api.objects("pods")] == ["other-fetch-1"]
+
+
+def test_exec_request_reaches_the_api_server_and_a_refusal_is_one_line(api):
+    """The real client's exec (kubernetes' ``stream``) up to the websocket handshake, which kmock refuses
+    as an API server refuses a user without pods/exec: the query carries the pod's command, argv intact."""
+    from operator_cli.kube import Cluster, connect
+
+    asked = []
+
+    def refuse(request):
+        asked.append(request)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
+                "message": 'pods "demo-fetch-1" is forbidden: cannot create resource "pods/exec"'}  # fmt: skip
+
+    api.react("get", "/api/v1/namespaces/default/pods/demo-fetch-1/exec") << 403 << refuse
+    cluster = Cluster(connect(str(api.kubeconfig)), "default")
+    with pytest.raises(CliError) as e:
+        F.exec_stream(cluster, "demo-fetch-1", ["python", "-c", F.TAR, "/workspace/runs/demo", "final-model"])
+    assert e.value.message == "cannot exec in Pod default/demo-fetch-1: 403 Forbidden" and e.value.status == 403
+    assert "pods/exec" in e.value.hint
+    query = asked[0].url.query
+    assert query.getall("command") == ["python", "-c", F.TAR, "/workspace/runs/demo", "final-model"]
+    assert (query["container"], query["stdout"], query["stderr"], query["stdin"], query["tty"]) == (
+        "fetch", "true", "true", "false", "false")  # fmt: skip

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -235,14 +236,17 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
             cluster.timeout,
         )
     except CliError as e:
-        if e.status == 0 and "403" in e.message:  # the websocket handshake's refusal arrives as text
-            raise CliError(
-                f"cannot exec in Pod {cluster.ns}/{pod}: 403 Forbidden",
-                hint=f"fetch needs RBAC permission to create pods/exec; check with "
-                f"`kubectl auth can-i create pods --subresource=exec -n {cluster.ns}`",
-                status=403,
-            ) from e
-        raise
+        if e.status != 0 or not (refused := re.search(r"Handshake status (\d+) ([\w ]+)", e.message)):
+            raise
+        status = int(refused[1])  # the websocket handshake's refusal arrives as text, with its headers: not shown
+        hint = (
+            "fetch needs RBAC permission to create pods/exec; check with "
+            f"`kubectl auth can-i create pods --subresource=exec -n {cluster.ns}`"
+            if status == 403
+            else "the fetch pod may have been removed or evicted; run fetch again"
+        )
+        raise CliError(f"cannot exec in Pod {cluster.ns}/{pod}: {status} {refused[2].strip()}", hint=hint,
+                       status=status) from e  # fmt: skip
     ws.sock.settimeout(IDLE_SECONDS)
     return ExecStream(ws.sock, what, progress)
 
