@@ -5,7 +5,6 @@
     colbert-k8s status NAME -w     colbert-k8s logs NAME -f --all
     colbert-k8s list -o json       colbert-k8s delete NAME
     colbert-k8s resize NAME --nodes 4
-    colbert-k8s fetch NAME --to ./model   (a finished job's model, off its claim)
     colbert-k8s render ...         colbert-k8s local ...   (the same job, on this machine)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit``
