@@ -87,7 +87,12 @@ def build() -> dict[str, Any]:
         "required": ["nodes", "gpusPerNode", "image", "config"],
         "properties": {
             "api": {"enum": list(APIS)},
-            "runtime": _str("dns1123"),
+            "runtime": _obj(
+                {"name": _str("dns1123"), "install": {"type": "boolean"},
+                 "maxRestarts": {"type": "integer", "minimum": 0, "maximum": 1000}},
+                required=["name"],
+            ),  # fmt: skip
+            "mig": {"anyOf": [{"const": ""}, _str("mig_profile")]},
             "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
             "elastic": {"type": "string", "pattern": "^$|^[0-9]{1,4}:[0-9]{1,4}$"},
             "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_NODE},
@@ -130,6 +135,8 @@ def build() -> dict[str, Any]:
                     },
                     "priorityClassName": {"$ref": "#/$defs/optionalName"},
                     "queue": _str("label_value"),
+                    "topologyRequired": {"anyOf": [{"const": ""}, _str("qualified_name")]},
+                    "topologyPreferred": {"anyOf": [{"const": ""}, _str("qualified_name")]},
                 }
             ),
             "serviceAccount": _obj({"create": {"type": "boolean"}, "name": {"$ref": "#/$defs/optionalName"}}),
