@@ -88,8 +88,11 @@ def build() -> dict[str, Any]:
         "properties": {
             "api": {"enum": list(APIS)},
             "runtime": _obj(
-                {"name": _str("dns1123"), "install": {"type": "boolean"},
-                 "maxRestarts": {"type": "integer", "minimum": 0, "maximum": 1000}},
+                {
+                    "name": _str("dns1123"),
+                    "install": {"type": "boolean"},
+                    "maxRestarts": {"type": "integer", "minimum": 0, "maximum": 1000},
+                },
                 required=["name"],
             ),  # fmt: skip
             "mig": {"anyOf": [{"const": ""}, _str("mig_profile")]},
