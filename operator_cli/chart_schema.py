@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from operator_cli import rules
-from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES
+from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_RUNTIME_RESTARTS
 from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
 from trainer.config import json_schema
 from trainer.credentials import CREDENTIAL_VALUE
@@ -91,7 +91,7 @@ def build() -> dict[str, Any]:
                 {
                     "name": _str("dns1123"),
                     "install": {"type": "boolean"},
-                    "maxRestarts": {"type": "integer", "minimum": 0, "maximum": 1000},
+                    "maxRestarts": {"type": "integer", "minimum": 0, "maximum": MAX_RUNTIME_RESTARTS},
                 },
                 required=["name"],
             ),  # fmt: skip

@@ -33,6 +33,7 @@ CONTAINER = "pytorch"  # the operator requires this container name
 # it asks a cluster for that many pods; 16 GPUs is the most any node sold today holds
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 16
+MAX_RUNTIME_RESTARTS = 1000  # a runtime's JobSet maxRestarts: `runtime --max-restarts` and the chart
 PORT_NAME = "pytorchjob-port"
 MASTER_PORT = 23456
 

@@ -72,8 +72,8 @@ class RuntimeSpec:
             raise CliError(f"--name must be a DNS-1123 name for a ClusterTrainingRuntime, got {shown(self.name)}")
         if not rules.full("image", self.image):
             raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {shown(self.image)}")
-        if not 0 <= self.max_restarts <= 1000:
-            raise CliError(f"--max-restarts must be between 0 and 1000, got {self.max_restarts}")
+        if not 0 <= self.max_restarts <= C.MAX_RUNTIME_RESTARTS:
+            raise CliError(f"--max-restarts must be between 0 and {C.MAX_RUNTIME_RESTARTS}, got {self.max_restarts}")
         if self.shm_size is not None and not rules.full("quantity", self.shm_size):
             raise CliError(f"--shm-size must be a Kubernetes quantity like 8Gi, got {shown(self.shm_size)}")
         if self.nccl is not None and self.nccl not in NCCL_PRESETS:
