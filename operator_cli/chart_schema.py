@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from operator_cli import rules
-from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES
+from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_RUNTIME_RESTARTS
 from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
 from trainer.config import json_schema
 from trainer.credentials import CREDENTIAL_VALUE
@@ -88,7 +88,15 @@ def build() -> dict[str, Any]:
         "required": ["nodes", "gpusPerNode", "image", "config"],
         "properties": {
             "api": {"enum": list(APIS)},
-            "runtime": _str("dns1123"),
+            "runtime": _obj(
+                {
+                    "name": _str("dns1123"),
+                    "install": {"type": "boolean"},
+                    "maxRestarts": {"type": "integer", "minimum": 0, "maximum": MAX_RUNTIME_RESTARTS},
+                },
+                required=["name"],
+            ),  # fmt: skip
+            "mig": {"anyOf": [{"const": ""}, _str("mig_profile")]},
             "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
             "elastic": {"type": "string", "pattern": "^$|^[0-9]{1,4}:[0-9]{1,4}$"},
             "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_NODE},
@@ -131,6 +139,8 @@ def build() -> dict[str, Any]:
                     },
                     "priorityClassName": {"$ref": "#/$defs/optionalName"},
                     "queue": _str("label_value"),
+                    "topologyRequired": {"anyOf": [{"const": ""}, _str("qualified_name")]},
+                    "topologyPreferred": {"anyOf": [{"const": ""}, _str("qualified_name")]},
                 }
             ),
             "serviceAccount": _obj({"create": {"type": "boolean"}, "name": {"$ref": "#/$defs/optionalName"}}),

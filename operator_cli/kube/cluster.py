@@ -166,8 +166,8 @@ class Cluster:
             if e.status == 404:
                 raise CliError(
                     f"ClusterTrainingRuntime {name!r} does not exist",
-                    hint="list them with `kubectl get clustertrainingruntimes`; the stock one is "
-                    f"{C.V2_DEFAULT_RUNTIME} ({C.TRAINER_V2_INSTALL})",
+                    hint=f"`colbert-k8s runtime install` installs {C.V2_SHIPPED_RUNTIME}; the stock one is "
+                    f"{C.V2_STOCK_RUNTIME} ({C.TRAINER_V2_INSTALL})",
                 ) from e
             if e.status == 403:
                 return  # may create TrainJobs without reading runtimes: the controller will tell
@@ -179,8 +179,38 @@ class Cluster:
             raise CliError(
                 f"ClusterTrainingRuntime {name!r} is for {framework or 'another framework'}, not torch "
                 "(colbert-train is started by torchrun)",
-                hint=f"pick a torch runtime, e.g. --runtime {C.V2_DEFAULT_RUNTIME}",
+                hint=f"pick a torch runtime, e.g. --runtime {C.V2_SHIPPED_RUNTIME} (`colbert-k8s runtime install`)",
             )
+
+    def runtime_exists(self, name: str) -> bool:
+        """Whether the ClusterTrainingRuntime is there; a user who may not read runtimes is told by preflight."""
+        found = self.read(
+            lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
+            "get",
+            C.V2_RUNTIME_KIND,
+            name,
+            namespace=None,
+        )
+        return found is not None
+
+    def suspend_job(self, name: str, suspend: bool) -> tuple[str, bool]:
+        """Suspend or resume a job this tool created, by a merge patch of its kind's field (PyTorchJob
+        ``spec.runPolicy.suspend``, TrainJob ``spec.suspend``); returns (kind, whether it changed)."""
+        job = self.get_own_job(name)
+        k = kind_of(job)
+        spec = job.get("spec") or {}
+        now = bool((spec.get("runPolicy") or {}).get("suspend") if k.api == "pytorchjob" else spec.get("suspend"))
+        if now == suspend:
+            return k.kind, False
+        field = {"runPolicy": {"suspend": suspend}} if k.api == "pytorchjob" else {"suspend": suspend}
+        body = {"spec": field}  # a dict: the client sends it as application/merge-patch+json
+        self._c(
+            lambda: self.custom.patch_namespaced_custom_object(k.group, k.version, self.ns, k.plural, name, body),
+            "patch",
+            k.kind,
+            name,
+        )
+        return k.kind, True
 
     def _must_exist(self, fn, kind: str, name: str, namespace: str | None, missing: str, hint: str) -> None:
         """404 becomes ``missing``; 403 skips the check (many users may create jobs but not read

@@ -25,16 +25,22 @@ class JobKind:
     container: str  # the trainer's container in each pod (logs are read from it)
 
     def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
+        """Pods and GPUs (whole or MIG slices) per pod."""
         spec = job.get("spec", {})
         if self.api == "trainjob":
             trainer = spec.get("trainer", {})
-            gpus = trainer.get("resourcesPerNode", {}).get("limits", {}).get("nvidia.com/gpu", 0)
-            return int(trainer.get("numNodes", 1) or 1), int(gpus or 0)
+            gpus = _gpus(trainer.get("resourcesPerNode", {}).get("limits", {}))
+            return int(trainer.get("numNodes", 1) or 1), gpus
         replicas = spec.get("pytorchReplicaSpecs", {})
         first = replicas.get("Master") or replicas.get("Worker") or {}  # an elastic job has Workers only
         containers = first.get("template", {}).get("spec", {}).get("containers", [{}])
-        gpus = containers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
-        return sum(r.get("replicas", 0) for r in replicas.values()), int(gpus or 0)
+        gpus = _gpus(containers[0].get("resources", {}).get("limits", {}))
+        return sum(r.get("replicas", 0) for r in replicas.values()), gpus
+
+
+def _gpus(limits: dict[str, Any]) -> int:
+    """``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` (``--mig``) in a container's limits."""
+    return sum(int(v or 0) for k, v in limits.items() if k == C.GPU_RESOURCE or k.startswith(C.MIG_RESOURCE_PREFIX))
 
 
 # What this tool reads of a job, and the type each must have where present. A real API server checks these
