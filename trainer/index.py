@@ -30,6 +30,7 @@ def _size_mb(path: Path) -> float:
 
 def build_and_evaluate(model_dir: str, cfg) -> dict:
     """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
+    import torch
     from pylate import indexes, models
 
     from trainer.atomic import replace_dir
@@ -47,7 +48,9 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
         index = indexes.PLAID(
             index_folder=str(tmp), index_name="colbert", override=True, nbits=cfg.index.nbits, show_progress=False
         )
-        index.add_documents(documents_ids=split.corpus_ids, documents_embeddings=docs)
+        with torch.random.fork_rng():  # fast-plaid samples k-means points from the global stream: seeded, the
+            torch.manual_seed(cfg.training.seed)  # index of a rebuild (a restart) is the uninterrupted run's
+            index.add_documents(documents_ids=split.corpus_ids, documents_embeddings=docs)
         build_seconds = time.perf_counter() - started
         queries = model.encode(split.queries, is_query=True, batch_size=cfg.evaluation.batch_size,
                                show_progress_bar=False)  # fmt: skip
