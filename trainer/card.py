@@ -22,7 +22,7 @@ from pathlib import Path
 
 from trainer.config import METRICS, TrainConfig
 
-__all__ = ["render", "origin"]
+__all__ = ["for_job", "origin", "render", "update"]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _ROWS = ("ndcg@10", "mrr@10", "recall@100", "map@100")
@@ -180,3 +180,19 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 {_USAGE.format(where=where)}
 """
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n{body}"))
+
+
+def for_job(cfg: TrainConfig, metrics: dict) -> str:
+    """The card of ``cfg``'s final model, named as users will load it: the Hub id when exported there."""
+    hub = cfg.export is not None and cfg.export.destination.startswith("hf://")
+    return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/") if hub else None)
+
+
+def update(model_dir: Path, cfg: TrainConfig, metrics: dict) -> None:
+    """The card again, with figures that came after the model (the index's), and the model's manifest with it.
+    Killed between the two, the model fails its manifest and is saved again from the last checkpoint."""
+    from trainer.atomic import write_text
+    from trainer.checkpoint import write_manifest
+
+    write_text(model_dir / "README.md", for_job(cfg, metrics))
+    write_manifest(model_dir)

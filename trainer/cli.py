@@ -31,6 +31,7 @@ from trainer.errors import (
     NO_SPACE,
     DiskFull,
     NonFinite,
+    PhaseNotWhole,
     WeightsDiverged,
     job_exit_code,
     peer_failure,
@@ -91,7 +92,7 @@ def _main(argv: list[str]) -> int:
         if e.errno not in NO_SPACE:
             raise
         return _fail(str(DiskFull.of(e, e.filename or ".")), EXIT_CONFIG)
-    except WeightsDiverged as e:
+    except (WeightsDiverged, PhaseNotWhole) as e:
         return _fail(str(e), EXIT_PEER)
     except RuntimeError as e:
         if (line := peer_failure(e)) is None:

@@ -14,7 +14,9 @@ __all__ = [
     "JobVerdict",
     "DiskFull",
     "NO_SPACE",
+    "no_space",
     "NonFinite",
+    "PhaseNotWhole",
     "WeightsDiverged",
     "job_exit_code",
     "peer_failure",
@@ -47,6 +49,11 @@ class NonFinite(JobVerdict):
     or final model holds it. Permanent (exit 2): a restart would meet the same rows at the same step."""
 
 
+class PhaseNotWhole(JobVerdict):
+    """A phase just written does not verify against its manifest (trainer/phases.py): the job is not marked
+    done. Retryable (129): the restart redoes that phase."""
+
+
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
@@ -70,6 +77,29 @@ class DiskFull(JobVerdict):
             f"{path}: the volume {what} ({e.strerror}{'; ' + sizes if sizes else ''}); nothing half-written was "
             "kept: free space or grow the volume (or set checkpoint.keep_last lower), then restart to resume"
         )
+
+
+def no_space(e: BaseException) -> OSError | None:
+    """The full-disk (or read-only) OSError behind ``e``, else None. Writers wrap it: torch.save's in a
+    RuntimeError, pyarrow's and safetensors' in their own errors, some with the errno only in the text.
+
+    >>> no_space(RuntimeError("write failed")) is None
+    True
+    >>> no_space(OSError(errno.ENOSPC, "No space left on device")).errno == errno.ENOSPC
+    True
+    >>> no_space(ValueError("IOError: No space left on device (os error 28)")).errno == errno.ENOSPC
+    True
+    """
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            return e
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
+            code = errno.EDQUOT if "quota" in str(e) else errno.ENOSPC
+            return OSError(code, os.strerror(code), getattr(e, "filename", None))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 class WeightsDiverged(JobVerdict, RuntimeError):
