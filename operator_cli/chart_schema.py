@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from operator_cli import rules
-from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES
+from operator_cli.constants import APIS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_RUNTIME_RESTARTS
 from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
 from trainer.config import json_schema
 from trainer.credentials import CREDENTIAL_VALUE
+from trainer.export import CREDENTIALS
 
 __all__ = ["build", "main", "render_text"]
 
@@ -87,7 +88,15 @@ def build() -> dict[str, Any]:
         "required": ["nodes", "gpusPerNode", "image", "config"],
         "properties": {
             "api": {"enum": list(APIS)},
-            "runtime": _str("dns1123"),
+            "runtime": _obj(
+                {
+                    "name": _str("dns1123"),
+                    "install": {"type": "boolean"},
+                    "maxRestarts": {"type": "integer", "minimum": 0, "maximum": MAX_RUNTIME_RESTARTS},
+                },
+                required=["name"],
+            ),  # fmt: skip
+            "mig": {"anyOf": [{"const": ""}, _str("mig_profile")]},
             "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
             "elastic": {"type": "string", "pattern": "^$|^[0-9]{1,4}:[0-9]{1,4}$"},
             "gpusPerNode": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_NODE},
@@ -130,6 +139,8 @@ def build() -> dict[str, Any]:
                     },
                     "priorityClassName": {"$ref": "#/$defs/optionalName"},
                     "queue": _str("label_value"),
+                    "topologyRequired": {"anyOf": [{"const": ""}, _str("qualified_name")]},
+                    "topologyPreferred": {"anyOf": [{"const": ""}, _str("qualified_name")]},
                 }
             ),
             "serviceAccount": _obj({"create": {"type": "boolean"}, "name": {"$ref": "#/$defs/optionalName"}}),
@@ -166,9 +177,30 @@ def build() -> dict[str, Any]:
             },
             "global": {"type": "object"},
         },
+        "allOf": _export_credentials(),
         "$defs": defs,
     }
     return _no_credentials(schema)
+
+
+def _export_credentials() -> list[dict[str, Any]]:
+    """JobSpec._check_export's rule: a config.export.destination of scheme S needs one of S's credential sets
+    in secretEnv (trainer/export.py's CREDENTIALS), or, for an object store, a service account (workload
+    identity)."""
+    rules_ = []
+    named = {"required": ["serviceAccount"], "properties": {"serviceAccount": {"required": ["name"],
+             "properties": {"name": {"minLength": 1}}}}}  # fmt: skip
+    for scheme, sets in CREDENTIALS.items():
+        ways = [{"required": ["secretEnv"], "properties": {"secretEnv": {"required": list(one)}}} for one in sets]
+        export = {"required": ["destination"], "properties": {"destination": {"pattern": f"^{scheme}://"}}}
+        config = {"required": ["export"], "properties": {"export": export}}
+        rules_.append(
+            {
+                "if": {"required": ["config"], "properties": {"config": config}},
+                "then": {"anyOf": ways + ([] if scheme == "hf" else [named])},
+            }
+        )
+    return rules_
 
 
 def render_text() -> str:

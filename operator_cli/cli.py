@@ -5,6 +5,8 @@
     colbert-k8s status NAME -w     colbert-k8s logs NAME -f --all
     colbert-k8s list -o json       colbert-k8s delete NAME
     colbert-k8s resize NAME --nodes 4
+    colbert-k8s suspend NAME       colbert-k8s resume NAME
+    colbert-k8s runtime render     colbert-k8s runtime install   (a TrainJob runtime that fails fast)
     colbert-k8s render ...         colbert-k8s local ...   (the same job, on this machine)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit``
@@ -20,7 +22,7 @@ from pathlib import Path
 import click
 
 from operator_cli import constants as C
-from operator_cli import rules, show
+from operator_cli import ops, rules, show
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import (
@@ -213,12 +215,26 @@ def job_options(fn):
         ),
         click.option(
             "--runtime",
-            default=D["runtime"],
-            show_default=True,
-            help="The ClusterTrainingRuntime a TrainJob uses (--api trainjob).",
+            help=f"The ClusterTrainingRuntime a TrainJob uses (--api trainjob). Default: {C.V2_SHIPPED_RUNTIME} "
+            f"(`colbert-k8s runtime install`); submit falls back to the stock {C.V2_STOCK_RUNTIME} without it.",
         ),
         click.option("--label", multiple=True, metavar="K=V"),
         click.option("--annotation", multiple=True, metavar="K=V"),
+        # scheduling on shared clusters (operator_cli/scheduling.py)
+        click.option(
+            "--topology-required",
+            metavar="LEVEL",
+            help="Kueue topology-aware scheduling: all pods in one domain of this node label "
+            "(e.g. cloud.google.com/gce-topology-block), or wait.",
+        ),
+        click.option(
+            "--topology-preferred", metavar="LEVEL", help="Kueue: pack the pods into as few domains of LEVEL as it can."
+        ),
+        click.option(
+            "--mig",
+            metavar="PROFILE",
+            help="One MIG slice per pod (e.g. 1g.10gb): nvidia.com/mig-PROFILE instead of nvidia.com/gpu.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -260,10 +276,13 @@ def build_spec(o: dict) -> JobSpec:
         ttl_after_finished=o["ttl_after_finished"],
         nccl=o["nccl"],
         api=o["api"],
-        runtime=o["runtime"],
+        runtime=o["runtime"] or D["runtime"],
         labels=parse_pairs(o["label"], "--label"),
         annotations=parse_pairs(o["annotation"], "--annotation"),
         elastic=elastic,
+        topology_required=o["topology_required"],
+        topology_preferred=o["topology_preferred"],
+        mig=o["mig"],
     )
 
 
@@ -364,9 +383,14 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
     spec = build_spec(o)
     objects = render(spec)
     if dry_run:
+        if spec.api == "trainjob" and o["runtime"] is None:
+            click.echo(f"runtime: {spec.runtime} (submit uses the stock {C.V2_STOCK_RUNTIME} where the cluster "
+                       "lacks it)", err=True)  # fmt: skip
         click.echo(to_yaml(objects), nl=False)
         return
     cluster = cluster or _cluster(o)
+    if spec.api == "trainjob" and o["runtime"] is None:
+        spec, objects = _runtime_or_stock(cluster, spec, objects)
     secrets = sorted({ref.secret for ref in spec.secret_env.values()} | set(spec.image_pull_secrets))
     cluster.preflight(spec.api, secrets, spec.pvc, spec.runtime)
     created = cluster.create_all(objects)
@@ -382,6 +406,23 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
         from operator_cli.follow import wait_for_job
 
         sys.exit(wait_for_job(cluster, spec.name, poll_interval, timeout, click.echo))
+
+
+def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
+    """``--runtime`` not given: this tool's runtime when the cluster has it, else the stock one, with the one
+    line saying what that costs."""
+    import dataclasses
+
+    if cluster.runtime_exists(spec.runtime):
+        return spec, objects
+    click.echo(
+        f"warning: ClusterTrainingRuntime {spec.runtime} is not installed: using the stock {C.V2_STOCK_RUNTIME}, "
+        "which retries a permanent error (a bad config or data row, exit 2) until its restarts run out instead "
+        "of failing at once; `colbert-k8s runtime install` installs it",
+        err=True,
+    )
+    spec = dataclasses.replace(spec, runtime=C.V2_STOCK_RUNTIME)
+    return spec, render(spec)
 
 
 def _namespace_option(fn):
@@ -597,6 +638,34 @@ def delete_cmd(name: str, keep_storage: bool, **o) -> None:
         click.echo(f"kept {what}", err=True)
 
 
+@cli.command("fetch")
+@click.argument("name")
+@_namespace_option
+@cluster_options
+@click.option("--to", type=click.Path(file_okay=False), help="Directory to copy into. Default: ./NAME.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --to, once the new copy is whole.")
+@click.option(
+    "--timeout",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(min=60, max=7 * 24 * 3600),
+    help="Seconds the fetch pod may live (its activeDeadlineSeconds); raise it for large outputs.",
+)
+def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> None:
+    """Copy a finished job's final-model, metrics.json, best-model and index off its claim.
+
+    A short-lived pod of this tool's own mounts the claim read-only and streams a tar (as kubectl cp);
+    it is deleted when the copy ends. For jobs whose /workspace is a PVC; see export: for object storage."""
+    from operator_cli.kube.fetch import fetch
+
+    name = _job_name(name)
+    dest = Path(to) if to else Path(name)
+    bar = lambda total: click.progressbar(length=total, label=f"fetching {name}", file=sys.stderr)  # noqa: E731
+    done = fetch(_cluster(o), name, dest, overwrite=overwrite, deadline=timeout, progress=bar,
+                 warn=lambda line: click.echo(line, err=True))  # fmt: skip
+    click.echo(f"fetched {', '.join(done.items)} of {name} into {dest} ({done.bytes / 1e6:.1f} MB)")
+
+
 @cli.command("local")
 @job_options
 @click.option(
@@ -621,7 +690,12 @@ def local_cmd(workdir: str, isolate_network: bool, **o) -> None:
         )
     spec = build_spec(o)
     click.echo(f"scale: {_scale_line(spec)}", err=True)
-    sys.exit(run_local(render(spec), _writable_dir(Path(workdir)), isolate_network=isolate_network))
+    objects = render(spec)
+    if spec.api == "trainjob":  # its restarts are its runtime's: replay the runtime's failure policy
+        from operator_cli.kube.runtime import known_runtime
+
+        objects += [r for r in [known_runtime(spec.runtime, spec.image)] if r]
+    sys.exit(run_local(objects, _writable_dir(Path(workdir)), isolate_network=isolate_network))
 
 
 def _writable_dir(path: Path) -> Path:
@@ -637,6 +711,9 @@ def _writable_dir(path: Path) -> Path:
             hint="pass a writable directory (it stands for the job's /workspace volume)",
         ) from None
     return path
+
+
+ops.register(cli, cluster_options, _namespace_option, _cluster, _job_name)  # runtime, suspend, resume
 
 
 def main() -> None:

@@ -16,7 +16,9 @@ V2_KIND = "TrainJob"
 V2_CRD_NAME = f"{V2_PLURAL}.{V2_GROUP}"
 V2_RUNTIME_PLURAL = "clustertrainingruntimes"
 V2_RUNTIME_KIND = "ClusterTrainingRuntime"
-V2_DEFAULT_RUNTIME = "torch-distributed"
+V2_STOCK_RUNTIME = "torch-distributed"  # the runtime Trainer v2's manifests install
+V2_SHIPPED_RUNTIME = "colbert-torch"  # `colbert-k8s runtime install`: this image's, failing fast on exit 2
+V2_DEFAULT_RUNTIME = V2_SHIPPED_RUNTIME  # --runtime's default; submit falls back to the stock one without it
 V2_CONTAINER = "node"  # the trainer container of a runtime's `node` replicated job
 V2_REPLICATED_JOB = "node"
 V2_MASTER_PORT = 29500
@@ -31,6 +33,7 @@ CONTAINER = "pytorch"  # the operator requires this container name
 # it asks a cluster for that many pods; 16 GPUs is the most any node sold today holds
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 16
+MAX_RUNTIME_RESTARTS = 1000  # a runtime's JobSet maxRestarts: `runtime --max-restarts` and the chart
 PORT_NAME = "pytorchjob-port"
 MASTER_PORT = 23456
 
@@ -41,6 +44,13 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+# Kueue's topology-aware scheduling (beta, on by default since Kueue 0.14): annotations on pod templates
+KUEUE_TOPOLOGY_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_TOPOLOGY_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # + a MIG profile (1g.10gb): the device plugin's mixed strategy
 # set by the Training Operator on the pods it creates
 OPERATOR_JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR_REPLICA_TYPE = "training.kubeflow.org/replica-type"

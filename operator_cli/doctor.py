@@ -1,10 +1,12 @@
 """``colbert-k8s doctor``: check a cluster before the first submit, one line per check, each with a hint.
 
 What a user would otherwise check one by one with kubectl: the job APIs' CRDs and their controller, a
-torch ClusterTrainingRuntime (Trainer v2), GPU nodes, a storage class that can serve ReadWriteMany,
-the namespace and its quota, Kueue queues, and whether this user may create what ``submit`` creates
-(SelfSubjectAccessReview). Every request goes through :class:`Cluster` (timeouts, one-line errors); a
-check the user may not read is a WARN, not a crash. The exit code is the worst line: 0 OK, 1 WARN, 2 FAIL.
+torch ClusterTrainingRuntime (Trainer v2: this tool's, which fails fast, or the stock one), GPU nodes and
+their MIG slices, a storage class that can serve ReadWriteMany, the namespace and its quota, Kueue queues,
+Topology and ResourceFlavor objects (absent CRDs read as "not installed"), and whether this user may
+create what ``submit`` creates (SelfSubjectAccessReview). Every request goes through :class:`Cluster`
+(timeouts, one-line errors); a check the user may not read is a WARN, not a crash. The exit code is the
+worst line: 0 OK, 1 WARN, 2 FAIL.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def run_checks(cluster: Cluster, api: str) -> list[Check]:
     checks += [_controller(cluster, key) for key in served]
     if "trainjob" in served:
         checks.append(_runtime(cluster))
-    checks += [_gpus(cluster), _storage(cluster), _namespace(cluster), _queues(cluster)]
+    checks += [_gpus(cluster), _mig(cluster), _storage(cluster), _namespace(cluster), _queues(cluster)]
+    checks.append(_topologies(cluster))
     return checks + _access(cluster, served or ([api] if api != "auto" else ["pytorchjob"]))
 
 
@@ -127,13 +130,67 @@ def _controller(cluster: Cluster, key: str) -> Check:
 
 @_guarded("torch runtime")
 def _runtime(cluster: Cluster) -> Check:
+    """This tool's runtime (fails fast on exit 2) if it is there, else the stock one that submit falls back to."""
+    if cluster.runtime_exists(C.V2_SHIPPED_RUNTIME):
+        cluster._check_runtime(C.V2_SHIPPED_RUNTIME)
+        return Check("torch runtime", "OK", f"ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME} runs torch and fails "
+                     "a TrainJob at once on a permanent exit code")  # fmt: skip
     try:
-        cluster._check_runtime(C.V2_DEFAULT_RUNTIME)
+        cluster._check_runtime(C.V2_STOCK_RUNTIME)
     except CliError as e:
         if e.status in (None, 404):
             return Check("torch runtime", "FAIL", e.message, e.hint or "")
         raise
-    return Check("torch runtime", "OK", f"ClusterTrainingRuntime {C.V2_DEFAULT_RUNTIME} runs torch")
+    return Check(
+        "torch runtime",
+        "WARN",
+        f"no ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME}: TrainJobs use the stock {C.V2_STOCK_RUNTIME}, which "
+        "retries a permanent error (a bad config or data row) until its restarts run out",
+        "colbert-k8s runtime install",
+    )
+
+
+@_guarded("Kueue topologies")
+def _topologies(cluster: Cluster) -> Check:
+    """Kueue's Topology objects (the levels --topology-* may name) and ResourceFlavors (which use them)."""
+
+    def listed(plural: str, kind: str) -> list[dict] | None:
+        answer = cluster.read(lambda: cluster.custom.list_cluster_custom_object(C.KUEUE_GROUP, C.KUEUE_VERSION,
+                              plural), "list", kind, namespace=None)  # fmt: skip
+        return None if answer is None else cluster.items_of(answer, kind)
+
+    topologies, flavors = listed("topologies", "Topology"), listed("resourceflavors", "ResourceFlavor")
+    if topologies is None and flavors is None:
+        return Check("Kueue topologies", "OK", "Kueue is not installed (--topology-* not usable)")
+    levels = {
+        _name(t): [
+            str(lv.get("nodeLabel")) for lv in ((t.get("spec") or {}).get("levels") or []) if isinstance(lv, dict)
+        ]
+        for t in topologies or []
+    }
+    detail = "; ".join(f"Topology {n}: {' > '.join(lv) or 'no levels'}" for n, lv in sorted(levels.items()))
+    uses = [f"{_name(f)} -> {(f.get('spec') or {}).get('topologyName')}" for f in flavors or []
+            if (f.get("spec") or {}).get("topologyName")]  # fmt: skip
+    names = ", ".join(sorted(_name(f) for f in flavors or [])) or "none"
+    detail = (detail or "no Topology (--topology-* not usable)") + f"; ResourceFlavor(s) {names}"
+    if uses:
+        detail += f" (topology: {', '.join(uses)})"
+    return Check("Kueue topologies", "OK", detail)
+
+
+@_guarded("MIG slices")
+def _mig(cluster: Cluster) -> Check:
+    """MIG resources the nodes offer (the NVIDIA device plugin's mixed strategy): what --mig may ask for."""
+    slices: dict[str, int] = {}
+    for node in cluster.items(lambda: cluster.core.list_node(), "Node", namespace=None):
+        for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+            if key.startswith(C.MIG_RESOURCE_PREFIX) and str(value).isdigit() and int(value):
+                profile = key.removeprefix(C.MIG_RESOURCE_PREFIX)
+                slices[profile] = slices.get(profile, 0) + int(value)
+    if not slices:
+        return Check("MIG slices", "OK", f"no node offers {C.MIG_RESOURCE_PREFIX}* (--mig not usable)")
+    found = ", ".join(f"{n} x {p}" for p, n in sorted(slices.items()))
+    return Check("MIG slices", "OK", f"{found}: pass --mig PROFILE")
 
 
 @_guarded("GPU nodes")

@@ -26,7 +26,40 @@ from typing import Any
 
 from operator_cli import constants as C
 
-__all__ = ["PodPlan", "plan_pods"]
+__all__ = ["FailurePolicy", "PodPlan", "plan_pods"]
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """What a job's controller does when a replica fails, as ``colbert-k8s local`` replays it."""
+
+    restarts: int
+    """Restarts of the whole job before it fails (PyTorchJob ``backoffLimit``, JobSet ``maxRestarts``)."""
+    permanent: tuple[tuple[int, int], ...] = ()
+    """Inclusive exit-code ranges that fail the job at once, whatever restarts are left."""
+    recreates_pods: bool = False
+    """True when a restart makes new pods (JobSet Recreate, restartPolicy Never): emptyDirs start empty."""
+    rule: str = ""
+    """The manifest's words for the permanent rule, for the one line that reports it."""
+
+    def is_permanent(self, code: int) -> bool:
+        """``code`` as ``Popen.returncode`` (negative: a signal, never permanent).
+
+        >>> FailurePolicy(3, ((2, 2),)).is_permanent(2), FailurePolicy(3, ((2, 2),)).is_permanent(-9)
+        (True, False)
+        """
+        return any(low <= code <= high for low, high in self.permanent)
+
+
+def _operator_policy(restart_policy: str, backoff_limit: int) -> FailurePolicy:
+    """The Training Operator's rule for a PyTorchJob replica: ``ExitCode`` fails the job at once on 1-127 (the
+    trainer's permanent failures) and restarts on 128-255 and signals; ``OnFailure`` restarts on any failure;
+    ``Never`` on none; all within ``runPolicy.backoffLimit``."""
+    if restart_policy == "Never":
+        return FailurePolicy(restarts=0)
+    if restart_policy == "ExitCode":
+        return FailurePolicy(backoff_limit, ((1, 127),), rule="restartPolicy ExitCode (1-127)")
+    return FailurePolicy(backoff_limit)
 
 
 @dataclass(frozen=True)
@@ -42,6 +75,8 @@ class PodPlan:
     nproc: str  # as the launcher passes it (PET_NPROC_PER_NODE)
     elastic: tuple[int, int] | None = None  # elasticPolicy's (minReplicas, maxReplicas)
     max_restarts: int | None = None  # elasticPolicy.maxRestarts: torchrun's worker-group restarts
+    failure: FailurePolicy = FailurePolicy(restarts=0)  # what the controller does when a replica fails
+    runtime_note: str = ""  # a TrainJob's runtime as local knows it, for the "not honoured" line
 
     @property
     def v2(self) -> bool:
@@ -91,8 +126,14 @@ class PodPlan:
 
 
 def plan_pods(objects: list[dict[str, Any]]) -> PodPlan:
+    """The plan of the job among ``objects``; a TrainJob's ClusterTrainingRuntime may be among them too
+    (``local`` adds the ones it knows, :func:`operator_cli.kube.runtime.known_runtime`)."""
     job = next(o for o in objects if o["kind"] in (C.KIND, C.V2_KIND))
-    return _trainjob(job) if job["kind"] == C.V2_KIND else _pytorchjob(job)
+    if job["kind"] != C.V2_KIND:
+        return _pytorchjob(job)
+    name = job["spec"].get("runtimeRef", {}).get("name")
+    runtimes = [o for o in objects if o["kind"] == C.V2_RUNTIME_KIND and o["metadata"]["name"] == name]
+    return _trainjob(job, runtimes[0] if runtimes else None)
 
 
 def _pytorchjob(job: dict[str, Any]) -> PodPlan:
@@ -105,6 +146,7 @@ def _pytorchjob(job: dict[str, Any]) -> PodPlan:
     workers = int(specs.get("Worker", {}).get("replicas", 0))
     first = specs["Worker" if policy else "Master"]  # the pod template every replica shares
     replica_names = ([] if policy else ["master-0"]) + [f"worker-{i}" for i in range(workers)]
+    backoff = int(spec.get("runPolicy", {}).get("backoffLimit", 0))
     return PodPlan(
         kind=C.KIND,
         name=name,
@@ -113,15 +155,19 @@ def _pytorchjob(job: dict[str, Any]) -> PodPlan:
         pod_spec=first["template"]["spec"],
         container=next(c for c in first["template"]["spec"]["containers"] if c["name"] == C.CONTAINER),
         restart_policy=first.get("restartPolicy", "OnFailure"),
-        backoff_limit=int(spec.get("runPolicy", {}).get("backoffLimit", 0)),
+        backoff_limit=backoff,
         nproc=str(spec.get("nprocPerNode", "auto")),
         elastic=(int(policy.get("minReplicas", workers)), int(policy.get("maxReplicas", workers))) if policy else None,
         max_restarts=policy.get("maxRestarts") if policy else None,
+        failure=_operator_policy(first.get("restartPolicy", "OnFailure"), backoff),
     )
 
 
-def _trainjob(job: dict[str, Any]) -> PodPlan:
-    """The runtime's `node` job with this TrainJob's trainer fields and runtime patch applied."""
+def _trainjob(job: dict[str, Any], runtime: dict[str, Any] | None) -> PodPlan:
+    """The runtime's `node` job with this TrainJob's trainer fields and runtime patch applied; the runtime's
+    failure policy when it is known, else the stock runtime's (no rule: every failure restarts)."""
+    from operator_cli.kube.runtime import runtime_policy
+
     name = job["metadata"]["name"]
     trainer = job["spec"]["trainer"]
     patch = next(p for p in job["spec"].get("runtimePatches", []) if p.get("manager") == C.V2_PATCH_MANAGER)
@@ -143,6 +189,14 @@ def _trainjob(job: dict[str, Any]) -> PodPlan:
         **{k: v for k, v in patched.items() if k != "name"},
     }
     nodes = int(trainer.get("numNodes", 1))
+    runtime_name = job["spec"].get("runtimeRef", {}).get("name", "?")
+    failure = runtime_policy(runtime) if runtime else runtime_policy({})
+    if runtime is None:
+        note = f"runtime {runtime_name} is not known here: replaying the stock one's restarts (up to 3, any exit)"
+    elif failure.permanent:
+        note = f"runtime {runtime_name}'s failure policy replayed ({failure.rule}; else {failure.restarts} restarts)"
+    else:
+        note = f"runtime {runtime_name} has no failure policy: every failure restarts (up to {failure.restarts})"
     return PodPlan(
         kind=C.V2_KIND,
         name=name,
@@ -151,6 +205,8 @@ def _trainjob(job: dict[str, Any]) -> PodPlan:
         pod_spec=pod_spec,
         container=container,
         restart_policy="OnFailure",
-        backoff_limit=3,  # JobSet's failurePolicy lives in the runtime; local assumes 3 restarts
+        backoff_limit=failure.restarts,
         nproc=str(trainer.get("numProcPerNode", "auto")),
+        failure=failure,
+        runtime_note=note,
     )

@@ -20,7 +20,7 @@ import yaml
 from operator_cli import constants
 from operator_cli.spec import JobSpec
 
-__all__ = ["render", "to_yaml"]
+__all__ = ["render", "render_one", "to_yaml"]
 
 
 def _quote(value: Any) -> str:
@@ -50,17 +50,19 @@ _ENV = _environment()
 _CONSTANTS = {k: v for k, v in vars(constants).items() if k.isupper()}
 
 
-def _render_one(template: str, spec: JobSpec) -> dict[str, Any]:
+def render_one(template: str, spec: Any) -> dict[str, Any]:
+    """One template with ``spec`` as its context: a :class:`JobSpec`, or another typed spec whose fields the
+    template reads (the fetch pod's, :class:`operator_cli.kube.fetch.FetchPod`)."""
     text = _ENV.get_template(template).render(spec=spec, c=_CONSTANTS)
     return yaml.safe_load(text)
 
 
 def render(spec: JobSpec) -> list[dict[str, Any]]:
     """The objects of one job, in creation order: ConfigMap, [PVC], PyTorchJob or TrainJob."""
-    objects = [_render_one("configmap.yaml.j2", spec)]
+    objects = [render_one("configmap.yaml.j2", spec)]
     if spec.pvc_size:
-        objects.append(_render_one("pvc.yaml.j2", spec))
-    objects.append(_render_one(f"{spec.api}.yaml.j2", spec))
+        objects.append(render_one("pvc.yaml.j2", spec))
+    objects.append(render_one(f"{spec.api}.yaml.j2", spec))
     return objects
 
 

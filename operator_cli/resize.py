@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, kind_of
+from operator_cli.kube.kinds import workspace_claim
 from operator_cli.spec import check_shape
 
 __all__ = ["resize"]
@@ -34,7 +34,7 @@ def resize(cluster: Cluster, name: str, nodes: int, gpus_per_node: int | None, w
     old_nodes, old_gpus = kind.nodes_and_gpus(job)
     gpus = old_gpus if gpus_per_node is None else gpus_per_node
     check_shape(nodes, gpus)
-    if not _workspace_claim(job):
+    if not workspace_claim(job):
         raise CliError(
             f"{kind.kind} {cluster.ns}/{name} keeps its checkpoints in each pod's emptyDir (--pod-local-storage): "
             "recreating it would start over from step 0",
@@ -66,26 +66,6 @@ def _exists(cluster: Cluster, name: str) -> bool:
         if e.status == 404:
             return False
         raise
-
-
-def _volumes(obj: Any) -> list[dict]:
-    """Every ``volumes:`` list in the object, wherever the API keeps the pod template."""
-    found = []
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            if key == "volumes" and isinstance(value, list):
-                found += value
-            else:
-                found += _volumes(value)
-    elif isinstance(obj, list):
-        for item in obj:
-            found += _volumes(item)
-    return found
-
-
-def _workspace_claim(job: dict) -> str | None:
-    workspace = next((v for v in _volumes(job.get("spec", {})) if v.get("name") == "workspace"), {})
-    return (workspace.get("persistentVolumeClaim") or {}).get("claimName")
 
 
 def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:

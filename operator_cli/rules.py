@@ -42,6 +42,9 @@ PATTERNS: dict[str, str] = {
     "secret_key": r"^[-._a-zA-Z0-9]+$",
     # REGISTRY/NAME[:TAG][@ALGO:DIGEST]: an @ only before a digest, so no user:password@ can pass
     "image": r"^[A-Za-z0-9][A-Za-z0-9._/:-]*(@[A-Za-z][A-Za-z0-9_+.-]*:[0-9a-fA-F]{32,})?$",
+    # a MIG profile as the NVIDIA device plugin names its resources (nvidia.com/mig-<profile>): 1g.10gb,
+    # 3g.40gb, 1g.10gb+me, 1c.2g.20gb (a compute instance of a 2g instance)
+    "mig_profile": r"^([1-7]c\.)?[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?$",
     # any string the chart writes: no C0 control characters except tab/newline, no DEL, no C1
     "printable": r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$",
 }

@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from operator_cli import rules
+from operator_cli import rules, scheduling
 from operator_cli.constants import (
     APIS,
     DEFAULT_IMAGE,
@@ -221,6 +221,12 @@ class JobSpec:
     annotations: dict[str, str] = field(default_factory=dict)
     elastic: tuple[int, int] | None = None
     """(MIN, MAX) nodes: a PyTorchJob ``elasticPolicy``; torchrun's agents re-form the group on MIN..MAX nodes."""
+    topology_required: str | None = None
+    """A node label key (a topology level): Kueue admits the job only where all its pods fit in one such domain."""
+    topology_preferred: str | None = None
+    """A node label key: Kueue packs the pods into as few such domains as it can."""
+    mig: str | None = None
+    """A MIG profile (1g.10gb): each pod asks for ``nvidia.com/mig-<profile>`` slices instead of whole GPUs."""
 
     def __post_init__(self) -> None:
         self._refuse_credentials()
@@ -325,6 +331,23 @@ class JobSpec:
             raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
         self._check_api()
         self._check_elastic()
+        self._check_export()
+        scheduling.check(self)
+
+    @property
+    def gpu_resource(self) -> str:
+        """The extended resource each GPU process asks for: a whole GPU, or one MIG slice of ``--mig``."""
+        return scheduling.gpu_resource(self.mig)
+
+    @property
+    def topology_annotations(self) -> dict[str, str]:
+        """Kueue's pod-set topology request, on every pod template."""
+        return scheduling.topology_annotations(self.topology_required, self.topology_preferred)
+
+    @property
+    def pod_annotations(self) -> dict[str, str]:
+        """Annotations of the pod templates (``--annotation`` is added to them by the templates)."""
+        return {"sidecar.istio.io/inject": "false", **self.topology_annotations}
 
     def _check_api(self) -> None:
         if self.api not in APIS:
@@ -371,6 +394,21 @@ class JobSpec:
                 micro_batches(cfg, nodes * self.nproc_per_node)
             except ConfigError as e:
                 raise CliError(f"{flag}: {nodes} node(s) x {self.nproc_per_node} process(es): {e}") from None
+
+    def _check_export(self) -> None:
+        """``export.destination`` needs its credentials in the pods: named here, not found after training.
+        An object store may use workload identity instead, which comes with the pods' service account."""
+        from trainer.export import credential_hint, parse_destination
+
+        cfg = self.train_config
+        if cfg.export is None:
+            return
+        dest = parse_destination(cfg.export.destination)
+        missing = credential_hint(dest, set(self.secret_env) | set(self.env))
+        if missing and (dest.hub or not self.service_account):
+            what, flags = missing
+            identity = "" if dest.hub else ", or --service-account NAME bound to a cloud role (workload identity)"
+            raise CliError(f"export.destination {dest} {what} in the pods", hint=f"pass {flags}{identity}")
 
     def _refuse_credentials(self) -> None:
         """No flag's value goes into a manifest when it holds a token or a URL with a password, whatever the

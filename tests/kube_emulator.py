@@ -5,7 +5,7 @@ What a real API server does that kmock alone does not, and how this file closes 
 * create answers 201 with the stored object, and the object gains ``metadata.uid``,
   ``resourceVersion``, ``creationTimestamp`` and ``namespace``: :class:`_ApiServer` sets them, so
   the ownerReference PATCH that follows a job's create runs under test;
-* every update bumps ``resourceVersion``;
+* every update bumps ``resourceVersion``; PUT replaces an object whole (kmock serves no PUT);
 * a pod's log is refused (400) for a container the pod does not have;
 * cluster-scoped reads (namespaces, ClusterTrainingRuntimes) are routed by hand below;
 * deleting an object deletes the objects it owns (ownerReferences), as the garbage collector does
@@ -52,11 +52,31 @@ class _ApiServer(kmock.KubernetesEmulator):
                 meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 if request.namespace:
                     meta.setdefault("namespace", request.namespace)
+        if request.resource is not None and request.name and str(request.method).endswith("PUT"):
+            return await self._replace(request)
         owner_uid = self._uid_of(request) if request.action == kmock.action.DELETE and request.name else None
         response = await super()._handle(request)
         if owner_uid and request.params.get("propagationPolicy") != "Orphan":
             self._collect(owner_uid)
         return response
+
+    async def _replace(self, request):
+        """PUT (kmock serves none): the stored object is replaced whole, if the resourceVersion sent is the
+        stored one (409 otherwise, as an API server's optimistic concurrency)."""
+        import aiohttp.web
+        from kmock._internal.k8s import KubernetesError
+
+        key = (request.resource, request.namespace, request.name)
+        found = self.objects[key] if key in self.objects else None
+        if found is None or found.deleted:
+            return await self._render_error(KubernetesError(404, "NotFound", f"{request.name} not found"))
+        sent, stored = request.data.get("metadata", {}), found.raw.get("metadata", {})
+        if sent.get("resourceVersion") not in (None, stored.get("resourceVersion")):
+            return await self._render_error(KubernetesError(409, "Conflict", "the object has been modified"))
+        body = {**request.data, "metadata": {**sent, "uid": stored.get("uid"),
+                                             "resourceVersion": str(next(self._versions))}}  # fmt: skip
+        self.objects[key] = body
+        return aiohttp.web.json_response(body)
 
     def _uid_of(self, request) -> str | None:
         for (res, ns, name), obj in self.objects.items():

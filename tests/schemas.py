@@ -188,6 +188,27 @@ def validate_trainjob(obj: dict) -> None:
     check_crd(obj, "trainer.kubeflow.org_trainjobs.yaml")
 
 
+def validate_runtime(obj: dict) -> None:
+    """A ClusterTrainingRuntime: Trainer v2.3.0's models (round trip), its CRD, and the node Job and pod
+    template against the core schemas (a Job with a podFailurePolicy needs restartPolicy Never, which the
+    API server checks and these schemas do not: checked here)."""
+    from kubeflow_trainer_api.models import TrainerV1alpha1ClusterTrainingRuntime
+
+    try:
+        model = TrainerV1alpha1ClusterTrainingRuntime.from_dict(obj)
+    except Exception as e:
+        raise TypedModelError(f"ClusterTrainingRuntime: {str(e).splitlines()[0:3]}") from None
+    if diff := _first_difference(obj, model.to_dict()):
+        raise TypedModelError(f"ClusterTrainingRuntime {diff}")
+    check_crd(obj, "trainer.kubeflow.org_clustertrainingruntimes.yaml")
+    for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
+        spec = job["template"]["spec"]
+        validate_core({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job["name"]}, "spec": spec})
+        if spec.get("podFailurePolicy"):
+            policy = spec["template"]["spec"].get("restartPolicy")
+            assert policy == "Never", f"{job['name']}: a podFailurePolicy needs restartPolicy Never, got {policy}"
+
+
 def validate_core(obj: dict) -> None:
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -201,5 +222,7 @@ def validate_all(objects: list[dict]) -> None:
             validate_pytorchjob(obj)
         elif obj["kind"] == "TrainJob":
             validate_trainjob(obj)
+        elif obj["kind"] == "ClusterTrainingRuntime":
+            validate_runtime(obj)
         else:
             validate_core(obj)

@@ -40,7 +40,8 @@ def helm_render(values: dict, name: str = "job", namespace: str = "default") -> 
     for path, text in sorted(out.items()):
         if path.endswith(".yaml"):
             docs += [d for d in yaml.safe_load_all(text) if d]
-    order = {"ConfigMap": 0, "PersistentVolumeClaim": 1, "ServiceAccount": 2, "PyTorchJob": 3, "TrainJob": 3}
+    order = {"ClusterTrainingRuntime": -1, "ConfigMap": 0, "PersistentVolumeClaim": 1, "ServiceAccount": 2,
+             "PyTorchJob": 3, "TrainJob": 3}  # fmt: skip
     return sorted(docs, key=lambda d: order[d["kind"]])
 
 
@@ -206,7 +207,7 @@ BOTH_APIS = [
     pytest.param(
         "trainjob",
         dict(nodes=2, runtime="my-torch", pvc="ckpt"),
-        dict(nodes=2, runtime="my-torch", persistence={"existingClaim": "ckpt"}),
+        dict(nodes=2, runtime={"name": "my-torch"}, persistence={"existingClaim": "ckpt"}),
         id="trainjob-custom-runtime",
     ),
     pytest.param(

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
+from operator_cli.kube.runtime import RuntimeSpec, render_runtime
 from tests.kube_emulator import Emulator
 from tests.test_kube_trainjob import TORCH_RUNTIME
 
@@ -53,7 +54,7 @@ def _healthy(tmp_path, **overrides) -> Emulator:
     kw = dict(
         with_crd=True,
         with_v2=True,
-        runtimes=(TORCH_RUNTIME,),
+        runtimes=(TORCH_RUNTIME, render_runtime(RuntimeSpec())),  # the stock one and this tool's
         nodes=(GPU_NODE, CPU_NODE),
         storage_classes=(NFS, BLOCK),
         with_kueue=True,

@@ -177,8 +177,11 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api,
 
     every = 4
     wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
+    # a TrainJob on the stock runtime: its pods restart in place, keeping their emptyDirs (this tool's runtime
+    # recreates them: test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes)
+    stock = ("--runtime", "torch-distributed") if api == "trainjob" else ()
     proc = subprocess.Popen(
-        _local(wd, "--backoff-limit", "2", "--api", api),
+        _local(wd, "--backoff-limit", "2", "--api", api, *stock),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -254,6 +257,44 @@ def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
     assert "restarting the job's replicas" not in res.stderr  # one attempt
     assert res.stdout.count("column 'positive' is missing") >= 1
     assert "Traceback" not in res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_trainjob_on_the_runtime_fails_a_bad_data_row_with_no_restart(tmp_path, tiny_model):
+    """--api trainjob on this tool's runtime (the default): its podFailurePolicy fails the Job on exit 2 and
+    the JobSet rule fails the TrainJob, so a bad row is one attempt, not maxRestarts of them."""
+    wd = _workdir(tmp_path, tiny_model, 8)
+    (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')
+    res = subprocess.run(_local(wd, "--api", "trainjob"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "runtime colbert-torch's failure policy replayed" in res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, errors
+    assert "ended with exit code 2, a permanent failure under podFailurePolicy FailJob" in errors[0]
+    assert "restarting the job's replicas" not in res.stderr  # one attempt
+    assert res.stdout.count("column 'positive' is missing") >= 1 and "Traceback" not in res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes(tmp_path, tiny_model):
+    """The same runtime restarts anything else (here a SIGKILL) within maxRestarts: new pods, which resume from
+    the claim's newest checkpoint."""
+    from trainer.checkpoint import list_checkpoints
+
+    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
+    proc = subprocess.Popen(_local(wd, "--api", "trainjob", "--pvc-size", "1Gi"), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.time() + 240
+    while not any(s >= 8 for s, _ in list_checkpoints(wd / "output" / "checkpoints")):
+        assert proc.poll() is None and time.time() < deadline, "finished before it could be interrupted"
+        time.sleep(0.05)
+    _replica_proc(proc, "1").send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"replica \S+ ended with (signal 9|exit code \d+); restarting the job's replicas \(1/3\)", out)
+    assert "permanent failure" not in out
+    assert re.search(r"resumed from \S+ at step (\d+)/24", out), out[-3000:]
+    assert json.loads((wd / "output" / "metrics.json").read_text())["steps"] == 24
 
 
 @pytest.mark.slow

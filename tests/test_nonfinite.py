@@ -100,3 +100,98 @@ def test_non_finite_weights_are_named_as_such_never_as_ranks_that_differ():
         model[1].weight[0, 0] = float("nan")
     with pytest.raises(NonFinite, match=r"weights are not finite at step 3 \(first: 1.weight\)"):
         check_same_weights(model, "at step 3")
+
+
+class _Killed(Exception):
+    """Stands for a kill of the process right before a step (its checkpoints written, nothing after)."""
+
+
+class _Faults:
+    """Drives the production loop with a NaN loss at the steps in ``bad`` (by step number, so a resumed run
+    meets them where the uninterrupted one does) and a kill when step ``kill`` is asked for."""
+
+    def __init__(self, bad: set[int], kill: int | None = None):
+        self.bad, self.kill, self.step = bad, kill, 0
+
+    def install(self, monkeypatch) -> None:
+        import trainer.data
+        import trainer.losses
+        import trainer.train as train
+
+        real_batches, real_loss = trainer.data.batches, trainer.losses.build_loss  # not an earlier install's
+
+        def batches(data, start, total, *rest):
+            inner = real_batches(data, start, total, *rest)
+            self.step = start
+
+            def feed():
+                try:
+                    for batch in inner:  # accumulation 1: a batch is a step
+                        self.step += 1
+                        if self.step == self.kill:
+                            raise _Killed(self.step)
+                        yield batch
+                finally:
+                    inner.close()
+
+            return feed()
+
+        def build_loss(*args, **kwargs):
+            loss = real_loss(*args, **kwargs)
+
+            def poisoned(forward, batch):
+                out = loss(forward, batch)
+                if self.step in self.bad:
+                    out.loss = out.loss * float("nan")
+                return out
+
+            return poisoned
+
+        monkeypatch.setattr(train, "batches", batches)
+        monkeypatch.setattr(train, "build_loss", build_loss)
+
+
+@pytest.mark.slow
+def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_the_budget(
+    tmp_path, tiny_model, monkeypatch
+):
+    """The count lived in the process only: a restart after one skipped step could skip N more."""
+    from tests.conftest import write_triplets
+    from trainer.config import parse_config
+    from trainer.env import Layout
+    from trainer.train import run
+
+    data = write_triplets(tmp_path / "t.jsonl", 32)
+
+    def config(name: str):
+        return parse_config({
+            "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
+            "data": {"train": {"path": str(data)}, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
+            "training": {"per_device_batch_size": 4, "max_steps": 6, "skip_nonfinite_steps": 2, "seed": 3},
+            "checkpoint": {"every_steps": 2},
+            "evaluation": {"after_training": False},
+            "tracking": {"report_to": []},
+            "output_dir": str(tmp_path / name),
+        })  # fmt: skip
+
+    _Faults({2, 5}).install(monkeypatch)
+    whole = run(config("whole"), Layout())
+    assert whole["skipped_nonfinite_steps"] == 2 and whole["steps"] == 6
+    _Faults({2, 5}, kill=5).install(monkeypatch)
+    with pytest.raises(_Killed):
+        run(config("out"), Layout())
+    assert (tmp_path / "out" / "checkpoints" / "step-00000004").is_dir()
+    _Faults({2, 5}).install(monkeypatch)
+    resumed = run(config("out"), Layout())  # from step 4: one skipped before it, one at step 5
+    assert resumed["skipped_nonfinite_steps"] == 2
+    model = "final-model/model.safetensors"
+    assert (tmp_path / "out" / model).read_bytes() == (tmp_path / "whole" / model).read_bytes()
+    # and the budget holds across the restart: with 1 allowed, step 5's is one too many, resumed or not
+    _Faults({2, 5}, kill=5).install(monkeypatch)
+    tight = config("tight").model_copy(update={"training": config("tight").training.model_copy(
+        update={"skip_nonfinite_steps": 1})})  # fmt: skip
+    with pytest.raises(_Killed):
+        run(tight, Layout())
+    _Faults({2, 5}).install(monkeypatch)
+    with pytest.raises(NonFinite, match="step 5: the gradient is not finite"):
+        run(tight, Layout())

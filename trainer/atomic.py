@@ -1,7 +1,8 @@
 """Files and directories that appear whole or not at all: written under a temporary name, then renamed.
 
 A reader (a resumed rank, ``colbert-k8s local``'s summary, the next stage of a job) never sees half a
-file, whatever kills the writer. Checkpoints add fsyncs on top of this (``checkpoint.py``).
+file, whatever kills the writer; a full disk is :class:`~trainer.errors.DiskFull`'s one line, the temporary
+gone. Checkpoints add fsyncs on top of this (``checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -13,25 +14,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from trainer.errors import DiskFull, no_space
+
 __all__ = ["replace_dir", "replacing", "write_text"]
 
 
 @contextmanager
-def replacing(path: Path) -> Iterator[Path]:
+def replacing(path: Path, need: int | None = None) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write; renamed to ``path`` if the block ends normally, removed
-    if not. The name is unique across pods that share a volume and may run the same PID."""
+    if not. The name is unique across pods that share a volume and may run the same PID. A full disk
+    (``need``: the bytes it takes, when known) raises :class:`DiskFull` naming ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         yield tmp
         os.replace(tmp, path)
+    except Exception as e:
+        if cause := no_space(e):
+            raise DiskFull.of(cause, path, need) from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary sibling and one rename."""
-    with replacing(path) as tmp:
+    with replacing(path, len(text.encode())) as tmp:
         tmp.write_text(text)
 
 

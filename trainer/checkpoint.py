@@ -13,6 +13,9 @@ a checkpoint whose bytes are not what was written (a flipped bit, a truncated co
 of the way of pruning), and the previous one is tried; when none is good, that is an error. A
 checkpoint of another ``CHECKPOINT_FORMAT`` is refused in one line; one written before manifests
 existed is loaded unverified, with a warning.
+
+The same manifest proves the final model, ``best-model`` and the index whole (``trainer/phases.py``):
+there, :func:`verify` with ``required=True`` treats a missing manifest as not whole.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 import torch
 
 from trainer.config import ConfigError
-from trainer.errors import NO_SPACE, DiskFull, JobVerdict
+from trainer.errors import DiskFull, JobVerdict, no_space
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -64,39 +67,46 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(directory: Path, files: list[str]) -> None:
-    """The size and sha256 of each of ``files`` and the format version, fsynced: the directory's last file."""
+def write_manifest(directory: Path, files: list[str] | None = None, name: str = _MANIFEST) -> None:
+    """The size and sha256 of each of ``files`` (default: every file under ``directory``, by relative path)
+    and the format version, fsynced: the directory's last file, so its presence says the writer finished."""
+    if files is None:
+        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+        files = [f for f in files if f != name]
     manifest = {
         "format": CHECKPOINT_FORMAT,
         "files": {n: {"size": (directory / n).stat().st_size, "sha256": _sha256(directory / n)} for n in files},
     }
-    with open(directory / _MANIFEST, "w") as f:
+    with open(directory / name, "w") as f:
         f.write(json.dumps(manifest, indent=2) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
 
-def verify(directory: Path) -> str | None:
-    """Why ``directory`` is not what its manifest says (None: it is, or it has no manifest)."""
+def verify(directory: Path, required: bool = False, name: str = _MANIFEST) -> str | None:
+    """Why ``directory`` is not what its manifest says (None: it is, or it has no manifest and none is
+    ``required``). A manifest of another format raises :class:`CheckpointError`."""
     try:
-        manifest = json.loads((directory / _MANIFEST).read_text())
+        manifest = json.loads((directory / name).read_text())
     except FileNotFoundError:
-        return None
+        return f"it has no {name} (its writer did not finish)" if required else None
     except (OSError, ValueError) as e:
-        return f"its manifest is unreadable ({e})"
+        return f"its {name} is unreadable ({e})"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return f"its {name} lists no files"
     if manifest.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(
-            f"checkpoint {directory} has format {manifest.get('format')!r}, this trainer reads format "
+            f"{directory} has format {manifest.get('format')!r}, this trainer reads format "
             f"{CHECKPOINT_FORMAT}; resume it with the colbert-k8s version that wrote it, or use a new output_dir"
         )
-    for name, want in manifest.get("files", {}).items():
-        path = directory / name
+    for file, want in manifest["files"].items():
+        path = directory / file
         if not path.is_file():
-            return f"{name} is missing"
+            return f"{file} is missing"
         if path.stat().st_size != want["size"]:
-            return f"{name} holds {path.stat().st_size} bytes, the manifest says {want['size']}"
+            return f"{file} holds {path.stat().st_size} bytes, the manifest says {want['size']}"
         if _sha256(path) != want["sha256"]:
-            return f"{name} does not match its sha256 (the bytes changed after they were written)"
+            return f"{file} does not match its sha256 (the bytes changed after they were written)"
     return None
 
 
@@ -136,9 +146,8 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], keep_last: int
         _fsync_dir(tmp)
     except (OSError, RuntimeError) as e:  # torch.save's writer raises RuntimeError around the OSError
         shutil.rmtree(tmp, ignore_errors=True)
-        cause = e if isinstance(e, OSError) else e.__context__ if isinstance(e.__context__, OSError) else None
-        if cause is not None and cause.errno in NO_SPACE or "No space left" in str(e):
-            raise DiskFull.of(cause or OSError(errno.ENOSPC, "No space left on device"), tmp, need) from None
+        if cause := no_space(e):
+            raise DiskFull.of(cause, tmp, need) from None
         raise
     if final.exists():  # same step written before a crash: the new one is as complete
         shutil.rmtree(final)

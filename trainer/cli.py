@@ -20,19 +20,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from trainer import export
 from trainer.config import ConfigError, TrainConfig, load_config
 from trainer.env import EnvError, Launch, resolve
 from trainer.errors import (
     EXIT_CONFIG,
     EXIT_DIR_ENV,
+    EXIT_EXPORT,
     EXIT_PEER,
     NO_SPACE,
     DiskFull,
     NonFinite,
+    PhaseNotWhole,
     WeightsDiverged,
     job_exit_code,
     peer_failure,
 )
+from trainer.export import ExportFailed
 from trainer.preemption import EXIT_PREEMPTED, Preempted
 
 __all__ = ["main", "PROCESS_STARTED", "setup_logging", "stage", "launch_torchrun"]
@@ -61,6 +65,7 @@ def _main(argv: list[str]) -> int:
         cfg = load_config(args.config)
         for key, where in (("output_dir", cfg.output_dir), ("data.cache_dir", cfg.data.cache_dir)):
             writable_dir(where, key)
+        export.preflight(cfg)  # a bad destination is found now, not after hours of training
         cfg = stage(cfg)
         import torch  # only now: a bad config never waits for torch
 
@@ -71,9 +76,13 @@ def _main(argv: list[str]) -> int:
         from trainer.rounds import run  # torch, transformers, pylate: imported once the config is good
 
         run(cfg, plan)
+        if cfg.export is not None and plan.is_main:  # the final model, metrics.json and the index are whole
+            export.run(cfg)
         return 0
     except (ConfigError, EnvError) as e:
         return _fail(str(e), EXIT_CONFIG)
+    except ExportFailed as e:  # the model is safe in output_dir; a restart retries the export alone
+        return _fail(f"{e}; the model is kept in output_dir and a restart retries the export", EXIT_EXPORT)
     except Preempted as e:
         print(f"colbert-train: {e}", file=sys.stderr)
         return EXIT_PREEMPTED
@@ -83,7 +92,7 @@ def _main(argv: list[str]) -> int:
         if e.errno not in NO_SPACE:
             raise
         return _fail(str(DiskFull.of(e, e.filename or ".")), EXIT_CONFIG)
-    except WeightsDiverged as e:
+    except (WeightsDiverged, PhaseNotWhole) as e:
         return _fail(str(e), EXIT_PEER)
     except RuntimeError as e:
         if (line := peer_failure(e)) is None:

@@ -270,6 +270,30 @@ class IndexConfig(_Strict):
     nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits.")
 
 
+def _destination(value: str) -> str:
+    from trainer.export import parse_destination  # stdlib only at import: the CLI checks it without torch
+
+    parse_destination(value)
+    return value
+
+
+class ExportConfig(_Strict):
+    """Where the trained model goes when the job ends (``trainer/export.py``)."""
+
+    destination: Annotated[str, AfterValidator(_destination)] = Field(
+        description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
+        "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
+        json_schema_extra={"pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"},
+    )
+    include: list[Literal["best-model", "index", "checkpoint"]] = Field(
+        default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
+    )
+    revision: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$", description="hf:// only: the branch to commit to."
+    )
+    private: bool = Field(False, description="hf:// only: create the repository private when it does not exist.")
+
+
 class TrackingConfig(_Strict):
     report_to: list[Literal["jsonl", "tensorboard", "mlflow", "wandb"]] = Field(
         default_factory=lambda: ["jsonl", "tensorboard"],
@@ -485,6 +509,9 @@ class TrainConfig(_Strict):
     mine: MineConfig | None = Field(
         None, description="Mine hard negatives for data.train's (query, positive) pairs before training."
     )
+    export: ExportConfig | None = Field(
+        None, description="Upload the final model, its card and metrics.json when the job ends (S3, GCS, Azure, Hub)."
+    )
     output_dir: str = Field("output", min_length=1, description="Checkpoints, final model, metrics.json.")
 
     @model_validator(mode="after")
@@ -518,7 +545,19 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "mine.teacher writes teacher scores for loss: {name: distillation}; set it, or remove mine.teacher"
             )
+        self._check_export()
         return self
+
+    def _check_export(self) -> None:
+        if self.export is None:
+            return
+        hub = self.export.destination.startswith("hf://")
+        if not hub and (self.export.revision or self.export.private):
+            raise ValueError("export.revision and export.private apply to hf:// destinations only; remove them")
+        if "index" in self.export.include and self.index is None:
+            raise ValueError("export.include: index needs an index section (nothing else builds one)")
+        if "best-model" in self.export.include and not self.evaluation.every_steps:
+            raise ValueError("export.include: best-model needs evaluation.every_steps (nothing else keeps one)")
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ import re
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_PEER",
+    "EXIT_EXPORT",
     "EXIT_DIR_ENV",
     "JobVerdict",
     "DiskFull",
     "NO_SPACE",
+    "no_space",
     "NonFinite",
+    "PhaseNotWhole",
     "WeightsDiverged",
     "job_exit_code",
     "peer_failure",
@@ -24,6 +27,7 @@ __all__ = [
 EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment: permanent
 EXIT_PEER = 129  # a peer died or froze, a collective failed, ranks diverged: retryable from the checkpoint
 # (SIGTERM's checkpoint-and-stop is 143 = 128 + SIGTERM, trainer/preemption.py: retryable as well.)
+EXIT_EXPORT = 150  # the export failed after its retries: retryable; the model is safe, a restart exports again
 EXIT_DIR_ENV = "COLBERT_K8S_EXIT_DIR"  # where torchrun's children leave their codes for the launcher
 
 # What gloo and NCCL raise (as plain RuntimeError, or torch's DistError) when a peer vanished.
@@ -43,6 +47,11 @@ class JobVerdict(Exception):
 class NonFinite(JobVerdict):
     """The loss or gradient of a step is NaN or infinite: stopped before the update, so no weight, checkpoint
     or final model holds it. Permanent (exit 2): a restart would meet the same rows at the same step."""
+
+
+class PhaseNotWhole(JobVerdict):
+    """A phase just written does not verify against its manifest (trainer/phases.py): the job is not marked
+    done. Retryable (129): the restart redoes that phase."""
 
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -68,6 +77,29 @@ class DiskFull(JobVerdict):
             f"{path}: the volume {what} ({e.strerror}{'; ' + sizes if sizes else ''}); nothing half-written was "
             "kept: free space or grow the volume (or set checkpoint.keep_last lower), then restart to resume"
         )
+
+
+def no_space(e: BaseException) -> OSError | None:
+    """The full-disk (or read-only) OSError behind ``e``, else None. Writers wrap it: torch.save's in a
+    RuntimeError, pyarrow's and safetensors' in their own errors, some with the errno only in the text.
+
+    >>> no_space(RuntimeError("write failed")) is None
+    True
+    >>> no_space(OSError(errno.ENOSPC, "No space left on device")).errno == errno.ENOSPC
+    True
+    >>> no_space(ValueError("IOError: No space left on device (os error 28)")).errno == errno.ENOSPC
+    True
+    """
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            return e
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
+            code = errno.EDQUOT if "quota" in str(e) else errno.ENOSPC
+            return OSError(code, os.strerror(code), getattr(e, "filename", None))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 class WeightsDiverged(JobVerdict, RuntimeError):

@@ -420,7 +420,7 @@ def mine(
                 table = _taught(table, teacher)
                 progress.advance("teacher")
             if writes:
-                with replacing(parts[i]) as tmp:
+                with replacing(parts[i], table.nbytes) as tmp:
                     pq.write_table(table, tmp)
     shutil.rmtree(plaid_dir, ignore_errors=True)  # also one a killed run left behind
     stats = _join(parts, final) if writes else {}
@@ -595,7 +595,7 @@ def _join(parts: list[Path], final: Path) -> dict:
             dropped[reason] = dropped.get(reason, 0) + n
     table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables]).sort_by("row")
     if table.num_rows:
-        with replacing(final) as tmp:
+        with replacing(final, table.nbytes) as tmp:
             pq.write_table(table, tmp)
     return {"rows": table.num_rows, "parts": len(parts), "dropped": dropped}
 

@@ -106,6 +106,7 @@ def capture(
     world_size: int,
     device: torch.device,
     data: str | None = None,
+    skipped_nonfinite: int = 0,
 ) -> dict | None:
     """The job's state at ``step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere)."""
     all_rng = D.gather_objects(rng_state(device))
@@ -122,6 +123,7 @@ def capture(
         "config": cfg.model_dump(mode="json"),
         "metrics": metrics,
         "data": data,  # the identity of the rows trained on (Rows.identity: by content)
+        "skipped_nonfinite": skipped_nonfinite,  # training.skip_nonfinite_steps' budget is per job, not per restart
     }
 
 

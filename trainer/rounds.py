@@ -7,8 +7,9 @@ Each round trains from the base model, so a round's gain comes from its negative
 behind ANCE's and ColBERTv2's later rounds, and the one issue 20 measured). Rounds before the last
 write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, so the final model and
 ``metrics.json`` are where a job without mining puts them. Mined rows go to
-``output_dir/mined/round-R/``. A round whose ``metrics.json`` exists is done; a restarted job skips
-it and resumes the first unfinished round from its own checkpoints.
+``output_dir/mined/round-R/``. A round whose phases all verify (``trainer/phases.py``: the final model, the
+index if asked, ``metrics.json``, ``done.json``) is done; a restarted job skips it, builds a missing index
+again, and resumes the first unfinished round from its own checkpoints.
 
 One process group spans every round (``distributed.process_group`` is a no-op inside it), and so do
 one progress (trainer/progress.py: every round's mining and training are phases of it, 100% only at the
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer import train
+from trainer import phases, train
 from trainer.checkpoint import list_checkpoints
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import DataError
@@ -63,12 +64,23 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
         for r in range(1, cfg.mine.rounds + 1):
             rcfg = round_config(cfg, r)
             out = Path(rcfg.output_dir)
-            done = D.broadcast_object((out / "metrics.json").is_file() if layout.is_main else None)
+            # whole, not merely begun: metrics.json alone said "done" while the index was never built
+            phase, why = D.broadcast_object(phases.redo_from(rcfg) if layout.is_main else None)
             progress.round = r
-            if done:
-                log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / "metrics.json")
+            if phase in (None, "index", "done"):  # trained before: the index is not counted (progress.py)
                 progress.skip()
+            if phase is None:
+                log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / phases.DONE)
+            elif phase in ("index", "done"):
+                then = "building the index again" if phase == "index" else "the rest verified, marking it done"
+                log.warning("round %d/%d: trained before, but %s: %s", r, cfg.mine.rounds, why, then)
+                if layout.is_main and phase == "index":
+                    phases.finish(rcfg, json.loads((out / "metrics.json").read_text()))
+                elif layout.is_main:
+                    phases.mark_done(rcfg)
             else:
+                if (out / "metrics.json").is_file() or (out / "final-model").is_dir():
+                    log.warning("round %d/%d: %s; training it again from its last checkpoint", r, cfg.mine.rounds, why)
                 log.info(
                     "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
                 )

@@ -45,7 +45,7 @@ class TrainState:
     step_times: list[float] = field(default_factory=list)  # perf_counter at the end of each step of this run
     progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
     skip_nonfinite: int = 0  # training.skip_nonfinite_steps: non-finite steps to skip before stopping
-    skipped_nonfinite: int = 0  # skipped by this process so far
+    skipped_nonfinite: int = 0  # skipped so far by the job (carried in checkpoints)
     data_identity: str | None = None  # Rows.identity() of the rows trained on (checked on resume)
 
 

@@ -2,7 +2,8 @@
 
 process group -> build (model under DDP, data, loss, optimizer, schedule, precision) -> resume ->
 evaluate before -> loop (step, log, evaluate every N, checkpoint every N and on SIGTERM) ->
-evaluate after -> final model + metrics.json -> teardown -> PLAID index (rank 0).
+evaluate after -> final model + metrics.json -> teardown -> PLAID index (rank 0) -> done.json once every
+phase verifies (trainer/phases.py).
 
 ``trainer/cli.py`` reads the config, stages the data and calls :func:`run` in every process.
 """
@@ -24,15 +25,16 @@ from tqdm import tqdm
 from transformers import get_scheduler
 
 from trainer import distributed as D
-from trainer import grad_sync, resume
+from trainer import grad_sync, phases, resume
 from trainer.atomic import replace_dir, write_text
-from trainer.checkpoint import remove_stale_temporaries
+from trainer.card import for_job
+from trainer.checkpoint import remove_stale_temporaries, write_manifest
 from trainer.cli import PROCESS_STARTED
 from trainer.config import DataSource, TrainConfig, job_scale
 from trainer.data import StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
-from trainer.errors import NO_SPACE, DiskFull
+from trainer.errors import NO_SPACE, DiskFull, no_space
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.model import autocast_for, build_model, choose_precision
@@ -68,11 +70,8 @@ def run(
         elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop, split, tracker)
         _record_speed(t, device, elapsed, losses)
         _finish(t, cfg, layout, split, elapsed, tracker)
-    if cfg.index is not None and layout.is_main:  # after the group is gone: no rank waits on the build
-        from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
-
-        t.metrics["index"] = build_and_evaluate(t.metrics["model_dir"], cfg)
-        write_text(Path(cfg.output_dir) / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
+    if layout.is_main:  # after the group is gone: no rank waits on the index build
+        phases.finish(cfg, t.metrics)  # the index if asked (and its figures on the card), then done.json
     return t.metrics
 
 
@@ -139,6 +138,7 @@ def build(
             "global_batch": scale.global_batch,
             "loss": cfg.loss.name,
             "precision": precision,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
         },  # fmt: skip
     )
 
@@ -169,10 +169,12 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
     The checkpoint's RNG streams are kept in ``t.rng`` and set by the loop right before the next step."""
     if layout.is_main:
         remove_stale_temporaries(Path(cfg.output_dir))
+        phases.started(cfg)  # the final model and metrics.json are written again: no marker vouches for a mix
     found = resume.load_for_job(ckpt_dir, cfg, layout.world_size, t.data_identity)
     if found:
         path, state = found
         written_by, saved_config = state.get("world_size"), state.get("config", {})
+        t.skipped_nonfinite = state.get("skipped_nonfinite", 0)  # else a restart renewed the skip budget
         t.step, saved, t.rng = resume.restore(path, state, layout.rank, t.model, t.optimizer, t.scheduler, t.scaler)
         if written_by != layout.world_size:  # an elastic resume: the data position and the mathematics carry over
             t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, D.device_for(layout))
@@ -278,7 +280,7 @@ def _checkpoint(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path,
     resume.check_same_weights(t.model, f"at step {t.step}")
     state = resume.capture(
         t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size, device,
-        data=t.data_identity,
+        data=t.data_identity, skipped_nonfinite=t.skipped_nonfinite,
     )  # fmt: skip
     _on_every_rank(lambda: resume.save(ckpt_dir, state, cfg.checkpoint.keep_last))
 
@@ -310,6 +312,7 @@ def _record_speed(t: TrainState, device, elapsed: float, losses: list[float]) ->
         peak_rss_mb=D.gather_floats(_peak_rss_mb(), device),
         worker_peak_rss_mb=D.gather_floats(_peak_rss_mb(children=True), device),
         steps=t.step,
+        skipped_nonfinite_steps=t.skipped_nonfinite,
         final_loss=losses[-1] if losses else None,
         train_seconds=round(elapsed, 2),
         samples_per_second=round(done * t.data.global_batch / elapsed, 2) if done else None,
@@ -329,7 +332,8 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
 
     def save() -> None:
         if layout.is_main:
-            t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model").resolve())
+            card = for_job(cfg, t.metrics)
+            t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model", card).resolve())
             write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
             log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
 
@@ -338,14 +342,20 @@ def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: flo
     D.barrier()
 
 
-def _save_model(model, out_dir: Path, name: str) -> Path:
-    """A PyLate model directory written under a temporary name, then renamed into place."""
+def _save_model(model, out_dir: Path, name: str, card: str | None = None) -> Path:
+    """A PyLate model directory (with its model card, when given) written under a temporary name, then
+    renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tmp-{name}-{os.getpid()}"
     try:
         model.save(str(tmp))
-    except OSError:  # a full disk becomes one line in _on_every_rank or the CLI; no half model stays
+        if card is not None:
+            (tmp / "README.md").write_text(card)
+        write_manifest(tmp)  # last: a model without a verifying manifest is not trusted (trainer/phases.py)
+    except Exception as e:  # no half model stays; a full disk (safetensors wraps it) is DiskFull's one line
         shutil.rmtree(tmp, ignore_errors=True)
+        if cause := no_space(e):
+            raise DiskFull.of(cause, tmp) from None
         raise
     replace_dir(tmp, out_dir / name)
     return out_dir / name

@@ -5,6 +5,8 @@
 * :mod:`.pods`: a job's pods and what is wrong with them;
 * :mod:`.cluster`: :class:`Cluster`, the operations ``submit``, ``status``, ``logs``, ``list`` and
   ``delete`` use on one namespace.
+* :mod:`.fetch`: ``fetch``, a finished job's outputs copied off its claim by a read-only pod of its own;
+  :mod:`.archive`: the tar streamed out of that pod over exec, extracted without trusting it.
 
 The local backend, which replays a rendered job without a cluster, is :mod:`operator_cli.local`.
 """

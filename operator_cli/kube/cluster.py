@@ -166,8 +166,8 @@ class Cluster:
             if e.status == 404:
                 raise CliError(
                     f"ClusterTrainingRuntime {name!r} does not exist",
-                    hint="list them with `kubectl get clustertrainingruntimes`; the stock one is "
-                    f"{C.V2_DEFAULT_RUNTIME} ({C.TRAINER_V2_INSTALL})",
+                    hint=f"`colbert-k8s runtime install` installs {C.V2_SHIPPED_RUNTIME}; the stock one is "
+                    f"{C.V2_STOCK_RUNTIME} ({C.TRAINER_V2_INSTALL})",
                 ) from e
             if e.status == 403:
                 return  # may create TrainJobs without reading runtimes: the controller will tell
@@ -179,8 +179,38 @@ class Cluster:
             raise CliError(
                 f"ClusterTrainingRuntime {name!r} is for {framework or 'another framework'}, not torch "
                 "(colbert-train is started by torchrun)",
-                hint=f"pick a torch runtime, e.g. --runtime {C.V2_DEFAULT_RUNTIME}",
+                hint=f"pick a torch runtime, e.g. --runtime {C.V2_SHIPPED_RUNTIME} (`colbert-k8s runtime install`)",
             )
+
+    def runtime_exists(self, name: str) -> bool:
+        """Whether the ClusterTrainingRuntime is there; a user who may not read runtimes is told by preflight."""
+        found = self.read(
+            lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
+            "get",
+            C.V2_RUNTIME_KIND,
+            name,
+            namespace=None,
+        )
+        return found is not None
+
+    def suspend_job(self, name: str, suspend: bool) -> tuple[str, bool]:
+        """Suspend or resume a job this tool created, by a merge patch of its kind's field (PyTorchJob
+        ``spec.runPolicy.suspend``, TrainJob ``spec.suspend``); returns (kind, whether it changed)."""
+        job = self.get_own_job(name)
+        k = kind_of(job)
+        spec = job.get("spec") or {}
+        now = bool((spec.get("runPolicy") or {}).get("suspend") if k.api == "pytorchjob" else spec.get("suspend"))
+        if now == suspend:
+            return k.kind, False
+        field = {"runPolicy": {"suspend": suspend}} if k.api == "pytorchjob" else {"suspend": suspend}
+        body = {"spec": field}  # a dict: the client sends it as application/merge-patch+json
+        self._c(
+            lambda: self.custom.patch_namespaced_custom_object(k.group, k.version, self.ns, k.plural, name, body),
+            "patch",
+            k.kind,
+            name,
+        )
+        return k.kind, True
 
     def _must_exist(self, fn, kind: str, name: str, namespace: str | None, missing: str, hint: str) -> None:
         """404 becomes ``missing``; 403 skips the check (many users may create jobs but not read
@@ -198,6 +228,8 @@ class Cluster:
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "ConfigMap":
             fn = lambda: self.core.create_namespaced_config_map(self.ns, obj)
+        elif kind == "Pod":
+            fn = lambda: self.core.create_namespaced_pod(self.ns, obj)
         elif kind == "PersistentVolumeClaim":
             fn = lambda: self.core.create_namespaced_persistent_volume_claim(self.ns, obj)
         elif kind in (C.KIND, C.V2_KIND):
@@ -212,6 +244,8 @@ class Cluster:
         """Delete; False when it was already gone."""
         if kind == "ConfigMap":
             fn = lambda: self.core.delete_namespaced_config_map(name, self.ns)
+        elif kind == "Pod":
+            fn = lambda: self.core.delete_namespaced_pod(name, self.ns)
         elif kind == "PersistentVolumeClaim":
             fn = lambda: self.core.delete_namespaced_persistent_volume_claim(name, self.ns)
         else:
@@ -226,6 +260,14 @@ class Cluster:
             if e.status == 404:  # 404: nothing to remove
                 return False
             raise
+
+    def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """One pod of this tool's own (``fetch``'s), rendered and labelled like every object it creates."""
+        return self._create_one(pod)
+
+    def delete_pod(self, name: str) -> bool:
+        """Delete a pod this tool created; False when it was already gone."""
+        return self._delete_one("Pod", name)
 
     def create_all(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Create in order; if one is refused, remove the ones just created (all-or-nothing)."""
@@ -257,7 +299,7 @@ class Cluster:
         found = {key: self._object(*key) for key in extra}  # before the job goes: GC takes what it owns
         if not self._delete_one(kind.kind, name):
             raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
-        removed = [f"{kind.kind} {name}"]
+        removed = [f"{kind.kind} {name}"] + self._delete_fetch_pods(name)
         for (kind, obj_name), obj in found.items():
             if obj is None:
                 continue
@@ -268,6 +310,17 @@ class Cluster:
             if self._delete_one(kind, obj_name) or self._object(kind, obj_name) is None:
                 removed.append(f"{kind} {obj_name}")
         return removed
+
+    def _delete_fetch_pods(self, name: str) -> list[str]:
+        """A ``fetch`` pod left by a killed CLI (by its labels; the job's garbage collection may take it too)."""
+        selector = f"{C.LABEL_INSTANCE}={name},{C.LABEL_MANAGED_BY}={C.MANAGED_BY},{C.LABEL_COMPONENT}=fetch"
+        try:
+            pods = self.items(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "Pod")
+        except CliError as e:
+            self.skipped.append(f"any fetch pod of {name} (cannot list pods: {e.message})")
+            return []
+        ours = [p["metadata"]["name"] for p in pods if _ours(p, name) and _labels(p).get(C.LABEL_COMPONENT) == "fetch"]
+        return [f"Pod {pod}" for pod in ours if self._delete_one("Pod", pod)]
 
     def _object(self, kind: str, name: str) -> dict[str, Any] | None:
         fn = {

@@ -7,7 +7,7 @@ from typing import Any
 
 from operator_cli import constants as C
 
-__all__ = ["JobKind", "KINDS", "kind_of", "job_state", "masterless", "shape_problem"]
+__all__ = ["JobKind", "KINDS", "find_all", "kind_of", "job_state", "masterless", "shape_problem", "workspace_claim"]
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,22 @@ class JobKind:
     container: str  # the trainer's container in each pod (logs are read from it)
 
     def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
+        """Pods and GPUs (whole or MIG slices) per pod."""
         spec = job.get("spec", {})
         if self.api == "trainjob":
             trainer = spec.get("trainer", {})
-            gpus = trainer.get("resourcesPerNode", {}).get("limits", {}).get("nvidia.com/gpu", 0)
-            return int(trainer.get("numNodes", 1) or 1), int(gpus or 0)
+            gpus = _gpus(trainer.get("resourcesPerNode", {}).get("limits", {}))
+            return int(trainer.get("numNodes", 1) or 1), gpus
         replicas = spec.get("pytorchReplicaSpecs", {})
         first = replicas.get("Master") or replicas.get("Worker") or {}  # an elastic job has Workers only
         containers = first.get("template", {}).get("spec", {}).get("containers", [{}])
-        gpus = containers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)
-        return sum(r.get("replicas", 0) for r in replicas.values()), int(gpus or 0)
+        gpus = _gpus(containers[0].get("resources", {}).get("limits", {}))
+        return sum(r.get("replicas", 0) for r in replicas.values()), gpus
+
+
+def _gpus(limits: dict[str, Any]) -> int:
+    """``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` (``--mig``) in a container's limits."""
+    return sum(int(v or 0) for k, v in limits.items() if k == C.GPU_RESOURCE or k.startswith(C.MIG_RESOURCE_PREFIX))
 
 
 # What this tool reads of a job, and the type each must have where present. A real API server checks these
@@ -130,3 +136,23 @@ def job_state(job: dict[str, Any]) -> str:
         if final in types:
             return final
     return types[-1] if types else "Pending"
+
+
+def find_all(obj: Any, key: str) -> list[Any]:
+    """Every value of ``key`` anywhere in ``obj``, outermost first: where each API keeps its pod template
+    differs (a PyTorchJob's replica specs, a TrainJob's runtime patches), the fields in it do not."""
+    found = []
+    if isinstance(obj, dict):
+        for k, value in obj.items():
+            found += [value] if k == key else find_all(value, key)
+    elif isinstance(obj, list):
+        for item in obj:
+            found += find_all(item, key)
+    return found
+
+
+def workspace_claim(job: dict[str, Any]) -> str | None:
+    """The claim mounted at /workspace, or None when it is a per-pod emptyDir (``--pod-local-storage``)."""
+    volumes = [v for found in find_all(job.get("spec", {}), "volumes") if isinstance(found, list) for v in found]
+    workspace = next((v for v in volumes if isinstance(v, dict) and v.get("name") == "workspace"), {})
+    return (workspace.get("persistentVolumeClaim") or {}).get("claimName")

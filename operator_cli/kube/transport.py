@@ -23,6 +23,7 @@ __all__ = ["NOT_THE_API_SERVER", "connect", "call", "default_namespace", "read_r
 T = TypeVar("T")
 NOT_THE_API_SERVER = "check that the kubeconfig's server: is the API server (not a proxy, a dashboard or a login page)"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_NOT_OBJECTS = ("get logs", "follow logs", "exec")  # verbs answered with text or a stream, not an object
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 
 
@@ -183,7 +184,7 @@ def call(
             f"the server at {host} did not answer {verb} {target} like a Kubernetes API server",
             hint=NOT_THE_API_SERVER,
         ) from e
-    if "logs" not in verb and (problem := _not_an_api_object(result, verb)):
+    if not verb.startswith(_NOT_OBJECTS) and (problem := _not_an_api_object(result, verb)):
         raise CliError(
             f"the server at {host} did not answer {verb} {target} like a Kubernetes API server ({problem})",
             hint=NOT_THE_API_SERVER,

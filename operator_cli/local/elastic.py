@@ -59,12 +59,10 @@ def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> tu
                     return 1, restarts
                 continue
             why = f"signal {-code}" if code < 0 else f"exit code {code}"
-            if (plan.restart_policy == "ExitCode" and 1 <= code <= 127) or restarts >= plan.backoff_limit:
-                click.echo(
-                    f"error: job {plan.name} failed: replica {r.replica} ended with {why} "
-                    f"({'a permanent failure' if code <= 127 else f'backoffLimit {plan.backoff_limit} is used up'})",
-                    err=True,
-                )
+            permanent = plan.failure.is_permanent(code)
+            if permanent or restarts >= plan.backoff_limit:
+                verdict = "a permanent failure" if permanent else f"backoffLimit {plan.backoff_limit} is used up"
+                click.echo(f"error: job {plan.name} failed: replica {r.replica} ended with {why} ({verdict})", err=True)
                 return 1, restarts
             restarts += 1
             click.echo(

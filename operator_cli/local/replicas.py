@@ -47,7 +47,8 @@ def unsupported(plan: PodPlan, gpus_here: int) -> list[str]:
     """Fields of the manifest this machine cannot honour, one phrase each."""
     notes = []
     pod, container = plan.pod_spec, plan.container
-    gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+    limits = container.get("resources", {}).get("limits", {})
+    gpus = sum(int(v) for k, v in limits.items() if k == C.GPU_RESOURCE or k.startswith(C.MIG_RESOURCE_PREFIX))
     if gpus > gpus_here:
         notes.append(f"{gpus} GPU(s) per node requested, {gpus_here} here (processes use what is visible)")
     for key, what in (
@@ -59,11 +60,11 @@ def unsupported(plan: PodPlan, gpus_here: int) -> list[str]:
     ):
         if pod.get(key):
             notes.append(f"{what} ignored")
-    if container.get("resources", {}).get("limits", {}).keys() - {"nvidia.com/gpu"}:
+    if {"cpu", "memory"} & limits.keys():
         notes.append("cpu/memory limits not enforced")
     notes.append(f"image {container['image']} not used (runs this checkout's code)")
-    if plan.v2:
-        notes.append(f"the runtime's JobSet failure policy is not read (restarts: up to {plan.backoff_limit})")
+    if plan.runtime_note:
+        notes.append(plan.runtime_note)
     return notes
 
 

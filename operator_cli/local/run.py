@@ -22,7 +22,7 @@ from operator_cli.errors import CliError
 from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, start_reaper, stop, wait_any_failure
 from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
-from operator_cli.local.workspaces import announce_storage
+from operator_cli.local.workspaces import announce_storage, prepare_pod_workspaces
 from operator_cli.podplan import PodPlan, plan_pods
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS
@@ -89,7 +89,8 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
 def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool) -> int:
     name = plan.name
     cm = next(o for o in objects if o["kind"] == "ConfigMap")
-    backoff, restart_policy = plan.backoff_limit, plan.restart_policy
+    failure = plan.failure
+    limit = "maxRestarts" if plan.v2 else "backoffLimit"
     grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
     master_ws = announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
@@ -141,12 +142,12 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
                 t.join(timeout=5)
             code = failed.proc.returncode
             why = f"signal {-code}" if code < 0 else f"exit code {code}"
-            permanent = restart_policy == "ExitCode" and 1 <= code <= 127  # the operator's rule
-            if restart_policy == "Never" or permanent or restarts >= backoff:
+            permanent = failure.is_permanent(code)  # the controller's rule, read from the manifest (podplan)
+            if permanent or restarts >= failure.restarts:
                 verdict = (
-                    "a permanent failure under restartPolicy ExitCode (1-127: fix the config or data; a restart cannot)"
+                    f"a permanent failure under {failure.rule} (fix the config or data; a restart cannot)"
                     if permanent
-                    else f"backoffLimit {backoff} is used up ({restarts} restart(s))"
+                    else f"{limit} {failure.restarts} is used up ({restarts} restart(s))"
                 )
                 click.echo(
                     f"error: job {name} failed: replica {failed.replica} ended with {why}, {verdict}; "
@@ -157,9 +158,12 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
             restarts += 1
             click.echo(
                 f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
-                f"({restarts}/{backoff}); the trainer resumes from its newest checkpoint",
+                f"({restarts}/{failure.restarts}); the trainer resumes from its newest checkpoint",
                 err=True,
             )
+            if failure.recreates_pods and master_ws != workdir:  # new pods: their emptyDirs start empty
+                prepare_pod_workspaces(plan, cm["data"][C.CONFIG_FILE], workdir)
+                click.echo("local: the restart recreates the pods: their emptyDir workspaces start empty", err=True)
     except _Terminated:
         click.echo(
             f"local: SIGTERM: passed to the replicas, which checkpoint within {grace:.0f}s "

@@ -155,14 +155,27 @@ securityContext:
 
 {{/* Whether any resources are set (then "colbert-train.resources" renders them). */}}
 {{- define "colbert-train.hasResources" -}}
+{{- $_ := include "colbert-train.gpuResource" . }}{{/* refuses mig without exactly one GPU per pod */}}
 {{- if or (gt (int .Values.gpusPerNode) 0) .Values.resources.cpu .Values.resources.memory }}true{{ end -}}
+{{- end -}}
+
+{{/* The GPU resource: whole GPUs, or one MIG slice (same rule as operator_cli/scheduling.py). */}}
+{{- define "colbert-train.gpuResource" -}}
+{{- with .Values.mig -}}
+{{- if ne (int $.Values.gpusPerNode) 1 -}}
+{{- fail (printf "mig %s takes one slice per pod, got gpusPerNode %d: a CUDA process sees a single MIG device, so a pod cannot train on several; use gpusPerNode 1 and scale out with nodes" . (int $.Values.gpusPerNode)) -}}
+{{- end -}}
+{{- printf "nvidia.com/mig-%s" . -}}
+{{- else -}}
+nvidia.com/gpu
+{{- end -}}
 {{- end -}}
 
 {{- define "colbert-train.resources" -}}
 {{- $v := .Values -}}
 limits:
   {{- if gt (int $v.gpusPerNode) 0 }}
-  nvidia.com/gpu: {{ int $v.gpusPerNode }}
+  {{ include "colbert-train.gpuResource" . }}: {{ int $v.gpusPerNode }}
   {{- end }}
   {{- with $v.resources.cpu }}
   cpu: {{ . | quote }}
@@ -227,6 +240,16 @@ labels:
   {{- include "colbert-train.labels" (dict "root" .root "component" .component) | nindent 2 }}
 annotations:
   sidecar.istio.io/inject: "false"
+  {{- $s := .root.Values.scheduling }}
+  {{- if and $s.topologyRequired $s.topologyPreferred }}
+  {{- fail "scheduling.topologyRequired and scheduling.topologyPreferred exclude each other (Kueue reads one per pod set)" }}
+  {{- end }}
+  {{- with $s.topologyRequired }}
+  kueue.x-k8s.io/podset-required-topology: {{ . | quote }}
+  {{- end }}
+  {{- with $s.topologyPreferred }}
+  kueue.x-k8s.io/podset-preferred-topology: {{ . | quote }}
+  {{- end }}
   {{- range $k, $val := .root.Values.annotations }}
   {{ include "colbert-train.key" $k }}: {{ $val | quote }}
   {{- end }}

@@ -1,0 +1,189 @@
+"""A tar streamed out of a pod, read as it arrives, and extracted without trusting it (``colbert-k8s fetch``).
+
+* :class:`ExecStream`: an exec's binary stdout as a file (for tarfile's stream mode), its stderr and exit
+  status kept aside, a silent pod one line;
+* :func:`extract`: members only under the names asked for, no absolute path, no ``..``, no link leaving the
+  directory, no device (tarfile's ``data`` filter, plus the checks it does not make);
+* :func:`staged`: the copy is built in a temporary sibling of its destination and renamed into place whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from operator_cli.errors import CliError
+
+__all__ = ["ExecStream", "check_destination", "extract", "staged"]
+
+
+# ---- an exec's stdout as a file ------------------------------------------------------------------------------------
+
+
+class ExecStream:
+    """An exec's stdout as a file for tarfile's stream mode (``read``); its stderr and exit status kept aside.
+
+    It reads websocket-client's frames itself (``recv_data_frame``: one channel byte, then the bytes): the
+    kubernetes client's ``WSClient`` keeps a second copy of all stdout in memory (``capture_all``, which
+    ``stream()`` cannot turn off) and joins frames by concatenation, right for a command's output, not for
+    gigabytes of model. ``sock`` is that websocket, with its timeout set (a stalled pod is one line)."""
+
+    def __init__(self, sock: Any, what: str, progress: Callable[[int], Any] | None = None):
+        self.sock, self.what, self.progress = sock, what, progress or (lambda n: None)
+        self._out, self._err, self._status = bytearray(), bytearray(), bytearray()
+        self._open = True
+
+    def read(self, size: int = -1) -> bytes:
+        while self._open and (size < 0 or len(self._out) < size):
+            if not self._receive() and self._out:
+                break  # a short read is fine; wait only when there is nothing to give
+        size = len(self._out) if size < 0 else min(size, len(self._out))
+        data = bytes(self._out[:size])
+        del self._out[:size]
+        return data
+
+    def _receive(self) -> bool:
+        """One frame into its channel's buffer; False when it brought no stdout."""
+        from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
+
+        try:
+            opcode, frame = self.sock.recv_data_frame()
+        except WebSocketTimeoutException:
+            raise CliError(
+                f"{self.what}: the pod sent nothing for {self.sock.gettimeout():g}s",
+                hint="the node or the API server may be overloaded; run fetch again",
+            ) from None
+        except (WebSocketConnectionClosedException, ConnectionError):
+            self._open = False
+            return False
+        if opcode == ABNF.OPCODE_CLOSE:
+            self._open = False
+            return False
+        data = bytes(frame.data or b"")
+        channel, payload = (data[0], data[1:]) if data else (None, b"")
+        if channel == 1:
+            self._out += payload
+            self.progress(len(payload))
+            return bool(payload)
+        if channel == 2:
+            self._err += payload
+            del self._err[:-4096]  # the last lines say why
+        elif channel == 3:  # the command's exit status (a metav1.Status), just before the close
+            self._status += payload
+        return False  # 255: a v5 channel close; 0 and 4 are ours to write
+
+    def finish(self) -> None:
+        """Read to the end (a tar's padding), then one line unless the command exited 0."""
+        while self._open:
+            self._receive()
+            self._out.clear()
+        try:
+            status = json.loads(bytes(self._status)) if self._status else None
+        except ValueError:
+            status = {"message": bytes(self._status[:200]).decode("utf-8", "replace")}
+        if isinstance(status, dict) and status.get("status") == "Success":
+            return
+        if not isinstance(status, dict):
+            raise CliError(
+                f"{self.what}: the stream ended before the command's exit status (the pod was stopped: its "
+                "deadline passed, or its node went away)",
+                hint="run fetch again (with a larger --timeout for large outputs)",
+            )
+        causes = (status.get("details") or {}).get("causes") or []
+        code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), None)
+        lines = [line for line in self._err.decode("utf-8", "replace").splitlines() if line.strip()]
+        why = lines[-1] if lines else status.get("message") or "no reason given"
+        raise CliError(f"{self.what} failed" + (f" (exit code {code})" if code else "") + f": {why[:300]}")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sock.close()
+
+
+# ---- safe extraction ---------------------------------------------------------------------------------------
+
+
+def check_destination(to: Path, overwrite: bool) -> None:
+    """Before any request: ``--to`` is free (absent or an empty directory), or ``--overwrite`` replaces it."""
+    if to.is_symlink() or (to.exists() and not (to.is_dir() and not any(to.iterdir()))):
+        if not overwrite:
+            raise CliError(
+                f"--to {to} exists and is not an empty directory",
+                hint="pass another --to, or --overwrite to replace it once the new copy is whole",
+            )
+    at = to.absolute().parent
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if not (at.is_dir() and os.access(at, os.W_OK | os.X_OK)):
+        raise CliError(f"--to {to}: cannot create it in {at}", hint="pass a directory you can write to")
+
+
+@contextlib.contextmanager
+def staged(to: Path, overwrite: bool) -> Iterator[Path]:
+    """A new directory beside ``to``, renamed to ``to`` once the block succeeds; removed if it fails."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    tmp = to.parent / f".{to.name}.fetch-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = None
+        if to.is_symlink() or to.exists():
+            check_destination(to, overwrite)  # again: something may have appeared there meanwhile
+            old = to.parent / f".{to.name}.old-{secrets.token_hex(4)}"
+            os.replace(to, old)
+        os.replace(tmp, to)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+
+
+def extract(fileobj: IO[bytes], dest: Path, names: set[str], what: str) -> None:
+    """A tar stream into ``dest``: only members under ``names``, nothing outside ``dest``, no devices."""
+
+    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+        parts = PurePosixPath(member.name).parts
+        problem = None
+        if member.name.startswith("/") or PurePosixPath(member.name).is_absolute():
+            problem = "an absolute path"
+        elif ".." in parts:
+            problem = "a '..' component"
+        elif not parts or parts[0] not in names:
+            problem = f"a path outside {', '.join(sorted(names))}"
+        else:
+            try:
+                return tarfile.data_filter(member, path)
+            except tarfile.FilterError as e:
+                problem = _filter_reason(e)
+        raise CliError(
+            f"{what}: the archive holds {member.name[:120]!r}, {problem}; refused, nothing was written",
+            hint="the job's output directory holds something unexpected; inspect it with kubectl",
+        )
+
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+            tar.extractall(dest, filter=check)
+    except tarfile.TarError as e:
+        raise CliError(f"{what}: the archive is cut short or corrupt ({e}); nothing was written",
+                       hint="run fetch again") from None  # fmt: skip
+    except OSError as e:
+        raise CliError(f"cannot write into {dest.parent}: {e.strerror or e}; nothing was written",
+                       hint="free some space or pass another --to") from None  # fmt: skip
+
+
+def _filter_reason(e: tarfile.FilterError) -> str:
+    if isinstance(e, tarfile.SpecialFileError):
+        return "a device or pipe"
+    if isinstance(e, (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError)):
+        return "a link pointing outside the fetched directory"
+    if isinstance(e, tarfile.OutsideDestinationError):
+        return "a path that leaves the fetched directory"
+    return type(e).__name__

@@ -1,0 +1,299 @@
+"""Export (trainer/export.py) over real protocols: moto's S3 server and a Hub stand-in for huggingface_hub's own
+client (tests/hub.py); and the model card (trainer/card.py), parsed by huggingface_hub's ModelCard."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.hub import READ_TOKEN, HubStandIn
+from tests.stores import MotoS3, moto_available
+from trainer import export
+from trainer.config import ConfigError, parse_config
+
+BASE = {"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 1}}
+
+
+def _cfg(out: Path, destination: str, **export_keys) -> object:
+    return parse_config({**BASE, "output_dir": str(out), "export": {"destination": destination, **export_keys}})
+
+
+@pytest.fixture
+def outputs(tmp_path, tiny_model) -> Path:
+    """An output_dir as a finished job leaves it: a real model directory, metrics.json, a checkpoint."""
+    out = tmp_path / "output"
+    shutil.copytree(tiny_model, out / "final-model")
+    (out / "final-model" / "README.md").write_text("---\nlibrary_name: PyLate\n---\n# card\n")
+    (out / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": 0.5}}))
+    (out / "checkpoints" / "step-00000002").mkdir(parents=True)
+    (out / "checkpoints" / "step-00000002" / "state.pt").write_bytes(b"state" * 1000)
+    return out
+
+
+def _local_files(out: Path) -> dict[str, bytes]:
+    model = out / "final-model"
+    files = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    return {**files, "metrics.json": (out / "metrics.json").read_bytes()}
+
+
+# ---- the destination's rules ----------------------------------------------------------------------
+
+BAD = [
+    ("ftp", {"destination": "ftp://host/x"}, "ftp:// is not an export destination"),
+    ("https", {"destination": "https://example.com/m"}, "https:// is not an export destination"),
+    ("no bucket", {"destination": "s3:///prefix"}, "s3:// names no bucket"),
+    ("hub one part", {"destination": "hf://just-a-name"}, "must name a Hub model repository as hf://ORG/NAME"),
+    ("hub dataset", {"destination": "hf://datasets/org/x"}, "names a dataset or Space"),
+    ("dot-dot prefix", {"destination": "s3://b/a/../c"}, "the prefix holds '.' or '..'"),
+    ("revision on s3", {"destination": "s3://b/p", "revision": "dev"}, "apply to hf:// destinations only"),
+    ("unknown include", {"destination": "s3://b/p", "include": ["tokenizer"]}, "export.include"),
+    ("index not built", {"destination": "s3://b/p", "include": ["index"]}, "needs an index section"),
+    ("best never kept", {"destination": "s3://b/p", "include": ["best-model"]}, "needs evaluation.every_steps"),
+]
+
+
+@pytest.mark.parametrize("name,section,message", BAD, ids=[b[0] for b in BAD])
+def test_a_bad_export_section_is_one_line(name, section, message):
+    with pytest.raises(ConfigError) as e:
+        parse_config({**BASE, "export": section})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_destination_with_credentials_is_refused_without_showing_them():
+    with pytest.raises(ConfigError) as e:
+        parse_config({**BASE, "export": {"destination": "s3://AKIAEXAMPLE:topsecret@bucket/p"}})
+    assert "topsecret" not in str(e.value) and "--secret-env" in str(e.value)
+
+
+# ---- S3 (moto) --------------------------------------------------------------------------------------
+
+s3_only = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = MotoS3()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch):
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    return s3
+
+
+def _remote(s3, bucket: str, prefix: str) -> dict[str, bytes]:
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(bucket, endpoint=s3.url, region="us-east-1", access_key_id="k", secret_access_key="s",
+                    virtual_hosted_style_request=False, client_options={"allow_http": True})  # fmt: skip
+    found = [o["path"] for batch in obstore.list(store, prefix=prefix) for o in batch]
+    return {p[len(prefix) :]: bytes(obstore.get(store, p).bytes()) for p in found}
+
+
+@s3_only
+def test_s3_export_is_the_output_byte_for_byte_with_the_manifest(s3_env, outputs):
+    s3_env.bucket("exp-a")
+    cfg = _cfg(outputs, "s3://exp-a/runs/one/", include=["checkpoint"])
+    export.preflight(cfg)
+    result = export.run(cfg)
+    remote = _remote(s3_env, "exp-a", "runs/one/")
+    manifest = json.loads(remote.pop(export.MANIFEST))
+    want = {**_local_files(outputs), "checkpoint/state.pt": b"state" * 1000}
+    assert remote == want  # the model directory at the root, metrics.json, the last checkpoint
+    import hashlib
+
+    assert manifest["files"] == {n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in want.items()}
+    assert result["bytes_sent"] == result["bytes"] == sum(len(b) for b in want.values())
+    again = export.run(cfg)  # a restart after success: nothing is sent
+    assert again["bytes_sent"] == 0
+
+
+def _dying_put(monkeypatch, at: int) -> list[str]:
+    """obstore.put failing at its ``at``-th call, as a connection reset does (after the store's retries)."""
+    import obstore
+
+    real_put, calls = obstore.put, []
+
+    def put(store, key, data, **kw):
+        calls.append(key)
+        if len(calls) == at:
+            raise ConnectionResetError("connection reset by peer")
+        return real_put(store, key, data, **kw)
+
+    monkeypatch.setattr(obstore, "put", put)
+    return calls
+
+
+@s3_only
+def test_an_interrupted_s3_export_shows_no_manifest_and_a_restart_sends_only_the_rest(s3_env, outputs, monkeypatch):
+    """The manifest goes last: a reader never trusts a half export. The journal skips what the first
+    attempt sent, while an object replaced behind the job's back is sent again."""
+    import obstore
+
+    s3_env.bucket("exp-b")
+    cfg = _cfg(outputs, "s3://exp-b/m/")
+    real_put = obstore.put
+    calls = _dying_put(monkeypatch, at=3)
+    with pytest.raises(export.ExportFailed) as e:
+        export.run(cfg)
+    assert "uploading" in str(e.value) and "connection reset" in str(e.value)
+    first_two = calls[:2]
+    assert export.MANIFEST not in _remote(s3_env, "exp-b", "m/") and len(_remote(s3_env, "exp-b", "m/")) == 2
+    monkeypatch.setattr(obstore, "put", real_put)
+    replaced = first_two[1].removeprefix("m/")
+    s3_env.put("exp-b", first_two[1], b"x" * len(_local_files(outputs)[replaced]))  # same size, other bytes
+    result = export.run(cfg)
+    remote = _remote(s3_env, "exp-b", "m/")
+    remote.pop(export.MANIFEST)
+    local = _local_files(outputs)
+    assert remote == local
+    skipped = len(local[first_two[0].removeprefix("m/")])
+    assert result["bytes_sent"] == result["bytes"] - skipped  # only the journal's proven file was skipped
+    assert replaced != first_two[0].removeprefix("m/")
+
+
+@s3_only
+def test_a_new_export_removes_the_old_manifest_before_any_file_changes(s3_env, outputs, monkeypatch):
+    s3_env.bucket("exp-c")
+    cfg = _cfg(outputs, "s3://exp-c/m/")
+    export.run(cfg)
+    (outputs / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": 0.6}}))  # the next export differs
+    _dying_put(monkeypatch, at=1)
+    with pytest.raises(export.ExportFailed):
+        export.run(cfg)
+    assert export.MANIFEST not in _remote(s3_env, "exp-c", "m/")
+
+
+@s3_only
+@pytest.mark.parametrize(
+    "case,setup,message",
+    [
+        ("no bucket", lambda env: None, "the bucket does not exist"),
+        ("no credentials", lambda env: [env.delenv(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")],
+         "--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY and --secret-env AWS_SECRET_ACCESS_KEY=SECRET/KEY"),
+    ],  # fmt: skip
+)
+def test_preflight_refuses_an_s3_destination_in_one_line(s3_env, outputs, monkeypatch, case, setup, message):
+    setup(monkeypatch)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "s3://never-created/p/"))
+    assert message in str(e.value) and "\n" not in str(e.value) and "testing-secret" not in str(e.value)
+
+
+# ---- the Hub (a stand-in for huggingface_hub's client) --------------------------------------------
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    import huggingface_hub.constants as constants
+
+    server = HubStandIn()
+    for k, v in server.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at import: the LFS protocol, as documented
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    yield server
+    server.close()
+
+
+def test_hub_export_is_one_commit_of_the_output(hub, outputs):
+    cfg = _cfg(outputs, "hf://my-org/colbert-tiny", private=True)
+    export.preflight(cfg)  # whoami, then the repository is created
+    assert hub.repos["my-org/colbert-tiny"].private
+    export.run(cfg)
+    files = dict(hub.files("my-org/colbert-tiny"))
+    manifest = json.loads(files.pop(export.MANIFEST))
+    assert files == _local_files(outputs) and set(manifest["files"]) == set(files)
+    assert len(hub.repos["my-org/colbert-tiny"].commits) == 1
+    assert any(p.endswith(".safetensors") for p in files) and hub.uploads  # the weights went through LFS
+    assert hub.validated  # the card's front matter was checked by the Hub before the upload
+
+
+def test_a_failed_hub_commit_changes_nothing_and_a_retry_sends_no_object_twice(hub, outputs):
+    cfg = _cfg(outputs, "hf://my-org/retry")
+    export.preflight(cfg)
+    hub.fail_commits = 1
+    with pytest.raises(export.ExportFailed) as e:
+        export.run(cfg)
+    assert "HTTP 500" in str(e.value)
+    assert hub.files("my-org/retry") == {}  # all or nothing
+    sent = list(hub.uploads)
+    export.run(cfg)
+    assert hub.uploads == sent  # the LFS objects were already held: not sent again
+    assert set(hub.files("my-org/retry")) == {*_local_files(outputs), export.MANIFEST}
+
+
+@pytest.mark.parametrize(
+    "token,message",
+    [
+        (READ_TOKEN, "HF_TOKEN is a read token"),
+        ("hf_not_a_token", "the Hub refused HF_TOKEN (HTTP 401"),
+        (None, "needs HF_TOKEN"),
+    ],
+)
+def test_preflight_refuses_a_hub_token_that_cannot_write(hub, outputs, monkeypatch, token, message):
+    if token is None:
+        monkeypatch.delenv("HF_TOKEN")
+    else:
+        monkeypatch.setenv("HF_TOKEN", token)
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "hf://my-org/x"))
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert (token or "") not in str(e.value) or token is None
+    assert "my-org/x" not in hub.repos
+
+
+def test_preflight_refuses_a_namespace_the_token_cannot_write(hub, outputs):
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "hf://someone-else/x"))
+    assert "cannot be created or written (HTTP 403" in str(e.value)
+
+
+# ---- the card -------------------------------------------------------------------------------------
+
+
+def test_the_card_parses_and_says_what_the_model_is(tmp_path):
+    from huggingface_hub import ModelCard
+
+    from trainer.card import render
+
+    cfg = parse_config({
+        **BASE,
+        "model": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"},
+        "data": {"train": {"path": "hf://datasets/org/triplets"}, "eval_beir": str(tmp_path / "nfcorpus")},
+        "mine": {"negatives": 1},
+        "export": {"destination": "hf://my-org/colbert-nf"},
+    })  # fmt: skip
+    metrics = {"before": {"ndcg@10": 0.2224, "mrr@10": 0.4}, "after": {"ndcg@10": 0.3073, "mrr@10": 0.5},
+               "index": {"ndcg@10": 0.3001}, "steps": 48, "global_batch": 16, "world_size": 2, "device": "CPU",
+               "precision": "fp32", "train_seconds": 906.0}  # fmt: skip
+    text = render(cfg, metrics, "my-org/colbert-nf")
+    card = ModelCard(text)
+    data = card.data.to_dict()
+    assert data["library_name"] == "PyLate" and data["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert {"ColBERT", "PyLate", "sentence-transformers", "colbert-k8s"} <= set(data["tags"])
+    assert data["datasets"] == ["org/triplets"]
+    results = data["model-index"][0]["results"]
+    ndcg = [m for r in results for m in r["metrics"] if m["type"] == "ndcg_at_10"]
+    assert ndcg and ndcg[0]["value"] == 0.3073
+    assert "| nDCG@10 | 0.2224 | 0.3073 | 0.3001 |" in card.text  # before, after, through the index
+    assert 'models.ColBERT(model_name_or_path="my-org/colbert-nf")' in card.text
+    assert "1 mined per row by the base model" in card.text and "48 optimizer steps, global batch 16" in card.text
+
+
+def test_the_card_names_a_staged_source_by_its_url(tmp_path):
+    from trainer.card import origin
+
+    staged = tmp_path / "cache" / "sources" / "abc"
+    (staged / "files").mkdir(parents=True)
+    (staged / ".complete").write_text(json.dumps({"url": "s3://models/base/", "files": {}}))
+    assert origin(str(staged / "files")) == "s3://models/base/"
+    assert origin(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere")

@@ -1,0 +1,410 @@
+"""``colbert-k8s fetch``: the pod it creates, the archive it refuses, the exec stream it reads, and the whole
+command against the in-process API (kmock).
+
+kmock cannot serve ``exec`` (a websocket upgrade of ``pods/NAME/exec``). The exec part is driven one level
+down, at websocket-client's ``recv_data_frame``: :class:`FrameSocket` hands out the frames a kubelet sends
+(one channel byte, then the bytes; the status on channel 3; a close), and :func:`local_exec` runs the very
+LIST and TAR scripts the pod would run, on a local directory standing for the claim. What stays untested
+here: the websocket handshake and the client's URL for exec, the kubelet's framing, and a real pod's
+mount of a real claim.
+"""
+
+from __future__ import annotations
+
+import doctest
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
+
+from operator_cli.cli import cli
+from operator_cli.errors import CliError
+from operator_cli.kube import fetch as F
+from operator_cli.kube.archive import ExecStream, extract, staged
+from operator_cli.render import render
+from operator_cli.spec import JobSpec
+from tests.kube_emulator import PODS, Emulator
+from tests.schemas import validate_core
+
+CONFIG = "data:\n  train: {path: data/train.jsonl}\ntraining: {per_device_batch_size: 32}\noutput_dir: runs/demo\n"
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _job(api: str = "pytorchjob", state: str = "Succeeded", uid: str | None = "uid-1", **opts) -> list[dict]:
+    """The objects ``submit`` creates for job demo, the job as the API server shows it once ``state``."""
+    opts = {"pvc": "data", **opts}
+    spec = JobSpec(name="demo", config_text=CONFIG, api=api, image="reg.example/colbert-train:1",
+                   image_pull_secrets=["regcred"], labels={"team": "ir"}, queue="q", tolerations=[TOLERATION],
+                   **opts)  # fmt: skip
+    objects = render(spec)
+    job = objects[-1]
+    job["metadata"].update({"uid": uid} if uid else {})
+    condition = "Complete" if api == "trainjob" and state == "Succeeded" else state
+    job["status"] = {"conditions": [{"type": condition, "status": "True"}]}
+    return objects
+
+
+def _pod_template_spec(job: dict) -> dict:
+    if job["kind"] == "TrainJob":
+        patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        return patch["template"]["spec"]["template"]["spec"]
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+# ---- the pod ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_fetch_pod_is_valid_read_only_non_root_and_labelled(api):
+    job = _job(api)[-1]
+    pod = F.fetch_pod(job, lambda: "runs/demo", "default", 900, pod_name="demo-fetch-abc")
+    manifest = F.pod_manifest(pod)
+    validate_core(manifest)  # kubernetes-validate, strict: no unknown field, every type right
+    spec, (container,) = manifest["spec"], manifest["spec"]["containers"]
+    assert manifest["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "colbert-k8s",
+        "app.kubernetes.io/instance": "demo",
+        "app.kubernetes.io/managed-by": "colbert-k8s",
+        "app.kubernetes.io/component": "fetch",
+        "team": "ir",  # the job's own --label; not its Kueue queue, which would gate the pod
+    }
+    assert spec["volumes"] == [{"name": "workspace", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}]
+    assert container["volumeMounts"] == [{"name": "workspace", "mountPath": "/workspace", "readOnly": True}]
+    assert spec["securityContext"] == _pod_template_spec(job)["securityContext"]  # one source: _pod.j2
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == 1000
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
+    assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] == 900
+    assert spec["automountServiceAccountToken"] is False
+    assert container["image"] == "reg.example/colbert-train:1" and container["command"][-1] == "900"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}] and spec["tolerations"] == [TOLERATION]
+    assert "nvidia.com/gpu" not in json.dumps(container.get("resources"))
+    kind = job["apiVersion"], job["kind"]
+    assert manifest["metadata"]["ownerReferences"] == [
+        {"apiVersion": kind[0], "kind": kind[1], "name": "demo", "uid": "uid-1", "blockOwnerDeletion": False}
+    ]
+    assert pod.source == "/workspace/runs/demo"
+
+
+def test_fetch_pod_refuses_a_job_without_a_claim_and_a_running_job():
+    with pytest.raises(CliError) as e:
+        F.fetch_pod(_job(pvc=None, pod_local_storage=True)[-1], lambda: "out", "default", 900)
+    assert "has no claim" in e.value.message and "export:" in e.value.hint and e.value.exit_code == 2
+    with pytest.raises(CliError) as e:
+        F.fetch_pod(_job(state="Running")[-1], lambda: "out", "default", 900)
+    assert "is Running" in e.value.message and e.value.exit_code == 1
+
+
+def test_doctests():
+    result = doctest.testmod(F)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# ---- the archive --------------------------------------------------------------------------------------------
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", link: str = "") -> tuple:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, len(data)
+    return info, data
+
+
+def _tar(*members: tuple) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return buf.getvalue()
+
+
+GOOD = _member("metrics.json", data=b'{"ndcg@10": 0.5}\n')  # extracted first, then the hostile member
+HOSTILE = [
+    ("absolute path", _member("/tmp/evil", data=b"x"), "an absolute path"),
+    ("dotdot", _member("final-model/../../evil", data=b"x"), "'..'"),
+    ("symlink escape", _member("final-model/up", tarfile.SYMTYPE, link="../../.."), "link pointing outside"),
+    ("absolute symlink", _member("final-model/passwd", tarfile.SYMTYPE, link="/etc/passwd"), "link pointing outside"),
+    ("hard link escape", _member("final-model/h", tarfile.LNKTYPE, link="../../../etc/passwd"), "link pointing"),
+    ("char device", _member("final-model/null", tarfile.CHRTYPE), "a device or pipe"),
+    ("fifo", _member("final-model/pipe", tarfile.FIFOTYPE), "a device or pipe"),
+    ("outside the names", _member("secrets.txt", data=b"x"), "a path outside final-model, metrics.json"),
+]
+
+
+@pytest.mark.parametrize("member,reason", [(m, r) for _, m, r in HOSTILE], ids=[c for c, _, _ in HOSTILE])
+def test_hostile_archive_is_refused_in_one_line_and_nothing_is_written(tmp_path, member, reason):
+    to = tmp_path / "out" / "demo"
+    with pytest.raises(CliError) as e, staged(to, overwrite=False) as tmp:
+        extract(io.BytesIO(_tar(GOOD, member)), tmp, {"final-model", "metrics.json"}, "the tar")
+    assert reason in e.value.message and "refused, nothing was written" in e.value.message
+    assert "\n" not in e.value.message
+    assert list((tmp_path / "out").iterdir()) == []  # neither demo nor its temporary sibling
+    assert not (tmp_path / "evil").exists() and not Path("/tmp/evil").exists()
+
+
+def test_archive_cut_short_is_one_line_and_nothing_is_written(tmp_path):
+    whole = _tar(GOOD, _member("final-model/model.safetensors", data=bytes(range(256)) * 200))
+    with pytest.raises(CliError) as e, staged(tmp_path / "demo", overwrite=False) as tmp:
+        extract(io.BytesIO(whole[: len(whole) // 2]), tmp, {"final-model", "metrics.json"}, "the tar")
+    assert "cut short or corrupt" in e.value.message and list(tmp_path.iterdir()) == []
+
+
+def test_whole_archive_lands_byte_for_byte_and_replaces_only_with_overwrite(tmp_path):
+    weights = bytes(range(256)) * 1000
+    archive = _tar(GOOD, _member("final-model/model.safetensors", data=weights),
+                   _member("final-model/latest", tarfile.SYMTYPE, link="model.safetensors"))  # fmt: skip
+    to = tmp_path / "demo"
+    to.mkdir()
+    (to / "old.txt").write_text("an older copy")
+    with pytest.raises(CliError) as e:
+        F.check_destination(to, overwrite=False)
+    assert "exists and is not an empty directory" in e.value.message and "--overwrite" in e.value.hint
+    with staged(to, overwrite=True) as tmp:
+        extract(io.BytesIO(archive), tmp, {"final-model", "metrics.json"}, "the tar")
+        assert (to / "old.txt").exists()  # the old copy stays until the new one is whole
+    assert (to / "final-model" / "model.safetensors").read_bytes() == weights
+    assert (to / "final-model" / "latest").readlink() == Path("model.safetensors")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"] and not (to / "old.txt").exists()
+
+
+# ---- the exec stream ----------------------------------------------------------------------------------------
+
+
+class FrameSocket:
+    """websocket-client's ``WebSocket`` as ExecStream reads it: ``recv_data_frame`` gives (opcode, frame)."""
+
+    def __init__(self, frames: list, timeout: float = 5):
+        self.frames, self.timeout, self.closed = list(frames), timeout, False
+
+    def recv_data_frame(self, control_frame: bool = False):
+        if not self.frames:
+            raise WebSocketConnectionClosedException("socket is already closed.")
+        frame = self.frames.pop(0)
+        if isinstance(frame, Exception):
+            raise frame
+        return frame.opcode, frame
+
+    def gettimeout(self) -> float:
+        return self.timeout
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _frame(channel: int, data: bytes) -> ABNF:
+    return ABNF(opcode=ABNF.OPCODE_BINARY, data=bytes([channel]) + data)
+
+
+def _frames(stdout: bytes, stderr: bytes = b"", code: int = 0, size: int = 32 * 1024) -> list:
+    """What a kubelet sends for an exec: stdout and stderr in frames, the exit status, a close."""
+    status = {"metadata": {}, "status": "Success"} if code == 0 else {
+        "metadata": {}, "status": "Failure", "reason": "NonZeroExitCode", "message": f"command terminated with {code}",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}  # fmt: skip
+    out = [_frame(1, stdout[i : i + size]) for i in range(0, len(stdout), size)]
+    return [*out, _frame(2, stderr), _frame(3, json.dumps(status).encode()), ABNF(opcode=ABNF.OPCODE_CLOSE)]
+
+
+def test_exec_stream_is_binary_safe_across_frames_and_counts_progress():
+    data = bytes(range(256)) * 513  # every byte value, frames cut mid-sequence
+    seen = []
+    frames = _frames(data, size=1000)
+    frames.insert(2, _frame(255, b"\x02"))  # a v5 channel close: not data
+    stream = ExecStream(FrameSocket(frames), "tar in Pod default/p", seen.append)
+    got = b"".join(iter(lambda: stream.read(4096), b""))
+    stream.finish()
+    assert got == data and sum(seen) == len(data)
+
+
+@pytest.mark.parametrize(
+    "frames,expected",
+    [
+        (_frames(b"", b"ok\nPermissionError: [Errno 13] Permission denied: 'index'\n", code=1),
+         "failed (exit code 1): PermissionError: [Errno 13] Permission denied: 'index'"),
+        (_frames(b"partial")[:1], "the stream ended before the command's exit status"),
+        ([_frame(1, b"partial"), WebSocketTimeoutException("timed out")], "the pod sent nothing for 5s"),
+    ],
+    ids=["non-zero exit", "closed without a status", "stalled"],
+)  # fmt: skip
+def test_exec_stream_failures_are_one_line(frames, expected):
+    stream = ExecStream(FrameSocket(frames), "tar in Pod default/p")
+    with pytest.raises(CliError) as e:
+        stream.read()
+        stream.finish()
+    assert expected in e.value.message and "\n" not in e.value.message
+
+
+def local_exec(workspace: Path, calls: list | None = None):
+    """A stand-in for :func:`operator_cli.kube.fetch.exec_stream`: the pod's own command, run here with
+    /workspace mapped to ``workspace``, its output framed as a kubelet frames it."""
+
+    def open_exec(cluster, pod, command, progress=None):
+        argv = [sys.executable if a == "python" else a.replace("/workspace", str(workspace), 1) for a in command]
+        done = subprocess.run(argv, capture_output=True, check=False)
+        if calls is not None:
+            calls.append((pod, command))
+        return ExecStream(FrameSocket(_frames(done.stdout, done.stderr, done.returncode)), "in the pod", progress)
+
+    return open_exec
+
+
+# ---- the command, against the emulator ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(tmp_path):
+    with Emulator(tmp_path, with_v2=True) as emu:
+        yield emu
+
+
+def _add(api: Emulator, objects: list[dict]) -> None:
+    for obj in objects:
+        plural = {"ConfigMap": "v1/configmaps", "PyTorchJob": "kubeflow.org/v1/pytorchjobs",
+                  "TrainJob": "trainer.kubeflow.org/v1alpha1/trainjobs"}[obj["kind"]]  # fmt: skip
+        api.add(plural, "default", obj)
+
+
+def _running(api: Emulator, seen: list) -> None:
+    """The kubelet's part: a pod read back is Running (kmock runs no pods); records the pod as stored."""
+
+    def answer(request):
+        (pod,) = [p for p in api.objects("pods") if p["metadata"]["name"] == request.name]
+        seen.append(pod)
+        status = {"phase": "Running", "containerStatuses": [{"name": "fetch", "ready": True, "restartCount": 0,
+                  "image": "x", "imageID": "", "state": {"running": {}}}]}  # fmt: skip
+        return {**pod, "status": status}
+
+    api.react("get", PODS) << answer
+
+
+def _claim(root: Path) -> Path:
+    """A claim's contents after a job: whole outputs, plus what fetch must leave (checkpoints, temporaries)."""
+    out = root / "runs" / "demo"
+    (out / "final-model").mkdir(parents=True)
+    (out / "final-model" / "model.safetensors").write_bytes(bytes(range(256)) * 4000)
+    (out / "final-model" / "README.md").write_text("---\nlibrary_name: PyLate\n---\n")
+    (out / "metrics.json").write_text('{"ndcg@10": 0.41}\n')
+    (out / "checkpoints" / "step-10").mkdir(parents=True)
+    (out / "checkpoints" / "step-10" / "state.pt").write_bytes(b"x" * 100)
+    (out / ".tmp-index").mkdir()
+    return out
+
+
+def run(api: Emulator, *args: str):
+    return CliRunner().invoke(cli, [*args, "--kubeconfig", str(api.kubeconfig)], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_fetch_copies_the_whole_outputs_and_removes_its_pod(api, tmp_path, monkeypatch, kind):
+    _add(api, _job(kind))
+    claim, seen, calls = tmp_path / "claim", [], []
+    out = _claim(claim)
+    _running(api, seen)
+    monkeypatch.setattr(F, "exec_stream", local_exec(claim, calls))
+    to = tmp_path / "here" / "demo"
+    res = run(api, "fetch", "demo", "--to", str(to), "--timeout", "600")
+    assert res.exit_code == 0, res.output
+    assert f"fetched final-model, metrics.json of demo into {to}" in res.output
+    assert sorted(p.relative_to(to).as_posix() for p in to.rglob("*")) == [
+        "final-model", "final-model/README.md", "final-model/model.safetensors", "metrics.json"]  # fmt: skip
+    for name in ("final-model/model.safetensors", "final-model/README.md", "metrics.json"):
+        assert (to / name).read_bytes() == (out / name).read_bytes()
+    pod = seen[0]  # the pod the API server stored while the copy ran: read-only claim, labelled, bounded
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "fetch"
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "data", "readOnly": True}
+    assert pod["spec"]["activeDeadlineSeconds"] == 600
+    assert calls[1][1][3:] == ["/workspace/runs/demo", "final-model", "metrics.json"]
+    assert api.objects("pods") == []  # deleted at the end
+    assert sorted(p.name for p in to.parent.iterdir()) == ["demo"]
+
+
+def test_a_failing_copy_leaves_no_pod_and_nothing_half_written(api, tmp_path, monkeypatch):
+    _add(api, _job())
+    claim = tmp_path / "claim"
+    out = _claim(claim)
+    (out / "final-model" / "escape").symlink_to("/etc/passwd")  # a hostile claim: refused while extracting
+    _running(api, [])
+    monkeypatch.setattr(F, "exec_stream", local_exec(claim))
+    to = tmp_path / "here" / "demo"
+    res = run(api, "fetch", "demo", "--to", str(to))
+    assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+    assert "'final-model/escape', a link pointing outside the fetched directory" in res.output
+    assert "Traceback" not in res.output
+    assert api.objects("pods") == [] and list(to.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "objects,code,expected",
+    [
+        (_job(pvc=None, pod_local_storage=True), 2, "has no claim: its /workspace was each pod's emptyDir"),
+        (_job(state="Running"), 1, "is Running: fetch copies a finished job's outputs"),
+    ],
+    ids=["no claim", "running"],
+)
+def test_fetch_refuses_before_creating_a_pod(api, tmp_path, objects, code, expected):
+    _add(api, objects)
+    res = run(api, "fetch", "demo", "--to", str(tmp_path / "demo"))
+    assert res.exit_code == code and res.output.count("error:") == 1 and expected in res.output, res.output
+    assert api.objects("pods") == [] and not (tmp_path / "demo").exists()
+
+
+def test_fetch_of_a_job_not_created_by_this_tool_is_one_line(api, tmp_path):
+    objects = _job()
+    objects[-1]["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "helm"}
+    _add(api, objects)
+    res = run(api, "fetch", "demo", "--to", str(tmp_path / "demo"))
+    assert res.exit_code == 1 and res.output.count("error:") == 1 and "was not created by colbert-k8s" in res.output
+    assert api.objects("pods") == []
+
+
+def test_fetch_into_a_non_empty_directory_is_refused_before_any_request(api, tmp_path):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "keep.txt").write_text("mine")
+    res = run(api, "fetch", "demo", "--to", str(tmp_path / "demo"))  # no job at all: never asked
+    assert res.exit_code == 2 and "exists and is not an empty directory" in res.output
+    assert (tmp_path / "demo" / "keep.txt").read_text() == "mine"
+
+
+def test_delete_removes_a_leftover_fetch_pod_and_only_its_own(api):
+    _add(api, _job(uid=None))
+    labels = yaml.safe_load(yaml.safe_dump(F.pod_manifest(F.fetch_pod(_job()[-1], lambda: "o", "default", 60,
+                                                                      "demo-fetch-1"))))  # fmt: skip
+    api.add("v1/pods", "default", labels)
+    other = json.loads(json.dumps(labels))
+    other["metadata"].update(name="other-fetch-1")
+    other["metadata"]["labels"]["app.kubernetes.io/instance"] = "other"
+    api.add("v1/pods", "default", other)
+    res = run(api, "delete", "demo")
+    assert res.exit_code == 0, res.output
+    assert "deleted Pod demo-fetch-1" in res.output.splitlines()
+    assert [p["metadata"]["name"] for p in api.objects("pods")] == ["other-fetch-1"]
+
+
+def test_exec_request_reaches_the_api_server_and_a_refusal_is_one_line(api):
+    """The real client's exec (kubernetes' ``stream``) up to the websocket handshake, which kmock refuses
+    as an API server refuses a user without pods/exec: the query carries the pod's command, argv intact."""
+    from operator_cli.kube import Cluster, connect
+
+    asked = []
+
+    def refuse(request):
+        asked.append(request)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
+                "message": 'pods "demo-fetch-1" is forbidden: cannot create resource "pods/exec"'}  # fmt: skip
+
+    api.react("get", "/api/v1/namespaces/default/pods/demo-fetch-1/exec") << 403 << refuse
+    cluster = Cluster(connect(str(api.kubeconfig)), "default")
+    with pytest.raises(CliError) as e:
+        F.exec_stream(cluster, "demo-fetch-1", ["python", "-c", F.TAR, "/workspace/runs/demo", "final-model"])
+    assert e.value.message == "cannot exec in Pod default/demo-fetch-1: 403 Forbidden" and e.value.status == 403
+    assert "pods/exec" in e.value.hint
+    query = asked[0].url.query
+    assert query.getall("command") == ["python", "-c", F.TAR, "/workspace/runs/demo", "final-model"]
+    assert (query["container"], query["stdout"], query["stderr"], query["stdin"], query["tty"]) == (
+        "fetch", "true", "true", "false", "false")  # fmt: skip

@@ -1,0 +1,198 @@
+"""The model card: ``final-model/README.md`` in the Hub's format, so a model found on a bucket a month later
+says what it is.
+
+YAML front matter (huggingface_hub's ``ModelCardData``): ``library_name: PyLate``, ``base_model`` (when the
+base is a Hub name), ``tags``, ``datasets`` (data with a Hub name) and a ``model-index`` of the measured
+metrics. The body: how it was trained (the config's summary, world size, steps, global batch, negatives,
+mining rounds, time, device), the evaluation before and after training and through the PLAID index, and
+how to load the model and search with PyLate.
+
+It is made from ``metrics.json`` and the config alone. The config holds no credentials (``config.py``
+refuses them), and a staged source is named by the URL it came from (its staging manifest), without user
+information. Written into the model's temporary directory before the rename (``train._save_model``), and
+again, atomically, once the index figures exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from trainer.config import METRICS, TrainConfig
+
+__all__ = ["for_job", "origin", "render", "update"]
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_ROWS = ("ndcg@10", "mrr@10", "recall@100", "map@100")
+
+
+def origin(path: str) -> str:
+    """Where a source came from: the URL a staged copy was fetched from (its ``.complete`` manifest, see
+    ``sources.stage``), else the value itself.
+
+    >>> origin("sentence-transformers/all-MiniLM-L6-v2")
+    'sentence-transformers/all-MiniLM-L6-v2'
+    """
+    p = Path(path)
+    for up in (p, *p.parents)[:4]:
+        manifest = up / ".complete"
+        if manifest.is_file():
+            try:
+                return json.loads(manifest.read_text())["url"]
+            except (OSError, ValueError, KeyError):
+                break
+    return path
+
+
+def _hub_name(value: str, datasets: bool = False) -> str | None:
+    """The Hub id a value names, if any: ``ORG/NAME`` (not an existing path) or ``hf://[datasets/]ORG/NAME``.
+
+    >>> _hub_name("hf://datasets/BeIR/nfcorpus", datasets=True)
+    'BeIR/nfcorpus'
+    >>> _hub_name("data/quickstart/train.jsonl") is None
+    True
+    """
+    if value.startswith("hf://"):
+        rest = value.removeprefix("hf://")
+        if datasets != rest.startswith("datasets/"):
+            return None
+        rest = rest.removeprefix("datasets/")
+        return "/".join(rest.split("/")[:2]) if _HUB_ID.match(rest) else None
+    if datasets or "://" in value or os.path.exists(value):
+        return None
+    return value if _HUB_ID.fullmatch(value) else None
+
+
+def _metadata(cfg: TrainConfig, metrics: dict, name: str):
+    from huggingface_hub import EvalResult, ModelCardData
+
+    base = origin(cfg.model.name_or_path)
+    data = [origin(cfg.data.train.path)] + ([origin(cfg.data.eval_beir)] if cfg.data.eval_beir else [])
+    datasets = sorted({d for d in (_hub_name(v, datasets=True) for v in data) if d})
+    eval_name = Path(origin(cfg.data.eval_beir)).name if cfg.data.eval_beir else None
+    results = [
+        EvalResult(
+            task_type="retrieval",
+            task_name="Retrieval",
+            dataset_type=_hub_name(origin(cfg.data.eval_beir), datasets=True) or eval_name,
+            dataset_name=eval_name,
+            dataset_split=cfg.data.eval_split,
+            metric_type=key.replace("@", "_at_"),
+            metric_name=f"{METRICS[key]} (exact MaxSim)",
+            metric_value=round(value, 4),
+        )
+        for key, value in (metrics.get("after") or {}).items()
+        if key in METRICS and eval_name
+    ]
+    return ModelCardData(
+        library_name="PyLate",
+        base_model=_hub_name(base),
+        tags=["ColBERT", "PyLate", "sentence-transformers", "colbert-k8s", "late-interaction", "retrieval"],
+        datasets=datasets or None,
+        pipeline_tag="sentence-similarity",
+        model_name=name,
+        eval_results=results or None,
+    )
+
+
+def _training_table(cfg: TrainConfig, metrics: dict) -> str:
+    t, m = cfg.training, cfg.mine
+    rows = [
+        ("base model", f"`{origin(cfg.model.name_or_path)}`"),
+        ("training data", f"`{origin(cfg.data.train.path)}`"),
+        ("loss", cfg.loss.name),
+        ("steps", f"{metrics.get('steps')} optimizer steps, global batch {metrics.get('global_batch')}"),
+        ("world size", f"{metrics.get('world_size')} process(es) on {metrics.get('device', 'unknown device')}, "
+                       f"{metrics.get('precision')}"),
+        ("learning rate", f"{t.learning_rate:g} ({t.lr_scheduler}, warm-up {t.warmup_ratio:g})"),
+        ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
+    ]  # fmt: skip
+    if m is not None:
+        by = m.model or ("the base model" if m.retriever != "bm25" else "BM25")
+        rows.append(("negatives", f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
+                                  f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
+    else:
+        rows.append(("negatives", "as given in the training data, plus in-batch"))
+    if metrics.get("train_seconds") is not None:
+        rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
+    return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
+    columns = [("before training", metrics.get("before")), ("after training", metrics.get("after")),
+               ("through the PLAID index", metrics.get("index"))]  # fmt: skip
+    columns = [(label, figures) for label, figures in columns if figures]
+    if not columns:
+        return "No evaluation was asked for (set `data.eval_beir`)."
+    head = "| metric | " + " | ".join(label for label, _ in columns) + " |\n|---|" + "---|" * len(columns)
+    lines = []
+    for key in _ROWS:
+        if any(key in figures for _, figures in columns):
+            cells = [f"{figures[key]:.4f}" if key in figures else "" for _, figures in columns]
+            lines.append(f"| {METRICS[key]} | " + " | ".join(cells) + " |")
+    where = Path(origin(cfg.data.eval_beir)).name
+    return f"On `{where}` ({cfg.data.eval_split} split), exact MaxSim over the whole corpus unless noted.\n\n" + (
+        head + "\n" + "\n".join(lines)
+    )
+
+
+_USAGE = '''```python
+from pylate import indexes, models, retrieve
+
+model = models.ColBERT(model_name_or_path="{where}")
+index = indexes.PLAID(index_folder="my-index", index_name="docs", override=True)
+documents = {{"d1": "ColBERT scores a query against every document token.", "d2": "Another document."}}
+index.add_documents(
+    documents_ids=list(documents),
+    documents_embeddings=model.encode(list(documents.values()), is_query=False),
+)
+retriever = retrieve.ColBERT(index=index)
+hits = retriever.retrieve(queries_embeddings=model.encode(["how does ColBERT score?"], is_query=True), k=10)
+```'''
+
+
+def render(cfg: TrainConfig, metrics: dict, name: str | None = None) -> str:
+    """The card's text. ``name``: how a user loads it (the Hub id when exported there, else a path)."""
+    from huggingface_hub import ModelCard
+
+    from trainer import __version__
+
+    where = name or "path/to/final-model"
+    data = _metadata(cfg, metrics, name or Path(cfg.output_dir).name)
+    body = f"""
+# {data.model_name}
+
+A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retrieval model, fine-tuned from
+`{origin(cfg.model.name_or_path)}` with [colbert-k8s](https://github.com/colbert-k8s/colbert-k8s) {__version__}.
+
+## Training
+
+{_training_table(cfg, metrics)}
+
+## Evaluation
+
+{_evaluation_table(cfg, metrics)}
+
+## Use
+
+{_USAGE.format(where=where)}
+"""
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n{body}"))
+
+
+def for_job(cfg: TrainConfig, metrics: dict) -> str:
+    """The card of ``cfg``'s final model, named as users will load it: the Hub id when exported there."""
+    hub = cfg.export is not None and cfg.export.destination.startswith("hf://")
+    return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/") if hub else None)
+
+
+def update(model_dir: Path, cfg: TrainConfig, metrics: dict) -> None:
+    """The card again, with figures that came after the model (the index's), and the model's manifest with it.
+    Killed between the two, the model fails its manifest and is saved again from the last checkpoint."""
+    from trainer.atomic import write_text
+    from trainer.checkpoint import write_manifest
+
+    write_text(model_dir / "README.md", for_job(cfg, metrics))
+    write_manifest(model_dir)

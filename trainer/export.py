@@ -1,0 +1,423 @@
+"""Export: the trained model leaves the cluster, for an object store or a Hugging Face Hub repository.
+
+``export.destination`` is ``s3://BUCKET/PREFIX/`` (``gs://``, ``az://`` alike) or ``hf://ORG/NAME`` (a Hub
+model repository; ``export.revision`` a branch, ``export.private`` when it is created). The destination's
+root is the model directory itself (config, weights, the card ``README.md``), as on the Hub, with
+``metrics.json`` and ``colbert-k8s-export.json`` beside it, and ``best-model/``, ``index/`` and
+``checkpoint/`` where ``export.include`` asks for them. So ``model.name_or_path: s3://BUCKET/PREFIX/`` reads
+an export back, and ``pylate.models.ColBERT("ORG/NAME")`` loads one from the Hub.
+
+* **Checked at start** (:func:`preflight`, in every pod before staging): the destination parses, the
+  environment holds its credentials, and it is writable: a probe object is written and removed, or the
+  Hub's whoami says the token may write and the repository is there (created when missing). A bad
+  destination is one line and exit 2 before the model is even loaded.
+* **Atomic** (:func:`run`, rank 0, after the final model, ``metrics.json`` and the index are whole). On
+  an object store, an old ``colbert-k8s-export.json`` is removed first, the files are uploaded, and the
+  manifest (the size and sha256 of every file) is written last: a reader trusts a prefix with a manifest
+  only, and checks the files against it. On the Hub, the files go in one commit (huggingface_hub's
+  ``create_commit``), manifest included.
+* **Resumable.** A journal in ``output_dir`` records each uploaded file's sha256 and the ETag the store
+  returned; after a kill, a file whose object still has that ETag is skipped. The Hub skips unchanged
+  files itself (its pre-upload answer carries each file's id) and stores an LFS object once.
+* **Retried** through the store's own retry settings (obstore's backoff; huggingface_hub's). A failure
+  after them is one line and exit :data:`EXIT_EXPORT` (retryable): the model is already safe in
+  ``output_dir``, and a restart does the export again without training again.
+* **Credentials** come only from the environment (``--secret-env``, workload identity); no URL with
+  credentials is accepted, and none is logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from trainer.atomic import write_text
+from trainer.config import ConfigError
+from trainer.errors import EXIT_EXPORT
+
+__all__ = [
+    "EXIT_EXPORT",
+    "MANIFEST",
+    "Destination",
+    "ExportError",
+    "ExportFailed",
+    "credential_hint",
+    "parse_destination",
+    "preflight",
+    "run",
+]
+
+log = logging.getLogger("trainer")
+
+MANIFEST = "colbert-k8s-export.json"  # written last: a destination without it holds no export
+_JOURNAL = ".export-journal.json"
+_CHUNK = 8 << 20
+_STORE_SCHEMES = ("s3", "gs", "az")
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+# Credentials the destination's client reads from the environment; any one set is enough. Where none is
+# set, the client falls back to the node's identity (instance metadata, GKE/AKS workload identity).
+CREDENTIALS = {
+    "s3": (
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"),  # EKS IRSA
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI",),  # EKS Pod Identity
+    ),
+    "gs": (("GOOGLE_APPLICATION_CREDENTIALS",), ("GOOGLE_SERVICE_ACCOUNT",), ("GOOGLE_SERVICE_ACCOUNT_KEY",)),
+    "az": (("AZURE_STORAGE_ACCOUNT_KEY",), ("AZURE_STORAGE_SAS_KEY",), ("AZURE_CLIENT_SECRET",),
+           ("AZURE_FEDERATED_TOKEN_FILE",)),  # fmt: skip
+    "hf": (("HF_TOKEN",),),
+}
+
+
+class ExportError(ConfigError):
+    """A destination that cannot be exported to: found at start, one line naming the fix, exit 2."""
+
+
+class ExportFailed(Exception):
+    """The upload failed after the store's retries: one line, exit :data:`EXIT_EXPORT`; a restart retries."""
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the export goes: ``scheme`` s3/gs/az (``bucket``, ``prefix``) or hf (``bucket`` is the repo id)."""
+
+    scheme: str
+    bucket: str
+    prefix: str = ""
+
+    @property
+    def hub(self) -> bool:
+        return self.scheme == "hf"
+
+    def __str__(self) -> str:
+        return f"hf://{self.bucket}" if self.hub else f"{self.scheme}://{self.bucket}/{self.prefix}"
+
+
+def parse_destination(value: str) -> Destination:
+    """``export.destination`` checked and split; a ValueError says what is wrong (the config's validator).
+
+    >>> parse_destination("s3://models/colbert/run-1")
+    Destination(scheme='s3', bucket='models', prefix='colbert/run-1/')
+    >>> str(parse_destination("hf://my-org/colbert-nfcorpus"))
+    'hf://my-org/colbert-nfcorpus'
+    >>> parse_destination("https://example.com/m")
+    Traceback (most recent call last):
+    ...
+    ValueError: https:// is not an export destination; use s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME
+    """
+    try:
+        parts = urlsplit(value)
+    except ValueError as e:
+        raise ValueError(f"is not a valid URL ({e})") from None
+    if parts.username or parts.password or "@" in parts.netloc:
+        raise ValueError("holds credentials; pass them as environment variables from a Secret (--secret-env)")
+    if parts.query or parts.fragment:
+        raise ValueError("has a query or fragment; give s3://BUCKET/PREFIX/ or hf://ORG/NAME alone")
+    if parts.scheme == "hf":
+        names = [p for p in (parts.netloc + parts.path).split("/") if p]
+        if names and names[0] in ("datasets", "spaces"):
+            raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
+        if len(names) != 2 or not all(_HUB_NAME.fullmatch(n) for n in names) or any(
+            ".." in n or "--" in n for n in names
+        ):
+            raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
+        return Destination("hf", "/".join(names))
+    if parts.scheme not in _STORE_SCHEMES:
+        raise ValueError(
+            f"{parts.scheme + '://' if parts.scheme else 'a path'} is not an export destination; use "
+            "s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME"
+        )
+    if not parts.netloc:
+        raise ValueError(f"{parts.scheme}:// names no bucket")
+    prefix = parts.path.strip("/")
+    if any(p in (".", "..") for p in prefix.split("/")):
+        raise ValueError("the prefix holds '.' or '..'; give a plain PREFIX")
+    return Destination(parts.scheme, parts.netloc, prefix + "/" if prefix else "")
+
+
+def credential_hint(dest: Destination, env: set[str] | dict) -> tuple[str, str] | None:
+    """(what is missing, the flags that pass it) when the environment holds none of the destination's
+    credential sets; else None.
+
+    >>> credential_hint(parse_destination("hf://org/m"), {})
+    ('needs HF_TOKEN (a token with write access)', '--secret-env HF_TOKEN=SECRET/KEY')
+    >>> credential_hint(parse_destination("s3://b/p"), {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) is None
+    True
+    """
+    sets = CREDENTIALS[dest.scheme]
+    if any(all(var in env for var in one) for one in sets):
+        return None
+    if dest.hub:
+        return "needs HF_TOKEN (a token with write access)", "--secret-env HF_TOKEN=SECRET/KEY"
+    return "needs credentials", " and ".join(f"--secret-env {v}=SECRET/KEY" for v in sets[0])
+
+
+# ---- what is exported -----------------------------------------------------------------------------
+
+
+def planned_files(cfg) -> dict[str, Path]:
+    """{name at the destination: local file}: the final model's files at the root, metrics.json, and
+    what ``export.include`` adds under its own folder."""
+    out = Path(cfg.output_dir)
+    plan = {p.relative_to(out / "final-model").as_posix(): p for p in _files(out / "final-model")}
+    plan["metrics.json"] = out / "metrics.json"
+    for item in cfg.export.include:
+        if item == "checkpoint":
+            from trainer.checkpoint import list_checkpoints  # torch: only when a checkpoint is asked for
+
+            found = list_checkpoints(out / "checkpoints")
+            if not found:
+                log.info("export: no checkpoint to include (the job kept none at its end)")
+                continue
+            where, folder = found[-1][1], "checkpoint"
+        else:
+            where, folder = out / item, item
+        plan.update({f"{folder}/{p.relative_to(where).as_posix()}": p for p in _files(where)})
+    return plan
+
+
+def _files(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise ExportFailed(f"{root} is missing: the phase that writes it is not whole; restart the job to redo it")
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp"))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest_for(plan: dict[str, Path]) -> dict:
+    return {
+        "format": 1,
+        "files": {name: {"size": p.stat().st_size, "sha256": _sha256(p)} for name, p in sorted(plan.items())},
+    }
+
+
+# ---- object stores --------------------------------------------------------------------------------
+
+
+def _store(dest: Destination, retries: int):
+    """An obstore store for the bucket, configured from the environment (as trainer/sources.py reads)."""
+    from obstore.store import from_url
+
+    options = {"timeout": "300s", "connect_timeout": "10s"}
+    kwargs: dict = {"retry_config": {"max_retries": retries, "retry_timeout": timedelta(minutes=10)}}
+    if dest.scheme == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            kwargs.update(endpoint=endpoint, virtual_hosted_style_request=False)
+            options["allow_http"] = endpoint.startswith("http://")
+        kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    try:
+        return from_url(f"{dest.scheme}://{dest.bucket}", client_options=options, **kwargs)
+    except Exception as e:  # a builder's complaint: no account (az://), a bad endpoint, ...
+        raise ExportError(f"export.destination {dest}: cannot be opened ({_reason(e)})") from None
+
+
+def _reason(e: BaseException) -> str:
+    text = re.sub(r"https?://[^\s@/]*@", "https://", str(e)).strip()  # never a credential from a URL
+    first = text.splitlines()[0] if text else type(e).__name__
+    for said, means in (
+        ("NoSuchBucket", "the bucket does not exist"),
+        ("AccessDenied", "access denied"),
+        ("InvalidAccessKeyId", "the access key is not known"),
+        ("SignatureDoesNotMatch", "the secret key does not match"),
+        ("169.254.169.254", "no credentials: none in the environment, and no instance metadata"),
+    ):
+        if said in text:
+            return means
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+def _probe_store(dest: Destination, hint: str | None) -> None:
+    """Write and remove a small object under the prefix: the bucket exists and the credentials may write."""
+    import obstore
+
+    store = _store(dest, retries=2)
+    key = f"{dest.prefix}.colbert-k8s-probe-{uuid.uuid4().hex[:12]}"
+    try:
+        obstore.put(store, key, b"colbert-k8s export probe\n")
+        obstore.delete(store, key)
+    except Exception as e:
+        fix = hint or "check that the bucket exists and that the credentials may write to it"
+        what = f"a probe object cannot be written ({_reason(e)})"
+        raise ExportError(f"export.destination {dest}: {what}; {fix}") from None
+
+
+def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, journal_path: Path) -> int:
+    """Files, then the manifest; returns the bytes sent. Files the journal proves are there are skipped."""
+    import obstore
+    from tqdm import tqdm
+
+    store = _store(dest, retries=10)
+    mkey = dest.prefix + MANIFEST
+    try:
+        old = bytes(obstore.get(store, mkey).bytes())
+    except FileNotFoundError:
+        old = None
+    except Exception as e:
+        raise ExportFailed(f"export to {dest}: cannot read {MANIFEST} ({_reason(e)})") from None
+    body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
+    if old == body:
+        log.info("export: %s already holds this export (its manifest matches); nothing to send", dest)
+        return 0
+    if old is not None:  # the files are about to change under it: no reader may trust it meanwhile
+        obstore.delete(store, mkey)
+    journal = _read_journal(journal_path, str(dest))
+    total = sum(manifest["files"][n]["size"] for n in plan)
+    sent = 0
+    with tqdm(total=total, unit="B", unit_scale=True, desc=f"export {dest}", mininterval=2) as bar:
+        for name, path in plan.items():
+            want = manifest["files"][name]
+            key = dest.prefix + name
+            if _already_there(store, key, journal.get(name), want):
+                bar.update(want["size"])
+                continue
+            try:
+                result = obstore.put(store, key, _chunks(path, bar), chunk_size=_CHUNK)
+            except Exception as e:
+                raise ExportFailed(f"export to {dest}: uploading {name} failed ({_reason(e)})") from None
+            sent += want["size"]
+            journal[name] = {"sha256": want["sha256"], "size": want["size"], "e_tag": result.get("e_tag")}
+            write_text(journal_path, json.dumps({"destination": str(dest), "files": journal}, indent=1))
+    try:
+        obstore.put(store, mkey, body)
+    except Exception as e:
+        raise ExportFailed(f"export to {dest}: writing {MANIFEST} failed ({_reason(e)})") from None
+    return sent
+
+
+def _chunks(path: Path, bar) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            bar.update(len(block))
+            yield block
+
+
+def _already_there(store, key: str, done: dict | None, want: dict) -> bool:
+    """Uploaded by an earlier start with these bytes, and the object is still the one it wrote (same ETag)."""
+    import obstore
+
+    if not done or done.get("sha256") != want["sha256"] or not done.get("e_tag"):
+        return False
+    try:
+        meta = obstore.head(store, key)
+    except Exception:
+        return False
+    return meta["size"] == want["size"] and meta.get("e_tag") == done["e_tag"]
+
+
+def _read_journal(path: Path, dest: str) -> dict:
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved.get("files", {}) if saved.get("destination") == dest else {}
+
+
+# ---- the Hub --------------------------------------------------------------------------------------
+
+
+def _hub(cfg):
+    from huggingface_hub import HfApi
+
+    # read here, not at the library's import: a test (or a caller) may set them after it
+    return HfApi(endpoint=os.environ.get("HF_ENDPOINT"), token=os.environ.get("HF_TOKEN"))
+
+
+def _probe_hub(cfg, dest: Destination) -> None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = _hub(cfg)
+    try:
+        who = api.whoami()
+    except HfHubHTTPError as e:
+        raise ExportError(f"export.destination {dest}: the Hub refused HF_TOKEN ({_hub_reason(e)}); "
+                          "pass a valid token with --secret-env HF_TOKEN=SECRET/KEY") from None  # fmt: skip
+    except Exception as e:
+        raise ExportError(f"export.destination {dest}: the Hub cannot be reached ({_reason(e)}); check "
+                          "HF_ENDPOINT and the network") from None  # fmt: skip
+    role = (who.get("auth", {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise ExportError(f"export.destination {dest}: HF_TOKEN is a read token; export needs one with write access")
+    try:
+        api.create_repo(dest.bucket, private=cfg.export.private, exist_ok=True, repo_type="model")
+        if cfg.export.revision:
+            api.create_branch(dest.bucket, branch=cfg.export.revision, exist_ok=True)
+    except HfHubHTTPError as e:
+        raise ExportError(f"export.destination {dest}: the repository cannot be created or written "
+                          f"({_hub_reason(e)}); check the name and the token's rights on {dest.bucket.split('/')[0]}"
+                          ) from None  # fmt: skip
+
+
+def _hub_reason(e) -> str:
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return f"HTTP {status}: {first[:160]}" if status else first[:200]
+
+
+def _upload_hub(cfg, dest: Destination, plan: dict[str, Path], manifest: dict) -> None:
+    from huggingface_hub import CommitOperationAdd
+    from huggingface_hub.errors import HfHubHTTPError
+
+    body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
+    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in plan.items()]
+    ops.append(CommitOperationAdd(path_in_repo=MANIFEST, path_or_fileobj=body))
+    try:
+        info = _hub(cfg).create_commit(
+            dest.bucket, ops, commit_message="colbert-k8s export", revision=cfg.export.revision, repo_type="model"
+        )
+    except (HfHubHTTPError, OSError) as e:
+        raise ExportFailed(f"export to {dest}: the commit failed ({_hub_reason(e)})") from None
+    log.info("export: commit %s (files the Hub already held unchanged were not sent)", info.oid)
+    return None
+
+
+# ---- the entry points -----------------------------------------------------------------------------
+
+
+def preflight(cfg) -> None:
+    """At start: the destination's credentials are in the environment and it takes a write."""
+    if cfg.export is None:
+        return
+    dest = parse_destination(cfg.export.destination)
+    missing = credential_hint(dest, os.environ)
+    hint = f"{dest.scheme}:// {missing[0]} in the environment: {missing[1]}" if missing else None
+    if dest.hub:
+        if hint:
+            raise ExportError(f"export.destination {dest}: {hint}")
+        _probe_hub(cfg, dest)
+    else:  # no credentials in the environment may still mean workload identity: the probe decides
+        _probe_store(dest, hint and hint + " (or workload identity)")
+    log.info("export: %s takes writes; the model goes there after training", dest)
+
+
+def run(cfg) -> dict:
+    """Rank 0, once the final model, metrics.json and the index are whole: upload them, manifest last."""
+    dest = parse_destination(cfg.export.destination)
+    started = time.perf_counter()
+    plan = planned_files(cfg)
+    manifest = manifest_for(plan)
+    if dest.hub:
+        sent = _upload_hub(cfg, dest, plan, manifest)
+    else:
+        sent = _upload_store(dest, plan, manifest, Path(cfg.output_dir) / _JOURNAL)
+    result = {"destination": str(dest), "files": len(plan), "bytes": sum(f["size"] for f in manifest["files"].values()),
+              "bytes_sent": sent, "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    write_text(Path(cfg.output_dir) / "export.json", json.dumps(result, indent=2) + "\n")
+    log.info("export done: %s", json.dumps(result))
+    return result

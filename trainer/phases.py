@@ -1,0 +1,100 @@
+"""Every phase of a job whole or absent, and the marker that says all of them are.
+
+A job's ``output_dir`` gets, in this order: ``final-model/`` (its ``manifest.json`` last, then renamed into
+place), ``metrics.json``, ``index/`` when the config asks for one (manifest last, renamed), ``metrics.json``
+again with its ``index`` entry, and ``done.json`` last of all: a manifest of ``metrics.json`` and of the
+phases' manifests. All of them are :mod:`trainer.checkpoint`'s manifests (size and sha256 of every file,
+the format version): one mechanism for checkpoints, models and indexes.
+
+A restart asks :func:`redo_from` which phase to start from. A round of mining whose ``metrics.json``
+existed used to count as done, so a kill during the PLAID index build ended in "succeeded" with no index.
+Now a final model whose manifest is missing or does not verify is trained again from the round's last
+checkpoint, an index is rebuilt, each with one line; the job exits 0 only after :func:`mark_done` has
+verified every phase the config asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from trainer import card
+from trainer.atomic import write_text
+from trainer.checkpoint import CheckpointError, remove_stale_temporaries, verify, write_manifest
+from trainer.errors import DiskFull, PhaseNotWhole, no_space
+
+__all__ = ["DONE", "finish", "mark_done", "redo_from", "started"]
+
+log = logging.getLogger("trainer")
+
+DONE = "done.json"  # output_dir's marker: written after every phase is verified whole
+
+
+def _problem(directory: Path, name: str = "manifest.json") -> str | None:
+    """Why ``directory`` is not whole (a manifest of another format included), else None."""
+    try:
+        return verify(directory, required=True, name=name)
+    except CheckpointError as e:
+        return str(e)
+
+
+def redo_from(cfg) -> tuple[str | None, str]:
+    """The first phase of ``cfg``'s job that is not whole in its ``output_dir`` and why: ``train`` (the
+    final model or metrics.json), ``index``, ``done`` (only the marker is missing); ``(None, "")`` when
+    every phase is whole."""
+    out = Path(cfg.output_dir)
+    if problem := _problem(out / "final-model"):
+        return "train", f"the final model {out / 'final-model'} is not whole: {problem}"
+    try:
+        metrics = json.loads((out / "metrics.json").read_text())
+    except (OSError, ValueError) as e:
+        return "train", f"{out / 'metrics.json'} is unreadable ({type(e).__name__})"
+    if cfg.index is not None:
+        if problem := _problem(out / "index"):
+            return "index", f"the index {out / 'index'} is not whole: {problem}"
+        if not isinstance(metrics, dict) or "index" not in metrics:
+            return "index", f"{out / 'metrics.json'} has no index entry"
+    if not (out / DONE).is_file():
+        return "done", f"{out / DONE} is missing"
+    if problem := _problem(out, DONE):
+        return "train", f"{out / DONE} does not verify: {problem}"
+    return None, ""
+
+
+def _marked(cfg) -> list[str]:
+    return ["metrics.json", "final-model/manifest.json", *(["index/manifest.json"] if cfg.index is not None else [])]
+
+
+def started(cfg) -> None:
+    """A phase is about to be written again: the old marker goes first, so it never vouches for a mix."""
+    (Path(cfg.output_dir) / DONE).unlink(missing_ok=True)
+
+
+def mark_done(cfg) -> None:
+    """Verify every phase ``cfg`` asks for, then write ``done.json``; raises :class:`PhaseNotWhole` (retryable:
+    the restart redoes that phase) when one is not whole."""
+    phase, why = redo_from(cfg)
+    if phase not in (None, "done"):
+        raise PhaseNotWhole(f"{why}; not marking the job done: the restart redoes that phase")
+    out = Path(cfg.output_dir)
+    try:
+        write_manifest(out, _marked(cfg), name=DONE)
+    except OSError as e:
+        (out / DONE).unlink(missing_ok=True)
+        if cause := no_space(e):
+            raise DiskFull.of(cause, out / DONE) from None
+        raise
+
+
+def finish(cfg, metrics: dict) -> None:
+    """Rank 0, once the final model and metrics.json are written: the index if asked (metrics.json gains
+    its entry), then the marker."""
+    if cfg.index is not None:
+        from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
+
+        remove_stale_temporaries(Path(cfg.output_dir))  # a killed build's .tmp-index-*
+        metrics["index"] = build_and_evaluate(metrics["model_dir"], cfg)
+        card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the figures through the index
+        write_text(Path(cfg.output_dir) / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    mark_done(cfg)
