@@ -153,3 +153,59 @@ def moto_available() -> str | None:
     if not MOTO_SERVER.exists():
         return f"{MOTO_SERVER} is missing: run scripts/setup.sh train,test"
     return None if os.access(MOTO_SERVER, os.X_OK) else f"{MOTO_SERVER} is not executable"
+
+
+class StallingProxy:
+    """An HTTP proxy in front of ``upstream`` (moto) that holds any request whose path contains ``stall``
+    unanswered while ``stall`` is set, as a link that dies mid-upload does; ``stalled`` is set when one is
+    held. Headers (Host included, which SigV4 signs) and bodies are passed on as they are."""
+
+    def __init__(self, upstream: str, stall: str | None = None) -> None:
+        import http.client
+        import urllib.parse
+
+        proxy = self
+        self.stall, self.stalled, self.release = stall, threading.Event(), threading.Event()
+        target = urllib.parse.urlsplit(upstream)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.stall and proxy.stall in self.path:
+                    proxy.stalled.set()
+                    proxy.release.wait(600)
+                    self.close_connection = True
+                    return
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                head = self.command == "HEAD"  # its Content-Length is the object's: kept, and no body
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection") and (head or k.lower() != "content-length"):
+                        self.send_header(k, v)
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()

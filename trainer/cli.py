@@ -75,9 +75,7 @@ def _main(argv: list[str]) -> int:
         setup_logging(plan.rank)
         from trainer.rounds import run  # torch, transformers, pylate: imported once the config is good
 
-        run(cfg, plan)
-        if cfg.export is not None and plan.is_main:  # the final model, metrics.json and the index are whole
-            export.run(cfg)
+        run(cfg, plan)  # the export, when asked for, is its last phase
         return 0
     except (ConfigError, EnvError) as e:
         return _fail(str(e), EXIT_CONFIG)

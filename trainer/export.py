@@ -258,8 +258,9 @@ def _probe_store(dest: Destination, hint: str | None) -> None:
         raise ExportError(f"export.destination {dest}: {what}; {fix}") from None
 
 
-def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, journal_path: Path) -> int:
-    """Files, then the manifest; returns the bytes sent. Files the journal proves are there are skipped."""
+def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, journal_path: Path, done) -> int:
+    """Files, then the manifest; returns the bytes sent. Files the journal proves are there are skipped.
+    ``done()`` is called after each file."""
     import obstore
     from tqdm import tqdm
 
@@ -274,6 +275,8 @@ def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, jour
     body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
     if old == body:
         log.info("export: %s already holds this export (its manifest matches); nothing to send", dest)
+        for _ in plan:
+            done()
         return 0
     if old is not None:  # the files are about to change under it: no reader may trust it meanwhile
         obstore.delete(store, mkey)
@@ -286,6 +289,7 @@ def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, jour
             key = dest.prefix + name
             if _already_there(store, key, journal.get(name), want):
                 bar.update(want["size"])
+                done()
                 continue
             try:
                 result = obstore.put(store, key, _chunks(path, bar), chunk_size=_CHUNK)
@@ -294,6 +298,7 @@ def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, jour
             sent += want["size"]
             journal[name] = {"sha256": want["sha256"], "size": want["size"], "e_tag": result.get("e_tag")}
             write_text(journal_path, json.dumps({"destination": str(dest), "files": journal}, indent=1))
+            done()
     try:
         obstore.put(store, mkey, body)
     except Exception as e:
@@ -406,16 +411,21 @@ def preflight(cfg) -> None:
     log.info("export: %s takes writes; the model goes there after training", dest)
 
 
-def run(cfg) -> dict:
-    """Rank 0, once the final model, metrics.json and the index are whole: upload them, manifest last."""
+def run(cfg, progress=None) -> dict:
+    """Rank 0, once the final model, metrics.json and the index are whole: upload them, manifest last.
+    ``progress``: the job's (trainer/progress.py), whose last phase the export is."""
     dest = parse_destination(cfg.export.destination)
     started = time.perf_counter()
     plan = planned_files(cfg)
     manifest = manifest_for(plan)
+    done = (lambda: progress.advance("export")) if progress is not None else (lambda: None)
+    if progress is not None:
+        progress.begin("export", items=1 if dest.hub else len(plan))
     if dest.hub:
         sent = _upload_hub(cfg, dest, plan, manifest)
+        done()
     else:
-        sent = _upload_store(dest, plan, manifest, Path(cfg.output_dir) / _JOURNAL)
+        sent = _upload_store(dest, plan, manifest, Path(cfg.output_dir) / _JOURNAL, done)
     result = {"destination": str(dest), "files": len(plan), "bytes": sum(f["size"] for f in manifest["files"].values()),
               "bytes_sent": sent, "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     write_text(Path(cfg.output_dir) / "export.json", json.dumps(result, indent=2) + "\n")

@@ -17,7 +17,8 @@ over all units, never lower than the last one posted, and 99 at most until the v
 is posted once (:meth:`Progress.close`). The ETA is what is left at the speed this process has had so
 far (units it did over the time it ran): phases of different real speed make it a rough figure. A
 restarted job starts from what its finished phases (rounds with ``metrics.json``, mined parts, the
-checkpoint's step) already did. Evaluation, checkpoints and the index are not counted.
+checkpoint's step) already did. The export, when asked for, is the last phase (a twentieth of the rest;
+its items the files sent). Evaluation, checkpoints and the index are not counted.
 
 * **TrainJob status (Kubeflow Trainer's TrainJobStatus, KEP-2779).** When the Trainer injects its
   endpoint (``KUBEFLOW_TRAINER_SERVER_URL``, or the KEP's ``KUBEFLOW_TRAINER_STATUS_URL``, with the
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 
 from trainer.config import TrainConfig, job_scale
 
-__all__ = ["LOG_PREFIX", "Phase", "Progress", "endpoint", "job_plan"]
+__all__ = ["LOG_PREFIX", "Phase", "Progress", "endpoint", "job_plan", "with_export"]
 
 log = logging.getLogger("trainer")
 LOG_PREFIX = "progress "
@@ -145,7 +146,7 @@ def job_plan(cfg: TrainConfig, world_size: int, rows: int, queries: int, documen
     scale = job_scale(cfg, world_size)
     per_step = scale.global_batch * (1 + scale.docs_per_query) * 3  # a query and its documents, forward and back
     if cfg.mine is None:
-        return [Phase(1, "train", "train", steps, steps * per_step)]
+        return with_export(cfg, [Phase(1, "train", "train", steps, steps * per_step)])
     m, total = cfg.mine, cfg.mine.rounds
     parts = max(1, math.ceil(queries / m.query_chunk))
     own_chunks = max(1, math.ceil(math.ceil(documents / chunk) / world_size))  # rank 0's: 0, W, 2W, ...
@@ -161,7 +162,23 @@ def job_plan(cfg: TrainConfig, world_size: int, rows: int, queries: int, documen
         if m.teacher is not None:
             plan.append(Phase(r, "teacher", head + "teacher scores", parts, rows * (1 + m.negatives)))
         plan.append(Phase(r, "train", f"round {r}/{total}: train", steps, steps * per_step))
-    return plan
+    return with_export(cfg, plan)
+
+
+def with_export(cfg: TrainConfig, plan: list[Phase]) -> list[Phase]:
+    """``plan`` with the export last when the config asks for one: worth a twentieth of the rest (a network
+    copy of the model, not a pass of the encoder), its items the files sent.
+
+    >>> from trainer.config import parse_config
+    >>> cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 10},
+    ...     "export": {"destination": "s3://models/run/"}})
+    >>> [(p.name, p.units) for p in with_export(cfg, [Phase(1, "train", "train", 10, 100.0)])]
+    [('train', 100.0), ('export', 5.0)]
+    """
+    if cfg.export is None:
+        return plan
+    last = plan[-1].round if plan else 1
+    return [*plan, Phase(last, "export", "export", 1, 0.05 * sum(p.units for p in plan))]
 
 
 class Progress:

@@ -9,7 +9,9 @@ write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, s
 ``metrics.json`` are where a job without mining puts them. Mined rows go to
 ``output_dir/mined/round-R/``. A round whose phases all verify (``trainer/phases.py``: the final model, the
 index if asked, ``metrics.json``, ``done.json``) is done; a restarted job skips it, builds a missing index
-again, and resumes the first unfinished round from its own checkpoints.
+again, and resumes the first unfinished round from its own checkpoints. A job without mining is one such
+round: restarted after its training was whole (killed during the index build or the export), it does not
+train again.
 
 One process group spans every round (``distributed.process_group`` is a no-op inside it), and so do
 one progress (trainer/progress.py: every round's mining and training are phases of it, 100% only at the
@@ -26,7 +28,7 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer import phases, train
+from trainer import export, phases, train
 from trainer.checkpoint import list_checkpoints
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import DataError
@@ -41,7 +43,7 @@ from trainer.mine import (
     mining_fingerprint,
 )
 from trainer.model import build_model
-from trainer.progress import Phase, Progress, job_plan
+from trainer.progress import Phase, Progress, job_plan, with_export
 from trainer.watchdog import watching
 
 __all__ = ["round_config", "run"]
@@ -51,57 +53,94 @@ log = logging.getLogger("trainer")
 
 def run(cfg: TrainConfig, layout: Layout) -> dict:
     """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training."""
-    if cfg.mine is None:
-        return train.run(cfg, layout)
-    device = D.device_for(layout)
-    metrics: dict = {}
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
     ):
         progress = Progress(plan=_plan(cfg, layout), enabled=layout.is_main)
-        previous: Path | None = None
-        for r in range(1, cfg.mine.rounds + 1):
-            rcfg = round_config(cfg, r)
-            out = Path(rcfg.output_dir)
-            # whole, not merely begun: metrics.json alone said "done" while the index was never built
-            phase, why = D.broadcast_object(phases.redo_from(rcfg) if layout.is_main else None)
-            progress.round = r
-            if phase in (None, "index", "done"):  # trained before: the index is not counted (progress.py)
-                progress.skip()
-            if phase is None:
-                log.info("round %d/%d: done before (%s)", r, cfg.mine.rounds, out / phases.DONE)
-            elif phase in ("index", "done"):
-                then = "building the index again" if phase == "index" else "the rest verified, marking it done"
-                log.warning("round %d/%d: trained before, but %s: %s", r, cfg.mine.rounds, why, then)
-                if layout.is_main and phase == "index":
-                    phases.finish(rcfg, json.loads((out / "metrics.json").read_text()))
-                elif layout.is_main:
-                    phases.mark_done(rcfg)
+        if cfg.mine is None:  # one round without mining: restarted after it (in the export), it does not train
+            metrics = {}
+            if _trained_before(cfg, layout, "the job"):
+                progress.skip("train")
             else:
-                if (out / "metrics.json").is_file() or (out / "final-model").is_dir():
-                    log.warning("round %d/%d: %s; training it again from its last checkpoint", r, cfg.mine.rounds, why)
-                log.info(
-                    "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
-                )
-                load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
-                source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
-                mined_dir = Path(cfg.output_dir) / "mined" / f"round-{r}"
-                _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
-                mined = mine(cfg, layout, mined_dir, load, source, progress)
-                rcfg = rcfg.model_copy(
-                    update={
-                        "data": rcfg.data.model_copy(
-                            update={"train": mined_source(mined, cfg.loss.name == "distillation")}
-                        )
-                    }
-                )
-                metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress)
-            previous = out / "final-model"
-        progress.close()  # the 100%, when the last round's training did not post it (it was done before)
-    if not metrics and layout.is_main:  # every round was done before: report the last one's figures
+                metrics = train.run(cfg, layout, progress=progress)
+        else:
+            metrics = _rounds(cfg, layout, progress)
+        _export(cfg, layout, progress)
+        progress.close()  # the 100%, once, at the very end
+    if not metrics and layout.is_main:  # done before: report its figures
         metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
     return metrics
+
+
+def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
+    """Each round: mine with the previous round's model (the first: ``mine.retriever``/``mine.model``), train."""
+    device = D.device_for(layout)
+    metrics: dict = {}
+    previous: Path | None = None
+    for r in range(1, cfg.mine.rounds + 1):
+        rcfg = round_config(cfg, r)
+        out = Path(rcfg.output_dir)
+        progress.round = r
+        if _trained_before(rcfg, layout, f"round {r}/{cfg.mine.rounds}"):
+            progress.skip()  # the index is not counted (progress.py)
+        else:
+            log.info(
+                "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
+            )
+            load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
+            source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
+            mined_dir = Path(cfg.output_dir) / "mined" / f"round-{r}"
+            _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
+            mined = mine(cfg, layout, mined_dir, load, source, progress)
+            rcfg = rcfg.model_copy(
+                update={
+                    "data": rcfg.data.model_copy(
+                        update={"train": mined_source(mined, cfg.loss.name == "distillation")}
+                    )
+                }
+            )
+            metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress)
+        previous = out / "final-model"
+    return metrics
+
+
+def _export(cfg: TrainConfig, layout: Layout, progress: Progress) -> None:
+    """Rank 0 exports (trainer/export.py) once every phase is whole; every rank raises its failure together."""
+    if cfg.export is None:
+        return
+    problem = None
+    if layout.is_main:
+        try:
+            export.run(cfg, progress)
+        except export.ExportFailed as e:
+            problem = str(e)
+    if problem := D.broadcast_object(problem):
+        raise export.ExportFailed(problem)
+
+
+def _trained_before(cfg: TrainConfig, layout: Layout, what: str) -> bool:
+    """Whether ``cfg``'s training (a round's, or a plain job's) was done by an earlier start: then the later
+    phases that are not whole (the index, the marker) are done now, on rank 0, and True. Rank 0 decides for
+    every rank (per-pod storage: only its pod holds output_dir). Whole, not merely begun: metrics.json alone
+    said "done" while the index was never built (trainer/phases.py)."""
+    out = Path(cfg.output_dir)
+    phase, why = D.broadcast_object(phases.redo_from(cfg) if layout.is_main else None)
+    if phase is None:
+        log.info("%s: done before (%s verifies): not trained again, and config changes since are not applied; "
+                 "to train again, use a new output_dir", what, out / phases.DONE)  # fmt: skip
+    elif phase in ("index", "done"):
+        then = "building the index again" if phase == "index" else "the rest verified, marking it done"
+        log.warning("%s: trained before, but %s: %s", what, why, then)
+        if layout.is_main and phase == "index":
+            phases.finish(cfg, json.loads((out / "metrics.json").read_text()))
+        elif layout.is_main:
+            phases.mark_done(cfg)
+    else:
+        if (out / "metrics.json").is_file() or (out / "final-model").is_dir():
+            log.warning("%s: %s; training it again from its last checkpoint", what, why)
+        return False
+    return True
 
 
 def _plan(cfg: TrainConfig, layout: Layout) -> list:
@@ -109,11 +148,15 @@ def _plan(cfg: TrainConfig, layout: Layout) -> list:
     problem with them is left for mining to name in one line on every rank, and the plan is then a guess."""
     if not layout.is_main:
         return []
+    if cfg.mine is None:  # training corrects its step count when it builds its data
+        return job_plan(cfg, layout.world_size, rows=0, queries=0, documents=0, chunk=1)
     try:
         pairs = load_pairs(cfg)
         return job_plan(cfg, layout.world_size, len(pairs.rows), len(pairs.queries), len(pairs.corpus), DOC_CHUNK)
     except ConfigError:  # DataError included: raised again where every rank meets it
-        return [Phase(r, "train", f"round {r}/{cfg.mine.rounds}: train", 1, 1.0) for r in range(1, cfg.mine.rounds + 1)]
+        rounds = range(1, cfg.mine.rounds + 1)
+        guess = [Phase(r, "train", f"round {r}/{cfg.mine.rounds}: train", 1, 1.0) for r in rounds]
+        return with_export(cfg, guess)
 
 
 def _refuse_new_rows_under_checkpoints(cfg: TrainConfig, layout: Layout, mined: Path, checkpoints: Path, source: str):
