@@ -287,8 +287,8 @@ def build_spec(o: dict) -> JobSpec:
 
 
 def _scale_line(spec: JobSpec) -> str:
-    """The nodes, then the trainer's own scale line (``trainer.config.Scale``), word for word."""
-    from trainer.config import job_scale
+    """The nodes, then the trainer's own scale line (``trainer.scale.Scale``), word for word."""
+    from trainer.scale import job_scale
 
     unit = "GPU" if spec.gpus_per_node else "CPU process"
     layout = f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s)"

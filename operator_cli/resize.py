@@ -73,7 +73,8 @@ def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:
     if old == new:
         return
     from operator_cli.spec import parse_training_config
-    from trainer.config import ConfigError, micro_batches
+    from trainer.config import ConfigError
+    from trainer.scale import micro_batches
 
     cm = f"{name}-config"
     obj = cluster.read(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)

@@ -380,7 +380,8 @@ class JobSpec:
                 f"{flag} needs shared storage: a group re-formed without a node must find that node's checkpoints",
                 hint="add --pvc-size 50Gi (a new ReadWriteMany claim) or --pvc NAME",
             )
-        from trainer.config import ConfigError, micro_batches
+        from trainer.config import ConfigError
+        from trainer.scale import micro_batches
 
         cfg = self.train_config
         if cfg.training.global_batch_size is None:
@@ -398,7 +399,8 @@ class JobSpec:
     def _check_export(self) -> None:
         """``export.destination`` needs its credentials in the pods: named here, not found after training.
         An object store may use workload identity instead, which comes with the pods' service account."""
-        from trainer.export import credential_hint, parse_destination
+        from trainer.config_base import parse_destination
+        from trainer.export import credential_hint
 
         cfg = self.train_config
         if cfg.export is None:
@@ -490,7 +492,8 @@ class JobSpec:
 
 def read_config(path: str | Path) -> str:
     """Read ``--config`` and validate it with the trainer's schema (pydantic only, no torch)."""
-    from trainer.config import ConfigError, load_yaml, parse_config, read_config_text
+    from trainer.config import ConfigError
+    from trainer.config_yaml import load_yaml, parse_config, read_config_text
 
     try:
         text = read_config_text(path)
@@ -502,6 +505,6 @@ def read_config(path: str | Path) -> str:
 
 def parse_training_config(text: str):
     """A rendered config text (``--config`` or the ConfigMap's ``train.yaml``) as a ``TrainConfig``."""
-    from trainer.config import load_yaml, parse_config
+    from trainer.config_yaml import load_yaml, parse_config
 
     return parse_config(load_yaml(text, "train.yaml"), "train.yaml")

@@ -16,7 +16,7 @@ from operator_cli.render import render
 from operator_cli.spec import JobSpec, SecretRef
 from tests.conftest import ROOT
 from tests.schemas import validate_all
-from trainer.config import load_yaml
+from trainer.config_yaml import load_yaml
 
 CHART = ROOT / "charts" / "colbert-train"
 # floats of every shape Helm's JSON numbers take (3e-05 is a string to YAML 1.1 readers)
@@ -399,7 +399,8 @@ def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):
     if "config" in values and "\\u0001" not in json.dumps(values["config"]):
         # the CLI refuses the same config, written as a file with its characters as they are (an escaped
         # C0 character is a YAML escape the CLI accepts; the chart refuses it too, being stricter there)
-        from trainer.config import ConfigError, load_config
+        from trainer.config import ConfigError
+        from trainer.config_yaml import load_config
 
         path = tmp_path / "train.yaml"
         path.write_text(json.dumps(values["config"], ensure_ascii=False), encoding="utf-8")

@@ -19,7 +19,9 @@ from safetensors.torch import load_file
 
 from tests.conftest import free_port, make_tiny_bert, write_triplets
 from tests.pods import last_log, start_pods, wait_pods
-from trainer.config import ConfigError, job_scale, micro_batches, parse_config
+from trainer.config import ConfigError
+from trainer.config_yaml import parse_config
+from trainer.scale import job_scale, micro_batches
 
 
 def _cfg(loss: str = "contrastive", **training):

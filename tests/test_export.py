@@ -12,7 +12,8 @@ import pytest
 from tests.hub import READ_TOKEN, HubStandIn
 from tests.stores import MotoS3, moto_available
 from trainer import export
-from trainer.config import ConfigError, parse_config
+from trainer.config import ConfigError
+from trainer.config_yaml import parse_config
 
 BASE = {"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 1}}
 

@@ -585,7 +585,7 @@ def test_status_shows_the_phase_of_the_whole_job(api, caplog):
     import json
     import logging
 
-    from trainer.config import parse_config
+    from trainer.config_yaml import parse_config
     from trainer.progress import Progress, job_plan
 
     cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 4},

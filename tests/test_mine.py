@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from tests.conftest import free_port, write_triplets
-from trainer.config import ConfigError, MineConfig, load_config, parse_config
+from trainer.config import ConfigError
+from trainer.config_mine import MineConfig
+from trainer.config_yaml import load_config, parse_config
 from trainer.mine import Dropped
 
 # ---- the choice --------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ import yaml
 
 from tests.conftest import write_triplets
 from tests.test_mine import _job, _pairs_cfg, _trainer
-from trainer.config import ConfigError, parse_config
+from trainer.config import ConfigError
+from trainer.config_yaml import parse_config
 from trainer.env import Layout
 from trainer.mine import choose_negatives, load_pairs, mine
 
@@ -95,7 +96,8 @@ def test_teacher_scores_are_the_models_own_for_each_pair_and_a_miscount_is_refus
     from sentence_transformers import CrossEncoder
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from trainer.config import ModelConfig, TeacherConfig
+    from trainer.config import ModelConfig
+    from trainer.config_mine import TeacherConfig
     from trainer.teacher import Teacher, TeacherError
 
     path = tmp_path / "ce-1"

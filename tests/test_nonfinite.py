@@ -157,7 +157,7 @@ def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_th
 ):
     """The count lived in the process only: a restart after one skipped step could skip N more."""
     from tests.conftest import write_triplets
-    from trainer.config import parse_config
+    from trainer.config_yaml import parse_config
     from trainer.env import Layout
     from trainer.train import run
 

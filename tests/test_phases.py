@@ -35,7 +35,7 @@ def _fake_output(out: Path, index: bool) -> None:
 
 
 def _cfg(out: Path, index: bool, beir: str = "beir"):
-    from trainer.config import parse_config
+    from trainer.config_yaml import parse_config
 
     cfg = {"data": {"train": {"path": "t.jsonl"}, "eval_beir": beir}, "training": {"max_steps": 2},
            "output_dir": str(out), **({"index": {}} if index else {})}  # fmt: skip

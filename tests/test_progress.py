@@ -326,7 +326,7 @@ def _lines(caplog) -> list[dict]:
 
 
 def _two_round_plan(**mine):
-    from trainer.config import parse_config
+    from trainer.config_yaml import parse_config
     from trainer.progress import job_plan
 
     loss = {"loss": {"name": "distillation"}} if "teacher" in mine else {}

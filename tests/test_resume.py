@@ -18,8 +18,9 @@ import yaml
 
 from tests.conftest import free_port, make_tiny_bert, write_triplets
 from tests.pods import last_log, start_pods, wait_pods
-from trainer.config import job_scale, load_config
+from trainer.config_yaml import load_config
 from trainer.errors import EXIT_PEER
+from trainer.scale import job_scale
 
 STEPS = 12
 
@@ -341,7 +342,7 @@ def test_a_changed_learning_rate_is_applied_on_resume_not_dropped():
     import torch
     from transformers import get_scheduler
 
-    from trainer.config import parse_config
+    from trainer.config_yaml import parse_config
     from trainer.resume import apply_changed_hyperparameters
 
     def objects(lr):

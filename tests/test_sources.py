@@ -236,7 +236,7 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
 
 def test_mine_model_and_teacher_on_s3_are_staged_like_the_model(s3_env, tmp_path, tiny_model):
     """Every model a job reads may sit in object storage: model.name_or_path, mine.model, mine.teacher."""
-    from trainer.config import parse_config
+    from trainer.config_yaml import parse_config
     from trainer.sources import stage_config
 
     s3_env.bucket("models")

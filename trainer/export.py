@@ -36,23 +36,20 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from trainer.atomic import write_text
 from trainer.config import ConfigError
+from trainer.config_base import Destination, parse_destination
 from trainer.errors import EXIT_EXPORT
 
 __all__ = [
     "EXIT_EXPORT",
     "MANIFEST",
-    "Destination",
     "ExportError",
     "ExportFailed",
     "credential_hint",
-    "parse_destination",
     "preflight",
     "run",
 ]
@@ -62,8 +59,6 @@ log = logging.getLogger("trainer")
 MANIFEST = "colbert-k8s-export.json"  # written last: a destination without it holds no export
 _JOURNAL = ".export-journal.json"
 _CHUNK = 8 << 20
-_STORE_SCHEMES = ("s3", "gs", "az")
-_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 # Credentials the destination's client reads from the environment; any one set is enough. Where none is
 # set, the client falls back to the node's identity (instance metadata, GKE/AKS workload identity).
 CREDENTIALS = {
@@ -85,64 +80,6 @@ class ExportError(ConfigError):
 
 class ExportFailed(Exception):
     """The upload failed after the store's retries: one line, exit :data:`EXIT_EXPORT`; a restart retries."""
-
-
-@dataclass(frozen=True)
-class Destination:
-    """Where the export goes: ``scheme`` s3/gs/az (``bucket``, ``prefix``) or hf (``bucket`` is the repo id)."""
-
-    scheme: str
-    bucket: str
-    prefix: str = ""
-
-    @property
-    def hub(self) -> bool:
-        return self.scheme == "hf"
-
-    def __str__(self) -> str:
-        return f"hf://{self.bucket}" if self.hub else f"{self.scheme}://{self.bucket}/{self.prefix}"
-
-
-def parse_destination(value: str) -> Destination:
-    """``export.destination`` checked and split; a ValueError says what is wrong (the config's validator).
-
-    >>> parse_destination("s3://models/colbert/run-1")
-    Destination(scheme='s3', bucket='models', prefix='colbert/run-1/')
-    >>> str(parse_destination("hf://my-org/colbert-nfcorpus"))
-    'hf://my-org/colbert-nfcorpus'
-    >>> parse_destination("https://example.com/m")
-    Traceback (most recent call last):
-    ...
-    ValueError: https:// is not an export destination; use s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME
-    """
-    try:
-        parts = urlsplit(value)
-    except ValueError as e:
-        raise ValueError(f"is not a valid URL ({e})") from None
-    if parts.username or parts.password or "@" in parts.netloc:
-        raise ValueError("holds credentials; pass them as environment variables from a Secret (--secret-env)")
-    if parts.query or parts.fragment:
-        raise ValueError("has a query or fragment; give s3://BUCKET/PREFIX/ or hf://ORG/NAME alone")
-    if parts.scheme == "hf":
-        names = [p for p in (parts.netloc + parts.path).split("/") if p]
-        if names and names[0] in ("datasets", "spaces"):
-            raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
-        if len(names) != 2 or not all(_HUB_NAME.fullmatch(n) for n in names) or any(
-            ".." in n or "--" in n for n in names
-        ):
-            raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
-        return Destination("hf", "/".join(names))
-    if parts.scheme not in _STORE_SCHEMES:
-        raise ValueError(
-            f"{parts.scheme + '://' if parts.scheme else 'a path'} is not an export destination; use "
-            "s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME"
-        )
-    if not parts.netloc:
-        raise ValueError(f"{parts.scheme}:// names no bucket")
-    prefix = parts.path.strip("/")
-    if any(p in (".", "..") for p in prefix.split("/")):
-        raise ValueError("the prefix holds '.' or '..'; give a plain PREFIX")
-    return Destination(parts.scheme, parts.netloc, prefix + "/" if prefix else "")
 
 
 def credential_hint(dest: Destination, env: set[str] | dict) -> tuple[str, str] | None:

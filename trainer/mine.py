@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from trainer import distributed as D
 from trainer.atomic import replacing, write_text
-from trainer.config import Columns, DataSource, MineConfig, TrainConfig
+from trainer.config import Columns, DataSource, TrainConfig
+from trainer.config_mine import MineConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.encode import embed_texts
 from trainer.env import Layout

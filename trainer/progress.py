@@ -49,7 +49,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from trainer.config import TrainConfig, job_scale
+from trainer.config import TrainConfig
+from trainer.scale import job_scale
 
 __all__ = ["LOG_PREFIX", "Phase", "Progress", "endpoint", "job_plan", "with_export"]
 

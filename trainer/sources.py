@@ -36,7 +36,8 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 
 from trainer.atomic import write_text
-from trainer.config import OBJECT_SCHEMES, ConfigError
+from trainer.config import ConfigError
+from trainer.config_base import OBJECT_SCHEMES
 
 __all__ = ["SourceError", "is_remote", "stage", "stage_config"]
 

@@ -29,8 +29,8 @@ from trainer import grad_sync, phases, resume
 from trainer.atomic import replace_dir, write_text
 from trainer.card import for_job
 from trainer.checkpoint import remove_stale_temporaries, write_manifest
-from trainer.cli import PROCESS_STARTED
-from trainer.config import DataSource, TrainConfig, job_scale
+from trainer.clock import PROCESS_STARTED
+from trainer.config import DataSource, TrainConfig
 from trainer.data import StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
@@ -40,6 +40,7 @@ from trainer.losses import build_loss
 from trainer.model import autocast_for, build_model, choose_precision
 from trainer.preemption import Preempted, StopRequest
 from trainer.progress import Progress
+from trainer.scale import job_scale
 from trainer.step import TrainState, optimizer_step
 from trainer.tracking import Tracker
 from trainer.watchdog import watching

@@ -1,0 +1,124 @@
+"""What the config schema is built of: strict sections, and the two kinds of URL a config may name.
+
+A source (``Location``: a model, data, an evaluation set, a corpus) is a local path or a URL that
+``trainer/sources.py`` stages; an export destination (:func:`parse_destination`) is an object-store prefix
+or a Hub model repository that ``trainer/export.py`` uploads to. Both are checked here, by the schema, so
+that ``colbert-k8s render`` refuses a bad one too, instead of the pod failing at start. Standard library
+and pydantic only: the CLI validates configs without torch.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+__all__ = ["OBJECT_SCHEMES", "Destination", "Location", "Strict", "parse_destination"]
+
+# Where a source may live besides a local path: staged by trainer/sources.py (hf:// goes to the hub's client)
+OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+
+
+def _location(value: str) -> str:
+    """A local path, or a URL trainer/sources.py can stage: checked here, so that ``render`` refuses it
+    too, instead of the pod failing at start."""
+    if "://" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (parses the port: "host:http" raises here)
+    except ValueError as e:
+        raise ValueError(f"is not a valid URL ({e})") from None
+    if parts.scheme == "hf":
+        if not (parts.netloc + parts.path).strip("/"):
+            raise ValueError("hf:// names no repository; give hf://ORG/NAME (models) or hf://datasets/ORG/NAME")
+        return value
+    if parts.scheme not in OBJECT_SCHEMES:
+        raise ValueError(
+            f"{parts.scheme}:// is not a source this trainer can fetch; use a local path, "
+            f"{', '.join(s + '://' for s in OBJECT_SCHEMES)} or hf://"
+        )
+    host = parts.hostname or ""
+    if not host:
+        raise ValueError(f"{parts.scheme}:// names no {'host' if parts.scheme.startswith('http') else 'bucket'}")
+    if re.fullmatch(r"[0-9.]+", host):  # all digits and dots: URL parsers read it as an IPv4 address
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"host {host} is not an IPv4 address") from None
+    return value
+
+
+Location = Annotated[str, AfterValidator(_location)]
+
+
+class Strict(BaseModel):
+    """Unknown keys are refused: a typo must not silently fall back to a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+_STORE_SCHEMES = ("s3", "gs", "az")
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the export goes: ``scheme`` s3/gs/az (``bucket``, ``prefix``) or hf (``bucket`` is the repo id)."""
+
+    scheme: str
+    bucket: str
+    prefix: str = ""
+
+    @property
+    def hub(self) -> bool:
+        return self.scheme == "hf"
+
+    def __str__(self) -> str:
+        return f"hf://{self.bucket}" if self.hub else f"{self.scheme}://{self.bucket}/{self.prefix}"
+
+
+def parse_destination(value: str) -> Destination:
+    """``export.destination`` checked and split; a ValueError says what is wrong (the config's validator).
+
+    >>> parse_destination("s3://models/colbert/run-1")
+    Destination(scheme='s3', bucket='models', prefix='colbert/run-1/')
+    >>> str(parse_destination("hf://my-org/colbert-nfcorpus"))
+    'hf://my-org/colbert-nfcorpus'
+    >>> parse_destination("https://example.com/m")
+    Traceback (most recent call last):
+    ...
+    ValueError: https:// is not an export destination; use s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME
+    """
+    try:
+        parts = urlsplit(value)
+    except ValueError as e:
+        raise ValueError(f"is not a valid URL ({e})") from None
+    if parts.username or parts.password or "@" in parts.netloc:
+        raise ValueError("holds credentials; pass them as environment variables from a Secret (--secret-env)")
+    if parts.query or parts.fragment:
+        raise ValueError("has a query or fragment; give s3://BUCKET/PREFIX/ or hf://ORG/NAME alone")
+    if parts.scheme == "hf":
+        names = [p for p in (parts.netloc + parts.path).split("/") if p]
+        if names and names[0] in ("datasets", "spaces"):
+            raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
+        if len(names) != 2 or not all(_HUB_NAME.fullmatch(n) for n in names) or any(
+            ".." in n or "--" in n for n in names
+        ):
+            raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
+        return Destination("hf", "/".join(names))
+    if parts.scheme not in _STORE_SCHEMES:
+        raise ValueError(
+            f"{parts.scheme + '://' if parts.scheme else 'a path'} is not an export destination; use "
+            "s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME"
+        )
+    if not parts.netloc:
+        raise ValueError(f"{parts.scheme}:// names no bucket")
+    prefix = parts.path.strip("/")
+    if any(p in (".", "..") for p in prefix.split("/")):
+        raise ValueError("the prefix holds '.' or '..'; give a plain PREFIX")
+    return Destination(parts.scheme, parts.netloc, prefix + "/" if prefix else "")
