@@ -44,8 +44,8 @@ def test_exact_mining_scores_every_document_as_evaluation_does(tiny_model):
     punctuation): trimming to that count cut them off, and its score changed."""
     from trainer.config import ModelConfig
     from trainer.evaluate import BeirSplit, search
-    from trainer.mine import ModelRetriever
     from trainer.model import build_model
+    from trainer.retrieval import ModelRetriever
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(name_or_path=str(tiny_model), query_length=16, document_length=48), "cpu")

@@ -34,7 +34,6 @@ from trainer.config import ConfigError, TrainConfig
 from trainer.data import DataError
 from trainer.env import Layout
 from trainer.mine import (
-    DOC_CHUNK,
     MiningError,
     changed_inputs,
     load_pairs,
@@ -44,6 +43,7 @@ from trainer.mine import (
 )
 from trainer.model import build_model
 from trainer.progress import Phase, Progress, job_plan, with_export
+from trainer.retrieval import DOC_CHUNK
 from trainer.watchdog import watching
 
 __all__ = ["round_config", "run"]
