@@ -13,7 +13,8 @@ import torch
 from trainer.config import DataSource
 from trainer.data import DataError, load_rows
 from trainer.errors import NonFinite
-from trainer.step import TrainState, apply_update
+from trainer.state import TrainState
+from trainer.step import apply_update
 
 
 def test_a_score_finite_in_float64_but_infinite_in_float32_is_refused_with_its_row(tmp_path):

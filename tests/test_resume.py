@@ -382,3 +382,76 @@ def test_a_checkpoint_is_refused_for_other_rows_of_data_train(setup, tmp_path):
     other = write_triplets(tmp_path / "other.jsonl", 80)
     assert wait_pods(start_pods(_config(tmp, model, other), pods, free_port())) == [2, 2]
     _one_error(pods[0], "was trained on other rows than data.train holds now")
+
+
+def _tiny_state(tmp_path: Path):
+    """A TrainState of a linear model after one step, with a config: what resume.capture reads."""
+    import torch
+
+    from trainer.config_yaml import parse_config
+    from trainer.state import TrainState
+
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 4},
+                        "output_dir": str(tmp_path / "out")})  # fmt: skip
+    t = TrainState(
+        cfg=cfg, model=model, forward=model, params=list(model.parameters()), optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=None, data=None, loss_fn=None, total_steps=4,
+        data_identity="rows-1",
+    )  # fmt: skip
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    t.step, t.metrics, t.skipped_nonfinite = 1, {"before": {"ndcg@10": 0.5}}, 1
+    return t
+
+
+def test_a_checkpoint_round_trips_the_state_and_its_header_lists_every_key(tmp_path):
+    """capture(t) -> save -> load -> restore(t') gives t' the step, weights, metrics and skips of t; and
+    checkpoint.py's header names each key capture writes (the format's documentation, issue 33)."""
+    import torch
+
+    import trainer.checkpoint as C
+    from trainer import resume
+
+    t = _tiny_state(tmp_path)
+    state = resume.capture(t)
+    assert state["format"] == C.CHECKPOINT_FORMAT
+    documented = re.findall(r"^        (\w+)  ", C.__doc__, re.M)
+    assert documented == list(state), "checkpoint.py's header must list the keys resume.capture writes, in order"
+    path = resume.save(t.ckpt_dir, state, keep_last=1)
+    loaded = resume.load_for_job(t.ckpt_dir, t.cfg, 1, "rows-1")
+    assert loaded is not None and loaded[0] == path
+    fresh = _tiny_state(tmp_path / "fresh")
+    with torch.no_grad():
+        fresh.model.weight.zero_()
+    fresh.step, fresh.metrics, fresh.skipped_nonfinite = 0, {}, 0
+    resume.restore(fresh, *loaded)
+    assert (fresh.step, fresh.skipped_nonfinite, fresh.metrics) == (1, 1, {"before": {"ndcg@10": 0.5}})
+    assert torch.equal(fresh.model.weight, t.model.weight) and fresh.rng is not None
+    assert loaded[1] == {}  # the loaded copy is freed
+
+
+@pytest.mark.parametrize("where", ["state", "manifest"])
+def test_a_checkpoint_of_another_format_is_refused_in_one_line(tmp_path, where):
+    """A checkpoint whose format is not this trainer's, in its state or its manifest, is one line naming
+    the fix, before anything of it is loaded into the model."""
+    import json
+
+    from trainer import resume
+    from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, save_checkpoint, write_manifest
+
+    t = _tiny_state(tmp_path)
+    state = resume.capture(t)
+    if where == "state":
+        state["format"] = CHECKPOINT_FORMAT + 1
+    path = save_checkpoint(t.ckpt_dir, t.step, state, keep_last=1)
+    if where == "manifest":
+        write_manifest(path, ["state.pt"])
+        manifest = json.loads((path / "manifest.json").read_text())
+        (path / "manifest.json").write_text(json.dumps({**manifest, "format": CHECKPOINT_FORMAT + 1}))
+    with pytest.raises(CheckpointError, match=f"format {CHECKPOINT_FORMAT + 1}.*reads format {CHECKPOINT_FORMAT}") as e:
+        resume.load_for_job(t.ckpt_dir, t.cfg, 1, "rows-1")
+    assert "\n" not in str(e.value) and "new output_dir" in str(e.value)
+    assert path.is_dir()  # refused, not set aside as corrupt

@@ -2,7 +2,19 @@
 
 Layout under ``<output_dir>/checkpoints/``::
 
-    step-00000100/state.pt       model, optimizer, scheduler, step, every rank's RNG state
+    step-00000100/state.pt       the state (``resume.capture``), a dict of these keys:
+        format             CHECKPOINT_FORMAT: what the keys mean; another is refused in one line
+        step               optimizer steps done (the data position: batches are a function of (seed, step))
+        world_size         ranks of the job that wrote it (another needs training.global_batch_size)
+        model              the ColBERT model's state dict (rank 0's; every rank's is checked equal)
+        optimizer          AdamW's state dict (moments, step counts)
+        scheduler          the learning-rate schedule's state dict
+        scaler             fp16's GradScaler state dict, or None
+        rng                every rank's RNG streams, in rank order (CPU, Python, its own CUDA device)
+        config             the config that wrote it (keys that must match, ``resume._MUST_MATCH``)
+        metrics            metrics so far (the evaluation before training, the best so far)
+        data               the identity of the rows trained on (``Rows.identity``), checked on resume
+        skipped_nonfinite  non-finite steps skipped so far (training.skip_nonfinite_steps is per job)
     step-00000100/manifest.json  the format version, and the size and sha256 of state.pt: written last
     .tmp-step-00000200/          being written; never read
 
@@ -12,7 +24,8 @@ a checkpoint whose bytes are not what was written (a flipped bit, a truncated co
 ``corrupt-step-*``, one that fails to deserialise ``unreadable-step-*`` (both kept, never deleted, out
 of the way of pruning), and the previous one is tried; when none is good, that is an error. A
 checkpoint of another ``CHECKPOINT_FORMAT`` is refused in one line; one written before manifests
-existed is loaded unverified, with a warning.
+existed is loaded unverified, with a warning. The state carries the format too (checked by
+``resume.check_compatible``), so a state.pt copied without its manifest is refused alike.
 
 The same manifest proves the final model, ``best-model`` and the index whole (``trainer/phases.py``):
 there, :func:`verify` with ``required=True`` treats a missing manifest as not whole.

@@ -162,16 +162,18 @@ def all_gather_no_grad(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
-def mean_and_any(value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
-    """The global mean of a per-rank scalar and whether any rank raised ``flag``, in one all-reduce.
+def mean_and_any(value: torch.Tensor, flag: bool, device: torch.device) -> tuple[torch.Tensor, bool]:
+    """The global mean of a per-rank scalar tensor and whether any rank raised ``flag``, in one all-reduce.
 
     The loop calls this once a step anyway (for the loss), so a stop request on one pod reaches
-    every rank at the same step without an extra collective."""
+    every rank at the same step without an extra collective. The mean stays on the device (float64);
+    the flag is read back: the step's one host sync for it."""
     if not _active():
         return value, flag
-    t = torch.tensor([value, float(flag)], dtype=torch.float64, device=device)
+    raised = torch.tensor(float(flag), dtype=torch.float64, device=device)
+    t = torch.stack([value.to(device=device, dtype=torch.float64), raised])
     dist.all_reduce(t)
-    return float(t[0].item() / dist.get_world_size()), bool(t[1].item() > 0)
+    return t[0] / dist.get_world_size(), bool(t[1].item() > 0)
 
 
 def broadcast_object(obj):

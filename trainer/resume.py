@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from trainer import distributed as D
-from trainer.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
+from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, latest_checkpoint, save_checkpoint
 from trainer.errors import NonFinite, WeightsDiverged
+from trainer.state import TrainState
 
 __all__ = [
     "CheckpointError",
@@ -95,35 +96,25 @@ def set_rng(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def capture(
-    step: int,
-    model,
-    optimizer,
-    scheduler,
-    scaler,
-    cfg,
-    metrics: dict,
-    world_size: int,
-    device: torch.device,
-    data: str | None = None,
-    skipped_nonfinite: int = 0,
-) -> dict | None:
-    """The job's state at ``step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere)."""
-    all_rng = D.gather_objects(rng_state(device))
+def capture(t: TrainState) -> dict | None:
+    """The job's state at ``t.step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere).
+    ``trainer/checkpoint.py``'s header lists the keys."""
+    all_rng = D.gather_objects(rng_state(t.device))
     if D.rank() != 0:
         return None
     return {
-        "step": step,
-        "world_size": world_size,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+        "format": CHECKPOINT_FORMAT,  # what the keys below mean; another format is refused (check_compatible)
+        "step": t.step,
+        "world_size": t.layout.world_size,
+        "model": t.model.state_dict(),
+        "optimizer": t.optimizer.state_dict(),
+        "scheduler": t.scheduler.state_dict(),
+        "scaler": t.scaler.state_dict() if t.scaler.is_enabled() else None,
         "rng": all_rng,
-        "config": cfg.model_dump(mode="json"),
-        "metrics": metrics,
-        "data": data,  # the identity of the rows trained on (Rows.identity: by content)
-        "skipped_nonfinite": skipped_nonfinite,  # training.skip_nonfinite_steps' budget is per job, not per restart
+        "config": t.cfg.model_dump(mode="json"),
+        "metrics": t.metrics,
+        "data": t.data_identity,  # the identity of the rows trained on (Rows.identity: by content)
+        "skipped_nonfinite": t.skipped_nonfinite,  # training.skip_nonfinite_steps' budget is per job, not per restart
     }
 
 
@@ -145,6 +136,11 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
 def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | None = None) -> None:
     """Refuse a checkpoint of another config, or of another world size unless the config fixes the global
     batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one line."""
+    if state.get("format", CHECKPOINT_FORMAT) != CHECKPOINT_FORMAT:  # none: written before the key existed
+        raise CheckpointError(
+            f"checkpoint {path} has format {state['format']!r}, this trainer reads format {CHECKPOINT_FORMAT}; "
+            "resume it with the colbert-k8s version that wrote it, or use a new output_dir"
+        )
     saved_ws = state.get("world_size", len(state.get("rng", [])))
     if saved_ws != world_size and cfg.training.global_batch_size is None:
         raise CheckpointError(
@@ -205,26 +201,29 @@ def apply_changed_hyperparameters(state_config: dict, cfg, optimizer, scheduler,
     return changes
 
 
-def restore(path: Path, state: dict, rank: int, model, optimizer, scheduler, scaler) -> tuple[int, dict, dict]:
-    """Load ``state`` into the training objects; returns (step, metrics, this rank's RNG streams for
-    :func:`set_rng`) and frees the loaded copy."""
+def restore(t: TrainState, path: Path, state: dict) -> None:
+    """Load ``state`` (read from ``path``) into ``t``: weights, optimizer, scheduler, scaler, step, metrics, the
+    non-finite skips so far, and this rank's RNG streams into ``t.rng`` for :func:`set_rng` (None on a rank the
+    checkpoint's job did not have: see :func:`derived_rng`). The loaded copy is freed."""
     try:
-        model.load_state_dict(state["model"])
+        t.model.load_state_dict(state["model"])
     except RuntimeError as e:
         first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
         raise CheckpointError(
             f"checkpoint {path} holds the weights of another model ({first[:160]}); "
             "use a new output_dir for this model, or set model.name_or_path back"
         ) from None
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    if scaler.is_enabled() and state.get("scaler"):
-        scaler.load_state_dict(state["scaler"])
-    rng = state["rng"][rank] if len(state["rng"]) > rank else None  # another world size: derived_rng
-    step, metrics = state["step"], dict(state.get("metrics", {}))
+    t.optimizer.load_state_dict(state["optimizer"])
+    t.scheduler.load_state_dict(state["scheduler"])
+    if t.scaler.is_enabled() and state.get("scaler"):
+        t.scaler.load_state_dict(state["scaler"])
+    rank = t.layout.rank
+    t.rng = state["rng"][rank] if len(state["rng"]) > rank else None
+    t.step = state["step"]
+    t.metrics.update(state.get("metrics", {}))  # e.g. the evaluation before training
+    t.skipped_nonfinite = state.get("skipped_nonfinite", 0)  # else a restart renewed the skip budget
     state.clear()
     gc.collect()
-    return step, metrics, rng
 
 
 def check_same_weights(model, where: str) -> None:

@@ -1,4 +1,4 @@
-"""One optimizer step, and the state it updates.
+"""One optimizer step.
 
 A step is ``accumulation`` micro-batches of forward and backward (every backward but the last under
 DDP's ``no_sync``, so gradients are all-reduced once, overlapped with the last backward), then
@@ -9,53 +9,27 @@ call these same functions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator
 
 import torch
 
 from trainer.errors import NonFinite
 from trainer.grad_sync import deferred
+from trainer.state import TrainState
 
 log = logging.getLogger("trainer")
 
-__all__ = ["TrainState", "accumulate_gradients", "apply_update", "optimizer_step"]
+__all__ = ["accumulate_gradients", "apply_update", "optimizer_step"]
 
 
-@dataclass(kw_only=True)
-class TrainState:
-    """Everything the loop reads and updates; built once by keyword in ``train.build``."""
-
-    model: torch.nn.Module  # the ColBERT model itself: evaluation, saving, checkpoints
-    forward: torch.nn.Module  # what losses call: the model under DDP when there are several ranks
-    params: list[torch.nn.Parameter]  # trainable, in model order (clipping)
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    scaler: torch.amp.GradScaler
-    autocast: Callable[[], Any]
-    data: Any  # the batch schedule (data/batches.py)
-    loss_fn: Callable
-    total_steps: int
-    accumulation: int = 1
-    max_grad_norm: float | None = None
-    step: int = 0
-    rng: dict | None = None  # a checkpoint's RNG streams, set as the last thing before the next step
-    metrics: dict = field(default_factory=dict)
-    step_times: list[float] = field(default_factory=list)  # perf_counter at the end of each step of this run
-    progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
-    skip_nonfinite: int = 0  # training.skip_nonfinite_steps: non-finite steps to skip before stopping
-    skipped_nonfinite: int = 0  # skipped so far by the job (carried in checkpoints)
-    data_identity: str | None = None  # Rows.identity() of the rows trained on (checked on resume)
-
-
-def accumulate_gradients(t: TrainState, feed: Iterator) -> float:
-    """Forward and backward over the step's micro-batches; returns the local loss (their mean).
+def accumulate_gradients(t: TrainState, feed: Iterator) -> torch.Tensor:
+    """Forward and backward over the step's micro-batches; returns the local loss (their mean), a float64
+    scalar on the device: reading it back is a host sync, which the loop does at log steps only.
 
     Gradients are all-reduced (averaged) during the last backward only. Each micro-batch's loss is
     its own mean, hence the ``1/A``. GradCache's replays are backward passes too: all but the very
     last accumulate without a sync."""
-    local_loss = 0.0
+    local_loss = torch.zeros((), dtype=torch.float64, device=t.device)
     for micro in range(t.accumulation):
         last = micro == t.accumulation - 1
         with deferred(t.forward, defer=not last), t.autocast():
@@ -63,7 +37,7 @@ def accumulate_gradients(t: TrainState, feed: Iterator) -> float:
             t.scaler.scale(out.loss / t.accumulation).backward()  # one path for fp32, bf16 and fp16
             if out.replay is not None:  # GradCache: the cached gradients go through the encoder now
                 out.replay(lambda: deferred(t.forward))
-        local_loss += float(out.loss.detach()) / t.accumulation
+        local_loss += out.loss.detach().double() / t.accumulation  # float64, as the host sum was
     return local_loss
 
 
@@ -94,7 +68,7 @@ def apply_update(t: TrainState) -> float:
     return float(grad_norm)
 
 
-def optimizer_step(t: TrainState, feed: Iterator) -> tuple[float, float]:
-    """One whole step: (local loss, global gradient norm)."""
+def optimizer_step(t: TrainState, feed: Iterator) -> tuple[torch.Tensor, float]:
+    """One whole step: (local loss on the device, global gradient norm)."""
     local_loss = accumulate_gradients(t, feed)
     return local_loss, apply_update(t)

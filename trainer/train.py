@@ -41,7 +41,8 @@ from trainer.model import autocast_for, build_model, choose_precision
 from trainer.preemption import Preempted, StopRequest
 from trainer.progress import Progress
 from trainer.scale import job_scale
-from trainer.step import TrainState, optimizer_step
+from trainer.state import TrainState
+from trainer.step import optimizer_step
 from trainer.tracking import Tracker
 from trainer.watchdog import watching
 
@@ -57,7 +58,6 @@ def run(
     (query, positive) pairs that say which documents are labelled positives, when data.train is mined
     rows (default: data.train itself). ``progress``: the job's, when training is one of its phases."""
     device = D.device_for(layout)
-    ckpt_dir = Path(cfg.output_dir) / "checkpoints"
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
@@ -65,12 +65,13 @@ def run(
         _tracker(cfg, layout) as tracker,
     ):
         t = build(cfg, layout, device, labelled_from)
-        _resume(t, cfg, layout, ckpt_dir)
+        t.stop, t.tracker = stop, tracker
+        _resume(t)
         t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line
-        split = _evaluate_before(t, cfg, layout, tracker)
-        elapsed, losses = _loop(t, cfg, layout, device, ckpt_dir, stop, split, tracker)
-        _record_speed(t, device, elapsed, losses)
-        _finish(t, cfg, layout, split, elapsed, tracker)
+        _evaluate_before(t)
+        elapsed, steps = _loop(t)
+        _record_speed(t, elapsed, steps)
+        _finish(t, elapsed)
     if layout.is_main:  # after the group is gone: no rank waits on the index build
         phases.finish(cfg, t.metrics)  # the index if asked (and its figures on the card), then done.json
     return t.metrics
@@ -120,6 +121,9 @@ def build(
     precision = choose_precision(tcfg.precision, device)
     log.info("precision %s on %s", precision, device)
     return TrainState(
+        cfg=cfg,
+        layout=layout,
+        device=device,
         model=model,
         forward=forward,
         params=[p for p in model.parameters() if p.requires_grad],
@@ -164,25 +168,24 @@ def _tracker(cfg: TrainConfig, layout: Layout):
         tracker.close()
 
 
-def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> None:
+def _resume(t: TrainState) -> None:
     """Rank 0 decides for the whole job; every rank restores the same state, then the weights are compared.
 
     The checkpoint's RNG streams are kept in ``t.rng`` and set by the loop right before the next step."""
+    cfg, layout = t.cfg, t.layout
     if layout.is_main:
-        remove_stale_temporaries(Path(cfg.output_dir))
+        remove_stale_temporaries(t.out_dir)
         phases.started(cfg)  # the final model and metrics.json are written again: no marker vouches for a mix
-    found = resume.load_for_job(ckpt_dir, cfg, layout.world_size, t.data_identity)
+    found = resume.load_for_job(t.ckpt_dir, cfg, layout.world_size, t.data_identity)
     if found:
         path, state = found
         written_by, saved_config = state.get("world_size"), state.get("config", {})
-        t.skipped_nonfinite = state.get("skipped_nonfinite", 0)  # else a restart renewed the skip budget
-        t.step, saved, t.rng = resume.restore(path, state, layout.rank, t.model, t.optimizer, t.scheduler, t.scaler)
+        resume.restore(t, path, state)
         if written_by != layout.world_size:  # an elastic resume: the data position and the mathematics carry over
-            t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, D.device_for(layout))
+            t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, t.device)
             log.info("world size %s -> %d at step %d (training.global_batch_size %d): the same batches, RNG "
                      "streams derived from (seed, step, rank)", written_by, layout.world_size, t.step,
                      cfg.training.global_batch_size)  # fmt: skip
-        t.metrics.update(saved)  # e.g. the evaluation before training
         log.info("resumed from %s at step %d/%d", path, t.step, t.total_steps)
         for change in resume.apply_changed_hyperparameters(saved_config, cfg, t.optimizer, t.scheduler):
             log.info("changed since the checkpoint, applied from step %d: %s", t.step + 1, change)
@@ -193,59 +196,58 @@ def _resume(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path) -> 
 # ---- the loop -------------------------------------------------------------------------------------
 
 
-def _evaluate_before(t: TrainState, cfg: TrainConfig, layout: Layout, tracker: Tracker):
-    split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
-    if split and cfg.evaluation.before_training and t.step == 0:
-        t.metrics["before"] = _evaluate(t, cfg, layout, split, tracker, "before training")
-    return split
+def _evaluate_before(t: TrainState) -> None:
+    cfg = t.cfg
+    t.split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
+    if t.split and cfg.evaluation.before_training and t.step == 0:
+        t.metrics["before"] = _evaluate(t, "before training")
 
 
-def _loop(t: TrainState, cfg: TrainConfig, layout: Layout, device, ckpt_dir: Path, stop, split, tracker):
+def _loop(t: TrainState) -> tuple[float, int]:
     """Optimizer steps until ``total_steps``; logs, evaluates and checkpoints every N steps and on SIGTERM.
 
-    Returns (seconds in the loop, the global loss of each step)."""
+    Returns (seconds in the loop, steps it took). The loss stays on the device; it is read back at log
+    steps only (a host sync), and once a step the stop flag is, from the all-reduce that carries both."""
+    cfg, layout = t.cfg, t.layout
     t.model.train()
-    started, first_step, losses = time.perf_counter(), t.step, []
+    started, first_step = time.perf_counter(), t.step
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
-    feed = batches(t.data, t.step, t.total_steps, layout.rank, device, cfg.data.num_workers, layout.world_size,
+    feed = batches(t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size,
                    t.accumulation)  # fmt: skip
-    tcfg = cfg.training
+    every_eval, every_ckpt, log_every = cfg.evaluation.every_steps, cfg.checkpoint.every_steps, cfg.training.log_every
     with contextlib.closing(feed):  # its workers end on every way out of the loop, errors included
         if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
-            resume.set_rng(t.rng, device)
+            resume.set_rng(t.rng, t.device)
             t.rng = None
         while t.step < t.total_steps:
             local_loss, grad_norm = optimizer_step(t, feed)
             # the global-batch mean (comparable across world sizes), and whether any pod got SIGTERM
-            loss, stopping = D.mean_and_any(local_loss, stop.requested, device)
-            losses.append(loss)
+            t.loss, stopping = D.mean_and_any(local_loss, t.stop.requested, t.device)
             _note_time(t)
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            if t.step % log_every == 0 or t.step == t.total_steps:
+                bar.set_postfix(loss=f"{_report(t, grad_norm):.4f}", refresh=False)
             bar.update(1)
-            if t.step % tcfg.log_every == 0 or t.step == t.total_steps:
-                _report(t, tracker, loss, grad_norm)
             if stopping:
                 if t.step > first_step:
-                    _checkpoint(t, cfg, layout, ckpt_dir, device)
+                    _checkpoint(t)
                 bar.close()
                 raise Preempted(t.step)
-            every = cfg.evaluation.every_steps
-            if split and every and t.step % every == 0 and t.step < t.total_steps:
-                _keep_if_best(t, cfg, layout, _evaluate(t, cfg, layout, split, tracker, f"at step {t.step}"))
-            if t.step % cfg.checkpoint.every_steps == 0 and t.step < t.total_steps:
-                _checkpoint(t, cfg, layout, ckpt_dir, device)
+            if t.split and every_eval and t.step % every_eval == 0 and t.step < t.total_steps:
+                _keep_if_best(t, _evaluate(t, f"at step {t.step}"))
+            if t.step % every_ckpt == 0 and t.step < t.total_steps:
+                _checkpoint(t)
     bar.close()
-    return time.perf_counter() - started, losses
+    return time.perf_counter() - started, t.step - first_step
 
 
-def _evaluate(t: TrainState, cfg: TrainConfig, layout: Layout, split, tracker: Tracker, when: str) -> dict:
+def _evaluate(t: TrainState, when: str) -> dict:
     """Every rank evaluates its shard of the corpus; rank 0 logs and reports the (shared) result."""
-    result = evaluate(t.model, split, cfg.evaluation.batch_size)
-    if layout.is_main:
+    result = evaluate(t.model, t.split, t.cfg.evaluation.batch_size)
+    if t.layout.is_main:
         log.info("eval %s: %s", when, " ".join(f"{k}={v:.4f}" for k, v in result.items()))
-    tracker.log(t.step, result, prefix="eval/")
+    t.tracker.log(t.step, result, prefix="eval/")
     if t.progress is not None:  # None only where a test drives the phases without run()
-        t.progress.evaluated(t.step, cfg.evaluation.metric, result)
+        t.progress.evaluated(t.step, t.cfg.evaluation.metric, result)
     return result
 
 
@@ -256,34 +258,33 @@ def _note_time(t: TrainState) -> None:
         log.info("first optimizer step %.1fs after the process started", t.metrics["first_step_seconds"])
 
 
-def _report(t: TrainState, tracker: Tracker, loss: float, grad_norm: float) -> None:
-    lr = t.scheduler.get_last_lr()[0]
+def _report(t: TrainState, grad_norm: float) -> float:
+    """Log and track the step; returns the loss, read back from the device here (a host sync)."""
+    loss, lr = float(t.loss), t.scheduler.get_last_lr()[0]
     log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e", t.step, t.total_steps, loss, grad_norm, lr)
     recent = t.step_times[-11:]
     speed = (len(recent) - 1) * t.data.global_batch / (recent[-1] - recent[0]) if len(recent) > 1 else 0.0
-    tracker.log(t.step, {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed}, "train/")
+    t.tracker.log(t.step, {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed}, "train/")
     t.progress.step(t.step, loss, lr, speed)
+    return loss
 
 
-def _keep_if_best(t: TrainState, cfg: TrainConfig, layout: Layout, result: dict) -> None:
+def _keep_if_best(t: TrainState, result: dict) -> None:
     """Save ``best-model`` when the chosen metric improved; the best so far travels in checkpoints."""
-    metric = cfg.evaluation.metric
+    metric = t.cfg.evaluation.metric
     best = t.metrics.get("best")
     if best is not None and result[metric] <= best[metric]:
         return
     t.metrics["best"] = {"step": t.step, **result}
-    if layout.is_main:
-        path = _save_model(t.model, Path(cfg.output_dir), "best-model")
+    if t.layout.is_main:
+        path = _save_model(t.model, t.out_dir, "best-model")
         log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
 
 
-def _checkpoint(t: TrainState, cfg: TrainConfig, layout: Layout, ckpt_dir: Path, device) -> None:
+def _checkpoint(t: TrainState) -> None:
     resume.check_same_weights(t.model, f"at step {t.step}")
-    state = resume.capture(
-        t.step, t.model, t.optimizer, t.scheduler, t.scaler, cfg, t.metrics, layout.world_size, device,
-        data=t.data_identity, skipped_nonfinite=t.skipped_nonfinite,
-    )  # fmt: skip
-    _on_every_rank(lambda: resume.save(ckpt_dir, state, cfg.checkpoint.keep_last))
+    state = resume.capture(t)
+    _on_every_rank(lambda: resume.save(t.ckpt_dir, state, t.cfg.checkpoint.keep_last))
 
 
 def _on_every_rank(write) -> None:
@@ -305,16 +306,16 @@ def _on_every_rank(write) -> None:
 # ---- the end --------------------------------------------------------------------------------------
 
 
-def _record_speed(t: TrainState, device, elapsed: float, losses: list[float]) -> None:
+def _record_speed(t: TrainState, elapsed: float, done: int) -> None:
     """Samples/s is global samples (steps x global batch) over the loop's own time, counted here."""
-    done, times = len(losses), t.step_times
+    times, device = t.step_times, t.device
     steady = (len(times) - 3) * t.data.global_batch / (times[-1] - times[2]) if len(times) > 3 else None
     t.metrics.update(
         peak_rss_mb=D.gather_floats(_peak_rss_mb(), device),
         worker_peak_rss_mb=D.gather_floats(_peak_rss_mb(children=True), device),
         steps=t.step,
         skipped_nonfinite_steps=t.skipped_nonfinite,
-        final_loss=losses[-1] if losses else None,
+        final_loss=float(t.loss) if done else None,
         train_seconds=round(elapsed, 2),
         samples_per_second=round(done * t.data.global_batch / elapsed, 2) if done else None,
         steady_samples_per_second=round(steady, 2) if steady else None,  # after the first 3 steps
@@ -322,20 +323,20 @@ def _record_speed(t: TrainState, device, elapsed: float, losses: list[float]) ->
     )
 
 
-def _finish(t: TrainState, cfg: TrainConfig, layout: Layout, split, elapsed: float, tracker: Tracker) -> None:
+def _finish(t: TrainState, elapsed: float) -> None:
     """All ranks evaluate; rank 0 saves the final model atomically and writes metrics.json."""
     resume.check_same_weights(t.model, "at the end")  # no final model of non-finite or diverged weights
-    if split and cfg.evaluation.after_training:
-        t.metrics["after"] = _evaluate(t, cfg, layout, split, tracker, "after training")
+    cfg = t.cfg
+    if t.split and cfg.evaluation.after_training:
+        t.metrics["after"] = _evaluate(t, "after training")
         if cfg.evaluation.every_steps:
-            _keep_if_best(t, cfg, layout, t.metrics["after"])
-    out_dir = Path(cfg.output_dir)
+            _keep_if_best(t, t.metrics["after"])
 
     def save() -> None:
-        if layout.is_main:
+        if t.layout.is_main:
             card = for_job(cfg, t.metrics)
-            t.metrics["model_dir"] = str(_save_model(t.model, out_dir, "final-model", card).resolve())
-            write_text(out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
+            t.metrics["model_dir"] = str(_save_model(t.model, t.out_dir, "final-model", card).resolve())
+            write_text(t.out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
             log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
 
     _on_every_rank(save)

@@ -39,7 +39,7 @@ with D.process_group(layout, 60):
     t = build(cfg, layout, device)
     feed = batches(t.data, 0, 1, layout.rank, device, 0, layout.world_size, t.accumulation)
     local = accumulate_gradients(t, feed)
-    loss_mean, _ = D.mean_and_any(local, False, device)
+    loss_mean = float(D.mean_and_any(local, False, device)[0])
     if layout.is_main:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in t.params]
         torch.save({"grad": torch.cat([g.reshape(-1) for g in grads]).double(), "loss": loss_mean}, out)

@@ -16,7 +16,8 @@ from trainer import grad_sync
 from trainer.config import ModelConfig
 from trainer.losses import LossOutput
 from trainer.model import build_model
-from trainer.step import TrainState, accumulate_gradients
+from trainer.state import TrainState
+from trainer.step import accumulate_gradients
 
 model_path, out = sys.argv[1:3]
 dist.init_process_group("gloo")
