@@ -113,7 +113,7 @@ def load_yaml(text: str, source: str = "config") -> Any:
             "change the value it is in; remove it"
         )
     try:
-        return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader subclass
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     except yaml.YAMLError as e:

@@ -1,6 +1,6 @@
 """Resolve the distributed layout from the environment, once, before any process group exists.
 
-The trainer is started in six ways, and each sets different variables (the Training Operator v1.9's
+The trainer is started in seven ways, and each sets different variables (the Training Operator v1.9's
 PyTorchJob controller sets ``MASTER_*``, ``WORLD_SIZE``, ``RANK`` and, for ``nprocPerNode`` > 1, the
 ``PET_*`` torchrun variables; Kubeflow Trainer v2 sets ``PET_*`` only):
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 
 __all__ = [
     "EXIT_CONFIG",
@@ -63,8 +64,6 @@ class DiskFull(JobVerdict):
 
     @classmethod
     def of(cls, e: OSError, path, need: int | None = None) -> DiskFull:
-        import shutil
-
         try:
             free = shutil.disk_usage(path if os.path.isdir(path) else os.path.dirname(path) or ".").free
         except OSError:

@@ -394,7 +394,7 @@ class Progress:
             opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
             with opener.open(request, timeout=self.timeout) as response:
                 response.read()
-        except Exception as e:  # noqa: BLE001 (progress must never stop training)
+        except Exception as e:  # progress must never stop training
             kind = type(e).__name__
             if isinstance(e, urllib.error.HTTPError) and 300 <= e.code < 400:
                 kind, e = "redirect", RuntimeError(f"HTTP {e.code}: a redirect, not followed (the token stays home)")

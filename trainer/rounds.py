@@ -88,7 +88,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
             log.info(
                 "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
             )
-            load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # noqa: E731 (only if needed)
+            load = lambda prev=previous: _mining_model(cfg, layout, device, prev)  # loaded only if needed
             source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
             mined_dir = Path(cfg.output_dir) / "mined" / f"round-{r}"
             _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)

@@ -10,6 +10,7 @@ whose package is missing is one line at start, not a failure an hour in.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -27,8 +28,6 @@ _PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 
 def check_sinks(report_to: list[str]) -> None:
     """Fail fast, before any training, when a requested sink's package is not installed."""
-    import importlib.util
-
     for sink in report_to:
         package = _PACKAGES.get(sink)
         if package and importlib.util.find_spec(package) is None:
@@ -62,7 +61,7 @@ class Tracker:
 
 class _Jsonl:
     def __init__(self, out: Path, run_name: str, config: dict):
-        self.f = open(out / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self.f = open(out / "metrics.jsonl", "a", encoding="utf-8")  # closed in close()
 
     def log(self, step: int, values: dict[str, float]) -> None:
         self.f.write(json.dumps({"step": step, "time": round(time.time(), 3), **values}) + "\n")

@@ -5,7 +5,8 @@ evaluate before -> loop (step, log, evaluate every N, checkpoint every N and on 
 evaluate after -> final model + metrics.json -> teardown -> PLAID index (rank 0) -> done.json once every
 phase verifies (trainer/phases.py).
 
-``trainer/cli.py`` reads the config, stages the data and calls :func:`run` in every process.
+``trainer/cli.py`` reads the config and stages the data; ``trainer/rounds.py`` calls :func:`run` in every
+process, once per round. Every phase below takes the run's state ``t`` alone (``trainer/state.py``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ shift a resumed run's dropout masks).
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -47,8 +48,8 @@ class Batch:
     document_keys: torch.Tensor | None = None  # (b * docs_per_query,)
 
     def _map(self, fn) -> Batch:
-        tensors = lambda f: {k: fn(v) for k, v in f.items()}  # noqa: E731
-        opt = lambda t: fn(t) if t is not None else None  # noqa: E731
+        tensors = lambda f: {k: fn(v) for k, v in f.items()}
+        opt = lambda t: fn(t) if t is not None else None
         return Batch(tensors(self.queries), tensors(self.documents), self.docs_per_query, self.query_length,
                      self.document_length, opt(self.scores), opt(self.query_keys), opt(self.document_keys))  # fmt: skip
 
@@ -168,8 +169,6 @@ class _Steps(torch.utils.data.Dataset):
 def _worker_init(_worker_id: int) -> None:
     """Workers leave SIGTERM to the trainer: a signal to the whole process group (``local``, some
     runtimes) must not kill the batch feed before the trainer has written its stop checkpoint."""
-    import signal
-
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -12,6 +12,7 @@ or resident memory.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import logging
@@ -116,8 +117,6 @@ def _raw_chunks(path: Path) -> Iterator[list[dict]]:
         for batch in pq.ParquetFile(path).iter_batches(_CHUNK):
             yield batch.to_pylist()
     elif suffix == ".csv":
-        import csv
-
         with path.open(encoding="utf-8-sig", newline="") as f:  # -sig: Excel writes a byte-order mark
             reader, chunk = csv.DictReader(f), []
             for row in reader:
