@@ -368,3 +368,39 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     assert 0 < result["bytes_sent"] < result["bytes"]  # what the first start sent was not sent again
     card = (output / "final-model" / "README.md").read_text()
     assert "library_name: PyLate" in card and "3 optimizer steps" in card
+
+
+@s3_only
+@pytest.mark.parametrize(
+    "case,bucket,drop,message",
+    [
+        ("no bucket", "never-made", (), "the bucket does not exist"),
+        ("no credentials", "made", ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), "--secret-env AWS_ACCESS_KEY_ID="),
+    ],
+)
+def test_the_trainer_refuses_a_bad_destination_before_loading_anything(s3, tmp_path, tiny_model, case, bucket, drop,
+                                                                       message):  # fmt: skip
+    """`colbert-train` in a pod: a destination it cannot write is one line and exit 2, before staging, the
+    model, or a step (torch is not even imported: trainer/cli.py checks before)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    s3.bucket("made")
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump({
+        "model": {"name_or_path": str(tiny_model)}, "data": {"train": {"path": str(tmp_path / "absent.jsonl")}},
+        "training": {"max_steps": 1}, "output_dir": str(tmp_path / "out"),
+        "export": {"destination": f"s3://{bucket}/runs/x/"},
+    }))  # fmt: skip
+    env = {k: v for k, v in {**os.environ, **s3.env, "AWS_EC2_METADATA_DISABLED": "true"}.items() if k not in drop}
+    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(tmp_path / "train.yaml")], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in res.stderr
+    assert "absent.jsonl" not in res.stderr  # found before the data is even looked at
+    assert not (tmp_path / "out").exists()
