@@ -3,7 +3,6 @@ from rank 0's log), tables, and the same records as JSON or YAML (``-o``), so bo
 
 from __future__ import annotations
 
-from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.render import to_yaml
 
@@ -33,7 +32,7 @@ def status_record(cluster, name: str) -> dict:
     record = {
         "name": name,
         "namespace": cluster.ns,
-        "kind": job.get("kind", C.KIND),
+        "kind": job["kind"],
         "state": job_state(job),
         "conditions": [
             {k: c.get(k, "") for k in ("type", "status", "reason", "message")}
