@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import yaml
 
 from operator_cli import constants
-from operator_cli.spec import JobSpec
+
+if TYPE_CHECKING:
+    from operator_cli.spec import JobSpec
 
 __all__ = ["render", "render_one", "to_yaml"]
 

@@ -45,6 +45,7 @@ from operator_cli.kube.archive import ExecStream, check_destination, extract, st
 from operator_cli.kube.cluster import Cluster
 from operator_cli.kube.kinds import find_all, job_state, kind_of, workspace_claim
 from operator_cli.kube.pods import pod_reason
+from operator_cli.render import render_one
 
 __all__ = [
     "ITEMS",
@@ -199,8 +200,6 @@ def _output_dir(cluster: Cluster, name: str) -> str:
 
 def pod_manifest(pod: FetchPod) -> dict[str, Any]:
     """The fetch pod (pure: ``fetch`` creates exactly this)."""
-    from operator_cli.render import render_one
-
     return render_one("fetchpod.yaml.j2", pod)
 
 

@@ -38,6 +38,7 @@ from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
 from operator_cli.podplan import FailurePolicy
+from operator_cli.render import render_one
 from operator_cli.values import NCCL_PRESETS, shown
 from trainer.errors import EXIT_CONFIG
 
@@ -98,11 +99,7 @@ class RuntimeSpec:
 
 def render_runtime(spec: RuntimeSpec) -> dict[str, Any]:
     """The ClusterTrainingRuntime as a dict (pure: ``runtime render`` prints it, ``install`` sends it)."""
-    import yaml
-
-    from operator_cli.render import _CONSTANTS, _ENV
-
-    return yaml.safe_load(_ENV.get_template("runtime.yaml.j2").render(spec=spec, c=_CONSTANTS))
+    return render_one("runtime.yaml.j2", spec)
 
 
 def runtime_policy(runtime: dict[str, Any]) -> FailurePolicy:
