@@ -134,13 +134,23 @@ def gpus_in(limits: dict[str, Any]) -> int:
     return sum(int(v or 0) for k, v in limits.items() if k == C.GPU_RESOURCE or k.startswith(C.MIG_RESOURCE_PREFIX))
 
 
-def set_gpus(resources: dict[str, Any], gpus: int) -> None:
-    """Whole GPUs in a container's (or a node's) resources, as the templates write them: none for 0."""
+def set_gpus(holder: dict[str, Any], key: str, gpus: int) -> None:
+    """Whole GPUs in ``holder[key]`` (a container's ``resources``, a TrainJob's ``resourcesPerNode``), as the
+    templates write them: for 0, no GPU, and no empty ``limits`` or resources left behind.
+
+    >>> c = {"resources": {"limits": {"nvidia.com/gpu": 2}}}; set_gpus(c, "resources", 0); c
+    {}
+    """
+    resources = holder.setdefault(key, {})
     limits = resources.setdefault("limits", {})
     if gpus:
         limits[C.GPU_RESOURCE] = gpus
     else:
         limits.pop(C.GPU_RESOURCE, None)
+    if not limits:
+        del resources["limits"]
+    if not resources:
+        del holder[key]
 
 
 # What this tool reads of any job, and the type each must have where present (each kind adds its own). A real

@@ -77,7 +77,7 @@ class PyTorchJob(JobKind):
         else:
             replicas.pop("Worker", None)
         for replica in replicas.values():
-            set_gpus(replica["template"]["spec"]["containers"][0].setdefault("resources", {}), gpus)
+            set_gpus(replica["template"]["spec"]["containers"][0], "resources", gpus)
 
     def pod_rank(self, pod: Any, job: dict[str, Any]) -> tuple[str, int]:
         """Master 0, Worker i -> i+1; in a job of Workers only (elastic) Worker i -> i: its node ranks come from

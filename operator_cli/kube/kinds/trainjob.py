@@ -62,7 +62,7 @@ class TrainJob(JobKind):
     def reshape(self, job: dict[str, Any], nodes: int, gpus: int) -> None:
         trainer = job["spec"]["trainer"]
         trainer["numNodes"], trainer["numProcPerNode"] = nodes, max(1, gpus)
-        set_gpus(trainer.setdefault("resourcesPerNode", {}), gpus)
+        set_gpus(trainer, "resourcesPerNode", gpus)
 
     def pod_rank(self, pod: Any, job: dict[str, Any]) -> tuple[str, int]:
         """The node rank is the JobSet Job's completion index (from the pod name, <job>-node-0-<i>-<hash>,
