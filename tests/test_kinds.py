@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import KINDS, kind_of
+from operator_cli.kube.kinds import API_CHOICES, KINDS, kind_of
 from operator_cli.options import JOB_OPTIONS
 from operator_cli.podplan import plan_pods
 from operator_cli.render import render
-from operator_cli.spec import JobSpec
+from operator_cli.spec import NCCL_PRESETS, JobSpec
 
 CONFIG = "data: {train: {path: d.jsonl}}\n"
 # (nodes, gpus) -> (nodes, gpus): grow, shrink to one pod, to CPU, and back to GPUs
@@ -78,4 +78,6 @@ def test_every_option_is_a_flag_of_render_submit_and_local():
         text = CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
         assert all(o.flag in text for o in JOB_OPTIONS), command
     text = CliRunner().invoke(cli, ["render", "--help"], terminal_width=200).output
-    assert "[default: 604800]" in text and "[socket|ib]" in text and "[pytorchjob|trainjob|auto]" in text
+    defaults = JobSpec.defaults()
+    assert f"[default: {defaults['active_deadline']}]" in text and f"[default: {defaults['image']}]" in text
+    assert f"[{'|'.join(NCCL_PRESETS)}]" in text and f"[{'|'.join(API_CHOICES)}]" in text
