@@ -140,18 +140,21 @@ def test_an_interrupted_s3_export_shows_no_manifest_and_a_restart_sends_only_the
     s3_env.bucket("exp-b")
     cfg = _cfg(outputs, "s3://exp-b/m/")
     real_put = obstore.put
-    calls = _dying_put(monkeypatch, at=3)
+    calls = _dying_put(monkeypatch, at=4)  # the marker, two files, then the link breaks
     with pytest.raises(export.ExportFailed) as e:
         export.run(cfg)
     assert "uploading" in str(e.value) and "connection reset" in str(e.value)
-    first_two = calls[:2]
-    assert export.MANIFEST not in _remote(s3_env, "exp-b", "m/") and len(_remote(s3_env, "exp-b", "m/")) == 2
+    assert calls[0] == "m/" + export.PARTIAL
+    first_two = calls[1:3]
+    half = _remote(s3_env, "exp-b", "m/")
+    assert export.MANIFEST not in half and export.PARTIAL in half and len(half) == 3  # a reader refuses it
     monkeypatch.setattr(obstore, "put", real_put)
     replaced = first_two[1].removeprefix("m/")
     s3_env.put("exp-b", first_two[1], b"x" * len(_local_files(outputs)[replaced]))  # same size, other bytes
     result = export.run(cfg)
     remote = _remote(s3_env, "exp-b", "m/")
     remote.pop(export.MANIFEST)
+    assert export.PARTIAL not in remote
     local = _local_files(outputs)
     assert remote == local
     skipped = len(local[first_two[0].removeprefix("m/")])
@@ -165,10 +168,32 @@ def test_a_new_export_removes_the_old_manifest_before_any_file_changes(s3_env, o
     cfg = _cfg(outputs, "s3://exp-c/m/")
     export.run(cfg)
     (outputs / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": 0.6}}))  # the next export differs
-    _dying_put(monkeypatch, at=1)
+    _dying_put(monkeypatch, at=2)  # the first file after the marker
     with pytest.raises(export.ExportFailed):
         export.run(cfg)
     assert export.MANIFEST not in _remote(s3_env, "exp-c", "m/")
+
+
+@s3_only
+def test_a_new_export_removes_what_the_old_one_held_and_this_one_does_not(s3_env, outputs, monkeypatch):
+    """Exported with the checkpoint, then without it, killed in between: the prefix ends with exactly the
+    new export (a stale checkpoint/ would be read back as part of the model)."""
+    s3_env.bucket("exp-d")
+    export.run(_cfg(outputs, "s3://exp-d/m/", include=["checkpoint"]))
+    assert "checkpoint/state.pt" in _remote(s3_env, "exp-d", "m/")
+    cfg = _cfg(outputs, "s3://exp-d/m/")
+    (outputs / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": 0.7}}))  # one file to send again
+    import obstore
+
+    real_put = obstore.put
+    _dying_put(monkeypatch, at=2)  # on it, after the old manifest is gone: only the journal remembers its files
+    with pytest.raises(export.ExportFailed):
+        export.run(cfg)
+    monkeypatch.setattr(obstore, "put", real_put)
+    export.run(cfg)
+    remote = _remote(s3_env, "exp-d", "m/")
+    remote.pop(export.MANIFEST)
+    assert remote == _local_files(outputs)
 
 
 @s3_only
@@ -200,6 +225,7 @@ def hub(monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at import: the LFS protocol, as documented
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", server.url)  # also read at import (URLs are parsed against it)
     yield server
     server.close()
 
@@ -254,7 +280,52 @@ def test_preflight_refuses_a_hub_token_that_cannot_write(hub, outputs, monkeypat
 def test_preflight_refuses_a_namespace_the_token_cannot_write(hub, outputs):
     with pytest.raises(export.ExportError) as e:
         export.preflight(_cfg(outputs, "hf://someone-else/x"))
-    assert "cannot be created or written (HTTP 403" in str(e.value)
+    assert "cannot be created or written (the repository: HTTP 403" in str(e.value)
+
+
+def test_preflight_refuses_an_existing_repository_of_another_namespace(hub, outputs):
+    """A write token passes whoami, and create_repo(exist_ok=True) passes for any repository that exists:
+    only a real write (the probe branch) finds that this one is not the token's to write."""
+    from tests.hub import Repo
+
+    hub.repos["someone-else/public"] = Repo(private=False)
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "hf://someone-else/public"))
+    assert "a probe branch: HTTP 403" in str(e.value)
+    assert list(hub.repos["someone-else/public"].branches) == ["main"]
+
+
+def test_preflight_refuses_private_for_a_public_repository_and_leaves_no_probe(hub, outputs):
+    from tests.hub import Repo
+
+    hub.repos["my-org/open"] = Repo(private=False)
+    with pytest.raises(export.ExportError, match="exists and is public, but export.private is set"):
+        export.preflight(_cfg(outputs, "hf://my-org/open", private=True))
+    export.preflight(_cfg(outputs, "hf://my-org/open"))
+    assert list(hub.repos["my-org/open"].branches) == ["main"]  # the probe branch was removed
+
+
+def test_a_hub_export_removes_an_earlier_exports_files(hub, outputs):
+    cfg = _cfg(outputs, "hf://my-org/again")
+    export.preflight(cfg)
+    export.run(_cfg(outputs, "hf://my-org/again", include=["checkpoint"]))
+    assert "checkpoint/state.pt" in hub.files("my-org/again")
+    export.run(cfg)
+    files = dict(hub.files("my-org/again"))
+    files.pop(export.MANIFEST)
+    assert files == _local_files(outputs)
+
+
+def test_a_hub_that_stops_answering_is_a_retryable_failure(hub, outputs, monkeypatch):
+    from tests.conftest import free_port
+
+    cfg = _cfg(outputs, "hf://my-org/gone")
+    export.preflight(cfg)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with pytest.raises(export.ExportFailed, match="the commit failed"):
+        export.run(cfg)
+    with pytest.raises(export.ExportFailed, match="the Hub cannot be reached"):
+        export.preflight(cfg)
 
 
 # ---- the card -------------------------------------------------------------------------------------
@@ -287,6 +358,7 @@ def test_the_card_parses_and_says_what_the_model_is(tmp_path):
     assert "| nDCG@10 | 0.2224 | 0.3073 | 0.3001 |" in card.text  # before, after, through the index
     assert 'models.ColBERT(model_name_or_path="my-org/colbert-nf")' in card.text
     assert "1 mined per row by the base model" in card.text and "48 optimizer steps, global batch 16" in card.text
+    assert 'revision="dev"' in render(cfg, metrics, "my-org/colbert-nf", "dev")  # the branch it was exported to
 
 
 def test_the_card_names_a_staged_source_by_its_url(tmp_path):
@@ -368,3 +440,59 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     assert 0 < result["bytes_sent"] < result["bytes"]  # what the first start sent was not sent again
     card = (output / "final-model" / "README.md").read_text()
     assert "library_name: PyLate" in card and "3 optimizer steps" in card
+
+
+@s3_only
+@pytest.mark.parametrize(
+    "case,bucket,drop,message",
+    [
+        ("no bucket", "never-made", (), "the bucket does not exist"),
+        ("no credentials", "made", ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), "--secret-env AWS_ACCESS_KEY_ID="),
+    ],
+)
+def test_the_trainer_refuses_a_bad_destination_before_loading_anything(s3, tmp_path, tiny_model, case, bucket, drop,
+                                                                       message):  # fmt: skip
+    """`colbert-train` in a pod: a destination it cannot write is one line and exit 2, before staging, the
+    model, or a step (torch is not even imported: trainer/cli.py checks before)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    s3.bucket("made")
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump({
+        "model": {"name_or_path": str(tiny_model)}, "data": {"train": {"path": str(tmp_path / "absent.jsonl")}},
+        "training": {"max_steps": 1}, "output_dir": str(tmp_path / "out"),
+        "export": {"destination": f"s3://{bucket}/runs/x/"},
+    }))  # fmt: skip
+    env = {k: v for k, v in {**os.environ, **s3.env, "AWS_EC2_METADATA_DISABLED": "true"}.items() if k not in drop}
+    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(tmp_path / "train.yaml")], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in res.stderr
+    assert "absent.jsonl" not in res.stderr  # found before the data is even looked at
+    assert not (tmp_path / "out").exists()
+
+
+@s3_only
+def test_an_export_reads_back_as_a_model_and_a_half_or_mixed_one_is_refused(s3_env, outputs, tmp_path):
+    """`model.name_or_path: s3://.../` of an export stages exactly its manifest's files, checked; a prefix
+    with the export's in-progress marker, or a file that is not the manifest's, is refused in one line."""
+    from trainer.sources import SourceError, stage
+
+    s3_env.bucket("exp-e")
+    export.run(_cfg(outputs, "s3://exp-e/m/"))
+    s3_env.put("exp-e", "m/notes-left-by-someone.txt", b"not part of the export")
+    staged = stage("s3://exp-e/m/", tmp_path / "cache")
+    files = {p.relative_to(staged).as_posix(): p.read_bytes() for p in staged.rglob("*") if p.is_file()}
+    assert files == _local_files(outputs)  # the stray object is not read with the model
+    s3_env.put("exp-e", "m/config.json", b"{}")
+    with pytest.raises(SourceError, match="does not match the export's manifest"):
+        stage("s3://exp-e/m/", tmp_path / "cache2")
+    s3_env.put("exp-e", "m/" + export.PARTIAL, b"")
+    with pytest.raises(SourceError, match="an export is being written there"):
+        stage("s3://exp-e/m/", tmp_path / "cache3")

@@ -48,6 +48,7 @@ from trainer.errors import EXIT_EXPORT
 __all__ = [
     "EXIT_EXPORT",
     "MANIFEST",
+    "PARTIAL",
     "Destination",
     "ExportError",
     "ExportFailed",
@@ -60,6 +61,7 @@ __all__ = [
 log = logging.getLogger("trainer")
 
 MANIFEST = "colbert-k8s-export.json"  # written last: a destination without it holds no export
+PARTIAL = "colbert-k8s-export.partial"  # there while an export is written: a reader refuses the prefix
 _JOURNAL = ".export-journal.json"
 _CHUNK = 8 << 20
 _STORE_SCHEMES = ("s3", "gs", "az")
@@ -72,9 +74,14 @@ CREDENTIALS = {
         ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"),  # EKS IRSA
         ("AWS_CONTAINER_CREDENTIALS_FULL_URI",),  # EKS Pod Identity
     ),
-    "gs": (("GOOGLE_APPLICATION_CREDENTIALS",), ("GOOGLE_SERVICE_ACCOUNT",), ("GOOGLE_SERVICE_ACCOUNT_KEY",)),
-    "az": (("AZURE_STORAGE_ACCOUNT_KEY",), ("AZURE_STORAGE_SAS_KEY",), ("AZURE_CLIENT_SECRET",),
-           ("AZURE_FEDERATED_TOKEN_FILE",)),  # fmt: skip
+    # GOOGLE_SERVICE_ACCOUNT_KEY holds the key's JSON (a Secret's value); the other two name a mounted file
+    "gs": (("GOOGLE_SERVICE_ACCOUNT_KEY",), ("GOOGLE_APPLICATION_CREDENTIALS",), ("GOOGLE_SERVICE_ACCOUNT",)),
+    "az": (
+        ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY"),
+        ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_SAS_KEY"),
+        ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET"),
+        ("AZURE_FEDERATED_TOKEN_FILE",),  # AKS workload identity
+    ),
     "hf": (("HF_TOKEN",),),
 }
 
@@ -210,12 +217,16 @@ def manifest_for(plan: dict[str, Path]) -> dict:
 # ---- object stores --------------------------------------------------------------------------------
 
 
-def _store(dest: Destination, retries: int):
-    """An obstore store for the bucket, configured from the environment (as trainer/sources.py reads)."""
+def _store(dest: Destination, probe: bool = False):
+    """An obstore store for the bucket, configured from the environment (as trainer/sources.py reads). The
+    probe's is quick to give up (a server that never answers must not hold the start for minutes); the
+    upload's retries transient errors with the store's own backoff."""
     from obstore.store import from_url
 
-    options = {"timeout": "300s", "connect_timeout": "10s"}
-    kwargs: dict = {"retry_config": {"max_retries": retries, "retry_timeout": timedelta(minutes=10)}}
+    options = {"timeout": "30s" if probe else "300s", "connect_timeout": "10s"}
+    retry = {"max_retries": 1, "retry_timeout": timedelta(seconds=60)} if probe else {
+        "max_retries": 10, "retry_timeout": timedelta(minutes=10)}  # fmt: skip
+    kwargs: dict = {"retry_config": retry}
     if dest.scheme == "s3":
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
@@ -247,7 +258,7 @@ def _probe_store(dest: Destination, hint: str | None) -> None:
     """Write and remove a small object under the prefix: the bucket exists and the credentials may write."""
     import obstore
 
-    store = _store(dest, retries=2)
+    store = _store(dest, probe=True)
     key = f"{dest.prefix}.colbert-k8s-probe-{uuid.uuid4().hex[:12]}"
     try:
         obstore.put(store, key, b"colbert-k8s export probe\n")
@@ -259,51 +270,76 @@ def _probe_store(dest: Destination, hint: str | None) -> None:
 
 
 def _upload_store(dest: Destination, plan: dict[str, Path], manifest: dict, journal_path: Path, done) -> int:
-    """Files, then the manifest; returns the bytes sent. Files the journal proves are there are skipped.
-    ``done()`` is called after each file."""
+    """The marker ``colbert-k8s-export.partial`` and no manifest, then the files, then the files an earlier
+    export left that this one does not hold removed, then the manifest and the marker gone; returns the
+    bytes sent. Files the journal proves are there are skipped. ``done()`` is called after each file."""
     import obstore
     from tqdm import tqdm
 
-    store = _store(dest, retries=10)
-    mkey = dest.prefix + MANIFEST
-    try:
-        old = bytes(obstore.get(store, mkey).bytes())
-    except FileNotFoundError:
-        old = None
-    except Exception as e:
-        raise ExportFailed(f"export to {dest}: cannot read {MANIFEST} ({_reason(e)})") from None
+    store = _store(dest)
+    mkey, partial = dest.prefix + MANIFEST, dest.prefix + PARTIAL
     body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
-    if old == body:
+    old = _get(store, mkey, dest)
+    if old == body and _get(store, partial, dest) is None:
         log.info("export: %s already holds this export (its manifest matches); nothing to send", dest)
         for _ in plan:
             done()
         return 0
-    if old is not None:  # the files are about to change under it: no reader may trust it meanwhile
-        obstore.delete(store, mkey)
-    journal = _read_journal(journal_path, str(dest))
-    total = sum(manifest["files"][n]["size"] for n in plan)
+    saved = _read_journal(journal_path, str(dest))
+    journal, stale = saved.get("files", {}), set(saved.get("stale", []))
+    if old is not None:  # the files it lists that this export has not are removed before the new manifest
+        stale |= set(_files_of(old)) - set(plan)
+    _write_journal(journal_path, dest, journal, stale)
+    _call(dest, f"writing {PARTIAL}", lambda: obstore.put(store, partial, b"an export is being written\n"))
+    _call(dest, f"removing the old {MANIFEST}", lambda: obstore.delete(store, mkey))  # no reader trusts it now
     sent = 0
-    with tqdm(total=total, unit="B", unit_scale=True, desc=f"export {dest}", mininterval=2) as bar:
+    with tqdm(total=sum(manifest["files"][n]["size"] for n in plan), unit="B", unit_scale=True,
+              desc=f"export {dest}", mininterval=2) as bar:  # fmt: skip
         for name, path in plan.items():
             want = manifest["files"][name]
-            key = dest.prefix + name
-            if _already_there(store, key, journal.get(name), want):
+            if _already_there(store, dest.prefix + name, journal.get(name), want):
                 bar.update(want["size"])
-                done()
-                continue
-            try:
-                result = obstore.put(store, key, _chunks(path, bar), chunk_size=_CHUNK)
-            except Exception as e:
-                raise ExportFailed(f"export to {dest}: uploading {name} failed ({_reason(e)})") from None
-            sent += want["size"]
-            journal[name] = {"sha256": want["sha256"], "size": want["size"], "e_tag": result.get("e_tag")}
-            write_text(journal_path, json.dumps({"destination": str(dest), "files": journal}, indent=1))
+            else:
+                put = lambda p=path, n=name: obstore.put(store, dest.prefix + n, _chunks(p, bar), chunk_size=_CHUNK)
+                result = _call(dest, f"uploading {name}", put)
+                sent += want["size"]
+                journal[name] = {"sha256": want["sha256"], "size": want["size"], "e_tag": result.get("e_tag")}
+                _write_journal(journal_path, dest, journal, stale)
             done()
-    try:
-        obstore.put(store, mkey, body)
-    except Exception as e:
-        raise ExportFailed(f"export to {dest}: writing {MANIFEST} failed ({_reason(e)})") from None
+    for name in sorted(stale - set(plan)):
+        _call(dest, f"removing {name} (an earlier export's)", lambda n=name: obstore.delete(store, dest.prefix + n))
+    _write_journal(journal_path, dest, journal, set())
+    _call(dest, f"writing {MANIFEST}", lambda: obstore.put(store, mkey, body))
+    _call(dest, f"removing {PARTIAL}", lambda: obstore.delete(store, partial))
     return sent
+
+
+def _call(dest: Destination, what: str, fn):
+    """One store operation; a failure after the store's retries is :class:`ExportFailed`'s one line."""
+    try:
+        return fn()
+    except FileNotFoundError:
+        return None  # a delete of what is already gone
+    except Exception as e:
+        raise ExportFailed(f"export to {dest}: {what} failed ({_reason(e)})") from None
+
+
+def _get(store, key: str, dest: Destination) -> bytes | None:
+    import obstore
+
+    found = _call(dest, f"reading {key}", lambda: obstore.get(store, key))
+    return None if found is None else bytes(found.bytes())
+
+
+def _files_of(manifest: bytes) -> list[str]:
+    try:
+        return list(json.loads(manifest).get("files", {}))
+    except (ValueError, AttributeError):
+        return []
+
+
+def _write_journal(path: Path, dest: Destination, files: dict, stale: set[str]) -> None:
+    write_text(path, json.dumps({"destination": str(dest), "files": files, "stale": sorted(stale)}, indent=1))
 
 
 def _chunks(path: Path, bar) -> Iterator[bytes]:
@@ -331,7 +367,7 @@ def _read_journal(path: Path, dest: str) -> dict:
         saved = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return saved.get("files", {}) if saved.get("destination") == dest else {}
+    return saved if isinstance(saved, dict) and saved.get("destination") == dest else {}
 
 
 # ---- the Hub --------------------------------------------------------------------------------------
@@ -345,28 +381,45 @@ def _hub(cfg):
 
 
 def _probe_hub(cfg, dest: Destination) -> None:
+    """The token may write to the repository: whoami (a read token is refused), the repository created when
+    missing, then a real write, a probe branch made and removed (a write token of another namespace passes
+    whoami and ``create_repo(exist_ok=True)`` alike). A 429, a 5xx or no answer is retryable, not a refusal."""
     from huggingface_hub.errors import HfHubHTTPError
 
     api = _hub(cfg)
+    probe = f"colbert-k8s-probe-{uuid.uuid4().hex[:12]}"
+    step = "whoami"
     try:
-        who = api.whoami()
-    except HfHubHTTPError as e:
-        raise ExportError(f"export.destination {dest}: the Hub refused HF_TOKEN ({_hub_reason(e)}); "
-                          "pass a valid token with --secret-env HF_TOKEN=SECRET/KEY") from None  # fmt: skip
-    except Exception as e:
-        raise ExportError(f"export.destination {dest}: the Hub cannot be reached ({_reason(e)}); check "
-                          "HF_ENDPOINT and the network") from None  # fmt: skip
-    role = (who.get("auth", {}).get("accessToken") or {}).get("role")
-    if role == "read":
-        raise ExportError(f"export.destination {dest}: HF_TOKEN is a read token; export needs one with write access")
-    try:
+        who = api.whoami(cache=True)
+        role = (who.get("auth", {}).get("accessToken") or {}).get("role")
+        if role == "read":
+            raise ExportError(f"export.destination {dest}: HF_TOKEN is a read token; export needs write access")
+        step = "the repository"
         api.create_repo(dest.bucket, private=cfg.export.private, exist_ok=True, repo_type="model")
+        if cfg.export.private and not api.repo_info(dest.bucket, repo_type="model").private:
+            raise ExportError(f"export.destination {dest} exists and is public, but export.private is set; make "
+                              "it private on the Hub, or remove export.private")  # fmt: skip
         if cfg.export.revision:
             api.create_branch(dest.bucket, branch=cfg.export.revision, exist_ok=True)
+        step = "a probe branch"
+        api.create_branch(dest.bucket, branch=probe, revision=cfg.export.revision)
+        api.delete_branch(dest.bucket, branch=probe)
     except HfHubHTTPError as e:
-        raise ExportError(f"export.destination {dest}: the repository cannot be created or written "
-                          f"({_hub_reason(e)}); check the name and the token's rights on {dest.bucket.split('/')[0]}"
+        status = getattr(getattr(e, "response", None), "status_code", None) or 0
+        if status == 429 or status >= 500:
+            raise ExportFailed(f"export.destination {dest}: the Hub answered {_hub_reason(e)} at {step}; "
+                               "retrying at the next start") from None  # fmt: skip
+        if step == "whoami":
+            raise ExportError(f"export.destination {dest}: the Hub refused HF_TOKEN ({_hub_reason(e)}); "
+                              "pass a valid token with --secret-env HF_TOKEN=SECRET/KEY") from None  # fmt: skip
+        raise ExportError(f"export.destination {dest}: the repository cannot be created or written ({step}: "
+                          f"{_hub_reason(e)}); check the name and the token's rights on {dest.bucket.split('/')[0]}"
                           ) from None  # fmt: skip
+    except (ExportError, ExportFailed):
+        raise
+    except Exception as e:  # httpx's connection errors and timeouts: no answer, so perhaps a passing fault
+        raise ExportFailed(f"export.destination {dest}: the Hub cannot be reached ({_reason(e)}); check "
+                           "HF_ENDPOINT and the network") from None  # fmt: skip
 
 
 def _hub_reason(e) -> str:
@@ -376,20 +429,24 @@ def _hub_reason(e) -> str:
 
 
 def _upload_hub(cfg, dest: Destination, plan: dict[str, Path], manifest: dict) -> None:
-    from huggingface_hub import CommitOperationAdd
-    from huggingface_hub.errors import HfHubHTTPError
+    """One commit: the files, the manifest, and the removal of files the repository holds that this export
+    has not (an earlier export's), so the revision is exactly the export."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
-    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in plan.items()]
-    ops.append(CommitOperationAdd(path_in_repo=MANIFEST, path_or_fileobj=body))
+    api = _hub(cfg)
     try:
-        info = _hub(cfg).create_commit(
+        held = api.list_repo_files(dest.bucket, revision=cfg.export.revision, repo_type="model")
+        ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in plan.items()]
+        ops.append(CommitOperationAdd(path_in_repo=MANIFEST, path_or_fileobj=body))
+        keep = {*plan, MANIFEST, ".gitattributes"}
+        ops += [CommitOperationDelete(path_in_repo=name) for name in sorted(set(held) - keep)]
+        info = api.create_commit(
             dest.bucket, ops, commit_message="colbert-k8s export", revision=cfg.export.revision, repo_type="model"
         )
-    except (HfHubHTTPError, OSError) as e:
+    except Exception as e:  # HTTP errors, httpx's connection errors, a card the Hub refuses: one line, retryable
         raise ExportFailed(f"export to {dest}: the commit failed ({_hub_reason(e)})") from None
     log.info("export: commit %s (files the Hub already held unchanged were not sent)", info.oid)
-    return None
 
 
 # ---- the entry points -----------------------------------------------------------------------------

@@ -13,7 +13,9 @@ A URL is fetched once into ``data.cache_dir/sources/<hash of the URL>/``: each o
 ``.part`` file (continued with a range request after a dropped connection), its size checked against
 the server's (and its MD5 against an S3 single-part ETag), then renamed; a ``.complete`` manifest is
 written last. A restarted pod finds the manifest and does not download again; a half-written file is
-never used. One process per node downloads (a file lock); the others wait and reuse it.
+never used. One process per node downloads (a file lock); the others wait and reuse it. A prefix that
+holds a colbert-k8s export (``trainer/export.py``) is read by its manifest: exactly the files it lists,
+each checked against its sha256; one an export is still being written to is refused.
 
 Credentials come only from the environment (``--secret-env``): ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL`` and the like,
@@ -194,16 +196,19 @@ def stage(url: str, cache_dir: str | Path) -> Path:
 
     key = hashlib.sha256(_shown(url).encode()).hexdigest()[:20]
     root = Path(cache_dir) / "sources" / key
-    manifest = root / ".complete"
+    complete = root / ".complete"
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(root.with_suffix(".lock")):
         store, prefix = _store(url)
         is_dir = prefix.endswith("/") or prefix == ""
         target = root / "files" if is_dir else root / Path(prefix).name
-        if manifest.is_file() and target.exists():
+        if complete.is_file() and target.exists():
             log.info("using the cached copy of %s in %s", _shown(url), root)
             return target
         objects = _list(store, prefix, url)
+        manifest = _export_manifest(store, prefix, objects, url) if is_dir else None
+        if manifest is not None:  # a colbert-k8s export: exactly the files it lists, checked against it
+            objects = [o for o in objects if o.path[len(prefix.rstrip("/")) :].lstrip("/") in manifest]
         total = sum(o.size for o in objects)
         with tqdm(total=total, unit="B", unit_scale=True, desc=f"fetch {_shown(url)}", mininterval=2) as bar:
             for obj in objects:
@@ -213,10 +218,49 @@ def stage(url: str, cache_dir: str | Path) -> Path:
                     bar.update(obj.size)  # fetched by an earlier, interrupted start
                     continue
                 _download(store, obj, dest, url, bar)
+        if manifest is not None:
+            _check_export(root / "files", manifest, url)
         files = {o.path: o.size for o in objects}
-        write_text(manifest, json.dumps({"url": _shown(url), "files": files}))
+        write_text(root / ".complete", json.dumps({"url": _shown(url), "files": files}))
         log.info("staged %s (%d object(s), %.1f MiB) in %s", _shown(url), len(objects), total / 2**20, root)
     return target
+
+
+def _export_manifest(store, prefix: str, objects: list[_Object], url: str) -> dict | None:
+    """The file list of a colbert-k8s export under ``prefix`` (trainer/export.py), None if it is no export;
+    a prefix an export is still being written to (or that one left half-written) is refused."""
+    import obstore
+
+    from trainer.export import MANIFEST, PARTIAL
+
+    names = {o.path[len(prefix.rstrip("/")) :].lstrip("/") for o in objects}
+    if PARTIAL in names:
+        raise SourceError(f"{_shown(url)}: an export is being written there, or one was interrupted ({PARTIAL}); "
+                          "wait for it, or restart the job that exports there")  # fmt: skip
+    if MANIFEST not in names:
+        return None
+    try:
+        key = f"{prefix.rstrip('/')}/{MANIFEST}".lstrip("/")
+        listed = json.loads(bytes(obstore.get(store, key).bytes()))["files"]
+    except Exception as e:
+        raise SourceError(f"{_shown(url)}: its {MANIFEST} cannot be read ({_reason(e)})") from None
+    if missing := sorted(set(listed) - names):
+        raise SourceError(f"{_shown(url)}: {missing[0]} is listed in its {MANIFEST} but not there; export it again")
+    return listed
+
+
+def _check_export(files: Path, listed: dict, url: str) -> None:
+    """Every file of an export has the size and sha256 its manifest says: a mixed or damaged export is refused."""
+    for name, want in listed.items():
+        path = files / name
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(_CHUNK), b""):
+                digest.update(block)
+        if path.stat().st_size != want["size"] or digest.hexdigest() != want["sha256"]:
+            path.unlink()
+            raise SourceError(f"{_shown(url)}: {name} does not match the export's manifest (size or sha256); "
+                              "export it again")  # fmt: skip
 
 
 def _as_prefix(url: str) -> str:
