@@ -26,7 +26,6 @@ V2_PATCH_MANAGER = "colbert-k8s.io/cli"
 V2_FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-APIS = ("pytorchjob", "trainjob")
 
 CONTAINER = "pytorch"  # the operator requires this container name
 # bounds of a job's shape, for every flag, the chart and resize: a typo (--nodes 10000) is refused before

@@ -16,19 +16,15 @@ from dataclasses import dataclass
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import KINDS, Cluster
+from operator_cli.kube.kinds import DEFAULT_API
 
 __all__ = ["Check", "LEVELS", "run_checks"]
 
 LEVELS = {"OK": 0, "WARN": 1, "FAIL": 2}
-# (namespace, Deployment) of each controller as its release manifests install it
-CONTROLLERS = {
-    "pytorchjob": ("kubeflow", "training-operator"),
-    "trainjob": ("kubeflow-system", "kubeflow-trainer-controller-manager"),
-}
 # provisioners whose volumes many nodes can mount read-write at once (the usual ones; others may too)
 RWX_PROVISIONERS = ("nfs", "cephfs", "efs.csi.aws.com", "filestore", "file.csi.azure.com", "azurefile", "lustre",
                     "gpfs", "longhorn", "juicefs", "weka", "netapp", "portworx")  # fmt: skip
-GPU = "nvidia.com/gpu"
+GPU = C.GPU_RESOURCE
 
 
 def _name(obj: dict) -> str:
@@ -47,11 +43,11 @@ def run_checks(cluster: Cluster, api: str) -> list[Check]:
     """Every check, in the order a first submit would trip on them. ``api``: pytorchjob, trainjob or auto."""
     checks, served = _crds(cluster, api)
     checks += [_controller(cluster, key) for key in served]
-    if "trainjob" in served:
+    if any(KINDS[key].uses_runtime for key in served):
         checks.append(_runtime(cluster))
     checks += [_gpus(cluster), _mig(cluster), _storage(cluster), _namespace(cluster), _queues(cluster)]
     checks.append(_topologies(cluster))
-    return checks + _access(cluster, served or ([api] if api != "auto" else ["pytorchjob"]))
+    return checks + _access(cluster, served or ([api] if api != "auto" else [DEFAULT_API]))
 
 
 def _guarded(name: str):
@@ -103,7 +99,7 @@ def _crds(cluster: Cluster, api: str) -> tuple[list[Check], list[str]]:
 def _controller(cluster: Cluster, key: str) -> Check:
     from kubernetes import client
 
-    ns, name = CONTROLLERS[key]
+    ns, name = KINDS[key].controller
     check = f"{key} controller"
     apps = client.AppsV1Api(cluster.api)
     try:
@@ -124,7 +120,7 @@ def _controller(cluster: Cluster, key: str) -> Check:
             "FAIL",
             f"Deployment {ns}/{name}: {ready}/{wanted} ready",
             f"kubectl -n {ns} describe deployment {name}",
-        )  # noqa: E501
+        )
     return Check(check, "OK", f"Deployment {ns}/{name}: {ready}/{wanted} ready")
 
 
@@ -132,11 +128,11 @@ def _controller(cluster: Cluster, key: str) -> Check:
 def _runtime(cluster: Cluster) -> Check:
     """This tool's runtime (fails fast on exit 2) if it is there, else the stock one that submit falls back to."""
     if cluster.runtime_exists(C.V2_SHIPPED_RUNTIME):
-        cluster._check_runtime(C.V2_SHIPPED_RUNTIME)
+        cluster.check_runtime(C.V2_SHIPPED_RUNTIME)
         return Check("torch runtime", "OK", f"ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME} runs torch and fails "
                      "a TrainJob at once on a permanent exit code")  # fmt: skip
     try:
-        cluster._check_runtime(C.V2_STOCK_RUNTIME)
+        cluster.check_runtime(C.V2_STOCK_RUNTIME)
     except CliError as e:
         if e.status in (None, 404):
             return Check("torch runtime", "FAIL", e.message, e.hint or "")
@@ -207,7 +203,7 @@ def _gpus(cluster: Cluster) -> Check:
             "WARN",
             f"no node has allocatable {GPU}",
             "CPU jobs only (--gpus-per-node 0); install the NVIDIA device plugin or GPU operator for GPUs",
-        )  # noqa: E501
+        )
     products: dict[str, int] = {}
     for count, product in gpu_nodes:
         products[product] = products.get(product, 0) + count
@@ -229,7 +225,7 @@ def _storage(cluster: Cluster) -> Check:
             "WARN",
             f"no storage class known to serve ReadWriteMany (have: {names})",
             "--nodes > 1 needs --pvc NAME of a shared volume, or --pod-local-storage",
-        )  # noqa: E501
+        )
     return Check("ReadWriteMany storage", "OK", f"{', '.join(rwx)} (use --storage-class with --pvc-size)")
 
 
@@ -252,7 +248,7 @@ def _namespace(cluster: Cluster) -> Check:
 @_guarded("Kueue queues")
 def _queues(cluster: Cluster) -> Check:
     queues = cluster.read(
-        lambda: cluster.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", cluster.ns, "localqueues"),
+        lambda: cluster.custom.list_namespaced_custom_object(C.KUEUE_GROUP, C.KUEUE_VERSION, cluster.ns, "localqueues"),
         "list",
         "LocalQueue",
     )
@@ -266,43 +262,20 @@ def _queues(cluster: Cluster) -> Check:
 
 def _access(cluster: Cluster, apis: list[str]) -> list[Check]:
     """May this user create what ``submit`` creates? One SelfSubjectAccessReview per object kind."""
-    from kubernetes import client
-
-    auth = client.AuthorizationV1Api(cluster.api)
     wanted = [("", "configmaps"), ("", "persistentvolumeclaims")]
     wanted += [(KINDS[a].group, KINDS[a].plural) for a in apis]
     out = []
     for group, plural in wanted:
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {
-                "resourceAttributes": {"namespace": cluster.ns, "verb": "create", "group": group, "resource": plural}
-            },  # noqa: E501
-        }
         name = f"may create {plural}"
         try:
-            review = cluster._c(
-                lambda b=body: auth.create_self_subject_access_review(b),
-                "create",
-                "SelfSubjectAccessReview",
-                namespace=None,
-            )  # noqa: E501
+            status = cluster.access_review("create", group, plural)
         except CliError as e:
             out.append(Check(name, "WARN", f"could not check: {e.message}", e.hint or ""))
             continue
-        review = review if isinstance(review, dict) else cluster.api.sanitize_for_serialization(review)
-        status = review.get("status") or {}
         if status.get("allowed"):
             out.append(Check(name, "OK", f"create {plural} in {cluster.ns}: allowed"))
         else:
             why = status.get("reason") or "denied"
-            out.append(
-                Check(
-                    name,
-                    "FAIL",
-                    f"create {plural} in {cluster.ns}: {why}",
-                    "ask your cluster admin for a Role that allows it",
-                )
-            )  # noqa: E501
+            out.append(Check(name, "FAIL", f"create {plural} in {cluster.ns}: {why}",
+                             "ask your cluster admin for a Role that allows it"))  # fmt: skip
     return out

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import yaml
 
 from operator_cli import constants
-from operator_cli.spec import JobSpec
+
+if TYPE_CHECKING:
+    from operator_cli.spec import JobSpec
 
 __all__ = ["render", "render_one", "to_yaml"]
 
@@ -50,19 +52,24 @@ _ENV = _environment()
 _CONSTANTS = {k: v for k, v in vars(constants).items() if k.isupper()}
 
 
-def render_one(template: str, spec: Any) -> dict[str, Any]:
+def render_one(template: str, spec: Any, **context: Any) -> dict[str, Any]:
     """One template with ``spec`` as its context: a :class:`JobSpec`, or another typed spec whose fields the
-    template reads (the fetch pod's, :class:`operator_cli.kube.fetch.FetchPod`)."""
-    text = _ENV.get_template(template).render(spec=spec, c=_CONSTANTS)
+    template reads (the fetch pod's, :class:`operator_cli.kube.fetch.FetchPod`); ``context``: more names
+    (a job's ``kind`` and ``names``)."""
+    text = _ENV.get_template(template).render(spec=spec, c=_CONSTANTS, **context)
     return yaml.safe_load(text)
 
 
 def render(spec: JobSpec) -> list[dict[str, Any]]:
-    """The objects of one job, in creation order: ConfigMap, [PVC], PyTorchJob or TrainJob."""
-    objects = [render_one("configmap.yaml.j2", spec)]
+    """The objects of one job, in creation order: ConfigMap, [PVC], then the job in its kind's template.
+
+    Every template gets ``kind`` (the :class:`JobKind`) and ``names`` (:class:`JobNames`: the ConfigMap's,
+    the claim's and the pods' names, the ones ``delete``, ``resize`` and ``fetch`` look for)."""
+    context = {"kind": spec.kind, "names": spec.names}
+    objects = [render_one("configmap.yaml.j2", spec, **context)]
     if spec.pvc_size:
-        objects.append(render_one("pvc.yaml.j2", spec))
-    objects.append(render_one(f"{spec.api}.yaml.j2", spec))
+        objects.append(render_one("pvc.yaml.j2", spec, **context))
+    objects.append(render_one(spec.kind.template, spec, **context))
     return objects
 
 

@@ -15,14 +15,12 @@ delete would take it along), and set to the new job's uid after the create.
 
 from __future__ import annotations
 
-import copy
 import time
 
-from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, kind_of
 from operator_cli.kube.kinds import workspace_claim
-from operator_cli.spec import check_shape
+from operator_cli.spec import check_shape, parse_training_config
 
 __all__ = ["resize"]
 
@@ -41,45 +39,30 @@ def resize(cluster: Cluster, name: str, nodes: int, gpus_per_node: int | None, w
             hint="resize needs a job whose /workspace is a PVC (--pvc or --pvc-size)",
         )
     _check_world_size(cluster, name, old_nodes * max(1, old_gpus), nodes * max(1, gpus))
-    new = _reshaped(job, nodes, gpus)
-    cm = f"{name}-config"
-    cluster.own_config_map(cm, None)
-    cluster._delete_one(kind.kind, name)
+    new = kind.reshaped(job, nodes, gpus)
+    cluster.own_config_map(name, None)
+    cluster.delete(kind.kind, name)
     deadline = time.monotonic() + wait_seconds
-    while _exists(cluster, name):
+    while cluster.job_exists(name):
         if time.monotonic() > deadline:
             raise CliError(
                 f"{kind.kind} {cluster.ns}/{name} is still being deleted after {wait_seconds:.0f}s",
                 hint=f"run `colbert-k8s resize {name} ...` again once it is gone; the storage and config are kept",
             )
         time.sleep(1)
-    created = cluster._create_one(new)
-    cluster.own_config_map(cm, created)
+    created = cluster.create(new)
+    cluster.own_config_map(name, created)
     return created
-
-
-def _exists(cluster: Cluster, name: str) -> bool:
-    try:
-        cluster.get_job(name)
-        return True
-    except CliError as e:
-        if e.status == 404:
-            return False
-        raise
 
 
 def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:
     """The new world size can hold the config's global batch, and its checkpoint will be accepted."""
     if old == new:
         return
-    from operator_cli.spec import parse_training_config
-    from trainer.config import ConfigError
+    from trainer.config import ConfigError  # pydantic: kept out of the CLI's import
     from trainer.scale import micro_batches
 
-    cm = f"{name}-config"
-    obj = cluster.read(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)
-    data = (obj or {}).get("data") or {}
-    cfg = parse_training_config(data.get(C.CONFIG_FILE, ""))
+    cfg = parse_training_config(cluster.config_text(name) or "")
     if cfg.training.global_batch_size is None:
         raise CliError(
             f"job {name} runs on {old} processes and its config does not set training.global_batch_size: its "
@@ -90,52 +73,3 @@ def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:
         micro_batches(cfg, new)
     except ConfigError as e:
         raise CliError(f"cannot resize job {name}: {e}") from None
-
-
-def _reshaped(job: dict, nodes: int, gpus: int) -> dict:
-    """The job as ``submit`` would have rendered it with the new shape: server fields dropped."""
-    meta = job["metadata"]
-    new = {
-        "apiVersion": job["apiVersion"],
-        "kind": job["kind"],
-        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
-        "spec": copy.deepcopy(job["spec"]),
-    }
-    spec, nproc = new["spec"], max(1, gpus)
-    if job["kind"] == C.V2_KIND:
-        trainer = spec["trainer"]
-        trainer["numNodes"], trainer["numProcPerNode"] = nodes, nproc
-        _set_gpus(trainer.setdefault("resourcesPerNode", {}), gpus)
-        return new
-    replicas = spec["pytorchReplicaSpecs"]
-    spec["nprocPerNode"] = str(nproc)
-    if elastic := spec.get("elasticPolicy"):  # Workers only; torchrun reads the process count from the env
-        low, high = elastic.get("minReplicas", 1), elastic.get("maxReplicas", nodes)
-        if not low <= nodes <= high:
-            raise CliError(
-                f"job {job['metadata']['name']} is elastic on {low}..{high} nodes; --nodes {nodes} is outside it",
-                hint="pick a node count within that range",
-            )
-        replicas["Worker"]["replicas"] = nodes
-        for var in replicas["Worker"]["template"]["spec"]["containers"][0].get("env", []):
-            if var["name"] == "PET_NPROC_PER_NODE":
-                var["value"] = str(nproc)
-    elif nodes > 1:
-        worker = replicas.get("Worker") or copy.deepcopy(replicas["Master"])
-        labels = worker["template"].setdefault("metadata", {}).setdefault("labels", {})
-        labels[C.LABEL_COMPONENT] = "worker"
-        worker["replicas"] = nodes - 1
-        replicas["Worker"] = worker
-    else:
-        replicas.pop("Worker", None)
-    for replica in replicas.values():
-        _set_gpus(replica["template"]["spec"]["containers"][0].setdefault("resources", {}), gpus)
-    return new
-
-
-def _set_gpus(resources: dict, gpus: int) -> None:
-    limits = resources.setdefault("limits", {})
-    if gpus:
-        limits["nvidia.com/gpu"] = gpus
-    else:
-        limits.pop("nvidia.com/gpu", None)

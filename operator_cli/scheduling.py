@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from operator_cli import rules
 from operator_cli.constants import GPU_RESOURCE, KUEUE_TOPOLOGY_PREFERRED, KUEUE_TOPOLOGY_REQUIRED, MIG_RESOURCE_PREFIX
 from operator_cli.errors import CliError
+from operator_cli.values import shown
 
 if TYPE_CHECKING:
     from operator_cli.spec import JobSpec
@@ -52,8 +53,6 @@ def topology_annotations(required: str | None, preferred: str | None) -> dict[st
 
 def check(spec: JobSpec) -> None:
     """The scheduling options of a job spec, each refused in one line naming the flag and the fix."""
-    from operator_cli.spec import shown
-
     if spec.topology_required and spec.topology_preferred:
         raise CliError(
             "--topology-required and --topology-preferred exclude each other (Kueue reads one per pod set)",

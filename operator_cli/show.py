@@ -3,8 +3,11 @@ from rank 0's log), tables, and the same records as JSON or YAML (``-o``), so bo
 
 from __future__ import annotations
 
-from operator_cli import constants as C
+import json
+from datetime import datetime, timezone
+
 from operator_cli.errors import CliError
+from operator_cli.kube import job_state, kind_of
 from operator_cli.render import to_yaml
 
 __all__ = ["age", "formatted", "status_record", "status_text", "table"]
@@ -19,21 +22,17 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 def formatted(record: dict, output: str) -> str:
     """``record`` as JSON or YAML."""
     if output == "json":
-        import json
-
         return json.dumps(record, indent=2)
     return to_yaml([record]).removeprefix("---\n").rstrip("\n")
 
 
 def status_record(cluster, name: str) -> dict:
     """What ``status`` shows, as one record (the table and -o json/yaml are printed from it)."""
-    from operator_cli.kube import job_state, kind_of
-
     job = cluster.get_own_job(name)
     record = {
         "name": name,
         "namespace": cluster.ns,
-        "kind": job.get("kind", C.KIND),
+        "kind": job["kind"],
         "state": job_state(job),
         "conditions": [
             {k: c.get(k, "") for k in ("type", "status", "reason", "message")}
@@ -57,9 +56,7 @@ def status_record(cluster, name: str) -> dict:
 
 def _progress(cluster, kind, pods: list[dict]) -> dict | None:
     """The newest ``progress {...}`` line of rank 0's log (trainer/progress.py), if there is one."""
-    import json
-
-    from trainer.progress import LOG_PREFIX
+    from trainer.progress import LOG_PREFIX  # it reads the trainer's config (pydantic): not at the CLI's import
 
     master = next((p for p in pods if p["rank"] == 0 and p["phase"] != "Pending"), None)
     if master is None:
@@ -118,8 +115,6 @@ def status_text(record: dict, output: str) -> str:
 def age(ts: str | None) -> str:
     if not ts:
         return "-"
-    from datetime import datetime, timezone
-
     seconds = int((datetime.now(timezone.utc) - datetime.fromisoformat(ts.replace("Z", "+00:00"))).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:

@@ -1,37 +1,57 @@
-"""The typed job spec: every option of ``submit``/``render``/``local``, validated on construction.
+"""The typed job spec: every option of ``submit``/``render``/``local``, declared once and validated on construction.
 
-Options are parsed here once (``K=V`` pairs, tolerations, secret references) so that the templates
-only ever see clean, typed values. Each check raises :class:`CliError` with a message of the form
-"``--flag`` must ..., got ``value``". Secret *values* never pass through here: ``--secret-env``
-takes a Secret name and key, and ``--env`` refuses names that look like credentials.
+:data:`JOB_OPTIONS` is the one table of the job's options: each :class:`Option` names its flag, its help, its
+:class:`JobSpec` field and the rule its value must meet. The CLI's options are made from it
+(:func:`operator_cli.commands.job.job_options`), and :meth:`JobSpec.__post_init__` checks every rule in it,
+whoever builds the spec (the CLI, the chart tests, the benches). Each check raises :class:`CliError` with a
+message of the form "``--flag`` must ..., got ``value``"; what involves several options, or the job's kind
+(:meth:`operator_cli.kube.kinds.JobKind.check_spec`), is checked after the table.
+
+Secret *values* never pass through here: ``--secret-env`` takes a Secret name and key, and ``--env`` refuses
+names that look like credentials. Flags' text is parsed by :mod:`operator_cli.values`.
 """
 
 from __future__ import annotations
 
-import secrets
-import string
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from operator_cli import rules, scheduling
+from operator_cli import scheduling
 from operator_cli.constants import (
-    APIS,
     DEFAULT_IMAGE,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
-    MAX_GPUS_PER_NODE,
-    MAX_NODES,
     TERMINATION_GRACE_SECONDS,
     V2_DEFAULT_RUNTIME,
 )
 from operator_cli.errors import CliError
+from operator_cli.kube import names
+from operator_cli.kube.kinds import DEFAULT_API, KINDS, JobKind
+from operator_cli.options import INT32_MAX, INT64_MAX, JOB_OPTIONS, Option
+from operator_cli.values import (
+    NCCL_PRESETS,
+    SecretRef,
+    generate_name,
+    parse_elastic,
+    parse_pairs,
+    parse_secret_env,
+    parse_secret_envs,
+    parse_toleration,
+    shown,
+)
 from trainer.credentials import credential_in
 
 __all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "JOB_OPTIONS",
     "JobSpec",
+    "NCCL_PRESETS",
+    "OWN_LABELS",
+    "Option",
     "check_shape",
     "SecretRef",
     "parse_pairs",
@@ -45,135 +65,19 @@ __all__ = [
     "parse_training_config",
 ]
 
-EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
-INT32_MAX = 2**31 - 1  # backoffLimit, ttlSecondsAfterFinished are int32 in the API
-INT64_MAX = 2**63 - 1  # activeDeadlineSeconds is int64
 OWN_LABELS = {LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT}  # set on every object
-# JobSpec fields whose flag is not --FIELD-NAME
-_FLAGS = {"labels": "--label", "annotations": "--annotation", "tolerations": "--toleration",
-          "image_pull_secrets": "--image-pull-secret", "termination_grace": "--termination-grace-period"}  # fmt: skip
-
-NCCL_PRESETS: dict[str, dict[str, str]] = {
-    # TCP sockets over the pod network: works on every cluster.
-    "socket": {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"},
-    # InfiniBand/RoCE for data, the pod network only for bootstrap.
-    "ib": {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_DEBUG": "WARN"},
-}
-
-
-@dataclass(frozen=True)
-class SecretRef:
-    secret: str
-    key: str
-
-
-def _as_list(value: Any) -> list:
-    return value if isinstance(value, list) else [value]
-
-
-def shown(value: str, limit: int = 80) -> str:
-    """A user value fit to echo in an error: never one that could be a secret, never unbounded."""
-    if not rules.full("printable", value) or len(value) > limit or "@" in value:  # user:password@host
-        return f"a {len(value)}-character value (not shown)"
-    return repr(value)
-
-
-def parse_pairs(values: tuple[str, ...] | list[str], flag: str) -> dict[str, str]:
-    """``("a=1", "b=2")`` -> ``{"a": "1", "b": "2"}``; a missing ``=`` or a repeated key is one clear error.
-
-    Values are never echoed (``--env "=$TOKEN"`` must not print the token)."""
-    out: dict[str, str] = {}
-    for raw in values:
-        key, sep, value = raw.partition("=")
-        if not sep:
-            raise CliError(f"{flag} must be KEY=VALUE, got a value without KEY= (not shown)")
-        if not key:
-            raise CliError(f"{flag} must be KEY=VALUE, got an empty KEY")
-        if key in out:
-            raise CliError(f"{flag} {shown(key)} is given twice; keep one")
-        if rules.has_control_chars(value):
-            raise CliError(f"{flag} {shown(key)}: the value holds control characters; remove them")
-        out[key] = value
-    return out
-
-
-def parse_toleration(raw: str) -> dict[str, str]:
-    """``key[=value]:Effect`` -> a toleration (``Exists`` when no value is given)."""
-    body, sep, effect = raw.rpartition(":")
-    if not sep or effect not in EFFECTS or not body:
-        raise CliError(f"--toleration must be KEY[=VALUE]:EFFECT with EFFECT in {sorted(EFFECTS)}, got {shown(raw)}")
-    key, eq, value = body.partition("=")
-    if not rules.full("qualified_name", key):
-        raise CliError(f"--toleration key must be a label key, got {shown(key)}")
-    if eq and not rules.full("label_value", value):
-        raise CliError(f"--toleration value for {key} must be a label value, got {shown(value)}")
-    tol = {"key": key, "operator": "Equal" if eq else "Exists", "effect": effect}
-    if eq:
-        tol["value"] = value
-    return tol
-
-
-def parse_secret_env(raw: str) -> tuple[str, SecretRef]:
-    """``VAR=secret/key`` -> ``("VAR", SecretRef("secret", "key"))``."""
-    var, sep, ref = raw.partition("=")
-    secret, slash, key = ref.partition("/")
-    if not sep or not slash or not var or not secret or not key:
-        # the argument may be a pasted secret value: name it only when it starts like a variable name
-        what = (
-            f"{var!r}=..." if sep and rules.full("env_name", var) else "a value that is not VAR=SECRET/KEY (not shown)"
-        )
-        raise CliError(f"--secret-env must be VAR=SECRET_NAME/KEY, got {what}")
-    if not rules.full("env_name", var):
-        raise CliError(f"--secret-env variable must be a valid environment variable name, got {shown(var)}")
-    if rules.reserved_env(var):
-        raise CliError(f"--secret-env {var} is set by the Training Operator or this tool; remove it")
-    # what follows '=' may be a pasted secret value (it often contains '/'): describe it, never echo it
-    if not rules.full("dns1123", secret):
-        raise CliError(
-            f"--secret-env {var}: the part before '/' must name a Secret (a DNS-1123 name: lowercase letters, "
-            "digits, '-', '.'); it is not shown, in case a secret value was pasted there"
-        )
-    if not rules.full("secret_key", key):
-        raise CliError(
-            f"--secret-env {var}: the part after '/' must be a key of the Secret ([-._a-zA-Z0-9]+); "
-            "it is not shown, in case a secret value was pasted there"
-        )
-    return var, SecretRef(secret, key)
-
-
-def parse_secret_envs(values: tuple[str, ...] | list[str]) -> dict[str, SecretRef]:
-    """Every ``--secret-env``; a variable given twice is refused (the pod would get only one of them)."""
-    out: dict[str, SecretRef] = {}
-    for raw in values:
-        var, ref = parse_secret_env(raw)
-        if var in out:
-            raise CliError(f"--secret-env {var} is given twice; keep one")
-        out[var] = ref
-    return out
+_BY_FIELD: dict[str, Option] = {o.spec_field: o for o in JOB_OPTIONS}
 
 
 def check_shape(nodes: int, gpus_per_node: int | None) -> None:
     """``--nodes`` and ``--gpus-per-node`` within this tool's bounds (``gpus_per_node`` None: unchanged)."""
-    if not 1 <= nodes <= MAX_NODES:
-        raise CliError(f"--nodes must be between 1 and {MAX_NODES}, got {nodes}")
-    if gpus_per_node is not None and not 0 <= gpus_per_node <= MAX_GPUS_PER_NODE:
-        raise CliError(f"--gpus-per-node must be between 0 and {MAX_GPUS_PER_NODE}, got {gpus_per_node}")
+    _BY_FIELD["nodes"].check(nodes)
+    if gpus_per_node is not None:
+        _BY_FIELD["gpus_per_node"].check(gpus_per_node)
 
 
-def parse_elastic(raw: str) -> tuple[int, int]:
-    """``--elastic MIN:MAX`` -> ``(MIN, MAX)``: the node counts the job may shrink to and grow to."""
-    low, sep, high = raw.partition(":")
-    if not (sep and low.isdigit() and high.isdigit()):
-        raise CliError(f"--elastic must be MIN:MAX node counts like 1:4, got {shown(raw)}")
-    low_n, high_n = int(low), int(high)
-    if not 1 <= low_n <= high_n <= MAX_NODES:
-        raise CliError(f"--elastic {low_n}:{high_n} must have 1 <= MIN <= MAX <= {MAX_NODES}")
-    return low_n, high_n
-
-
-def generate_name(prefix: str = "colbert") -> str:
-    alphabet = string.ascii_lowercase + string.digits
-    return f"{prefix}-{''.join(secrets.choice(alphabet) for _ in range(5))}"
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
 
 
 @dataclass(frozen=True)
@@ -213,8 +117,8 @@ class JobSpec:
     """Seconds before a running job is stopped (default 7 days; 0 = never)."""
     ttl_after_finished: int | None = 24 * 3600
     nccl: str | None = None
-    api: str = "pytorchjob"
-    """pytorchjob: Training Operator v1 PyTorchJob; trainjob: Kubeflow Trainer v2 TrainJob."""
+    api: str = DEFAULT_API
+    """The job's kind, by its --api name (operator_cli.kube.kinds.KINDS): pytorchjob, trainjob."""
     runtime: str = V2_DEFAULT_RUNTIME
     """The ClusterTrainingRuntime a TrainJob references (trainjob only)."""
     labels: dict[str, str] = field(default_factory=dict)
@@ -230,29 +134,26 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         self._refuse_credentials()
-        if not rules.full("dns1035", self.name):
-            raise CliError(
-                f"--name must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter), "
-                f"got {shown(self.name)}"
-            )
+        for option in JOB_OPTIONS:  # each option's own rule, in the table's order
+            option.check(getattr(self, option.spec_field))
         longest = self.pod_names[-1]
         if len(longest) > 63:
             raise CliError(f"--name {shown(self.name)} is too long: pod name {longest!r} would exceed 63 characters")
-        if not rules.full("dns1123_label", self.namespace):
+        self._check_storage()
+        self._check_env()
+        for key in self.labels.keys() & OWN_LABELS:
             raise CliError(
-                f"--namespace must be a DNS-1123 label (at most 63 of a-z, 0-9, '-'), got {shown(self.namespace)}"
+                f"--label {key} is set by colbert-k8s itself (status, logs, list and delete find their jobs by it); "
+                "use another key"
             )
-        check_shape(self.nodes, self.gpus_per_node)
-        if not rules.full("image", self.image):
-            raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {shown(self.image)}")
-        for flag, value in (
-            ("--cpu", self.cpu),
-            ("--memory", self.memory),
-            ("--shm-size", self.shm_size),
-            ("--pvc-size", self.pvc_size),
-        ):
-            if value is not None and not rules.full("quantity", value):
-                raise CliError(f"{flag} must be a Kubernetes quantity like 4, 500m or 32Gi, got {shown(value)}")
+        if self.nccl and self.gpus_per_node == 0:
+            raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
+        self.kind.check_spec(self)
+        self._check_elastic()
+        self._check_export()
+        scheduling.check(self)
+
+    def _check_storage(self) -> None:
         if self.pvc and self.pvc_size:
             raise CliError("--pvc and --pvc-size exclude each other: use an existing claim or create one")
         if self.nodes > 1 and not (self.pvc or self.pvc_size or self.pod_local_storage):
@@ -264,75 +165,24 @@ class JobSpec:
             )
         if self.pod_local_storage and (self.pvc or self.pvc_size):
             raise CliError("--pod-local-storage excludes --pvc and --pvc-size: keep one")
-        for flag, value, top in (
-            ("--backoff-limit", self.backoff_limit, INT32_MAX),
-            ("--active-deadline", self.active_deadline, INT64_MAX),
-            ("--ttl-after-finished", self.ttl_after_finished, INT32_MAX),
-        ):
-            if value is not None and not 0 <= value <= top:
-                raise CliError(f"{flag} must be between 0 and {top} (the API field's range), got {value}")
+
+    def _check_env(self) -> None:
         preset = NCCL_PRESETS.get(self.nccl or "", {})
         for var in self.env:
             if var in self.secret_env:
                 raise CliError(f"{var} is given by both --env and --secret-env; keep one")
             if var in preset:
                 raise CliError(f"--env {var} is also set by --nccl {self.nccl}; drop one of them")
-        if not 0 <= self.termination_grace <= 24 * 3600:
-            raise CliError(f"--termination-grace-period must be 0..86400 seconds, got {self.termination_grace}")
-        for flag, value in (
-            ("--pvc", self.pvc),
-            ("--priority-class", self.priority_class),
-            ("--service-account", self.service_account),
-            ("--storage-class", self.storage_class),
-        ):
-            if value is not None and not rules.full("dns1123", value):
-                raise CliError(f"{flag} must be a DNS-1123 name, got {shown(value)}")
-        for secret in self.image_pull_secrets:
-            if not rules.full("dns1123", secret):
-                raise CliError(f"--image-pull-secret must be a DNS-1123 name, got {shown(secret)}")
-        if self.queue is not None and not rules.full("label_value", self.queue):
-            raise CliError(f"--queue must be a valid label value, got {shown(self.queue)}")
-        self._check_labels(self.node_selector, "--node-selector")
-        self._check_labels(self.labels, "--label")
-        for key in self.labels.keys() & OWN_LABELS:
-            raise CliError(
-                f"--label {key} is set by colbert-k8s itself (status, logs, list and delete find their jobs by it); "
-                "use another key"
-            )
-        for key in self.annotations:
-            if not rules.full("qualified_name", key):
-                raise CliError(f"--annotation key must be a qualified name like example.com/key, got {shown(key)}")
-            if rules.has_control_chars(self.annotations[key]):
-                raise CliError(f"--annotation {key}: the value holds control characters; remove them")
-        for var in self.env:
-            if not rules.full("env_name", var):
-                raise CliError(f"--env name must be a valid environment variable name, got {shown(var)}")
-            if rules.reserved_env(var):
-                raise CliError(f"--env {var} is set by the Training Operator or this tool; remove it")
-            if rules.credential_like(var):
-                raise CliError(
-                    f"--env {var}=... looks like a credential and would be written into the manifest in clear",
-                    hint=f"store it in a Secret and pass --secret-env {var}=SECRET_NAME/KEY",
-                )
-        overlap = set(self.env) & set(self.secret_env)
-        if overlap:
-            raise CliError(f"{sorted(overlap)[0]} is given both as --env and --secret-env; keep one")
-        if self.backoff_limit < 0:
-            raise CliError(f"--backoff-limit must be >= 0, got {self.backoff_limit}")
-        for flag, value in (
-            ("--active-deadline", self.active_deadline),
-            ("--ttl-after-finished", self.ttl_after_finished),
-        ):
-            if value is not None and value < 0:
-                raise CliError(f"{flag} must be >= 0 seconds, got {value}")
-        if self.nccl is not None and self.nccl not in NCCL_PRESETS:
-            raise CliError(f"--nccl must be one of {sorted(NCCL_PRESETS)}, got {shown(self.nccl)}")
-        if self.nccl and self.gpus_per_node == 0:
-            raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
-        self._check_api()
-        self._check_elastic()
-        self._check_export()
-        scheduling.check(self)
+
+    @property
+    def kind(self) -> JobKind:
+        """The job's kind (``--api``), which renders it and knows its pods."""
+        return KINDS[self.api]
+
+    @property
+    def names(self) -> names.JobNames:
+        """The names of the job's objects, as the templates write them."""
+        return names.JobNames(job=self.name, claim=self.claim_name, pods=tuple(self.pod_names))
 
     @property
     def gpu_resource(self) -> str:
@@ -349,30 +199,12 @@ class JobSpec:
         """Annotations of the pod templates (``--annotation`` is added to them by the templates)."""
         return {"sidecar.istio.io/inject": "false", **self.topology_annotations}
 
-    def _check_api(self) -> None:
-        if self.api not in APIS:
-            raise CliError(f"--api must be one of {', '.join(APIS)}, got {shown(self.api)}")
-        if not rules.full("dns1123", self.runtime):
-            raise CliError(f"--runtime must be a ClusterTrainingRuntime name (DNS-1123), got {shown(self.runtime)}")
-        if self.api == "trainjob" and self.priority_class:
-            raise CliError(
-                "--priority-class cannot be set on a TrainJob (Trainer v2.3.0 lets a TrainJob patch no "
-                "priorityClassName)",
-                hint="use a ClusterTrainingRuntime whose pod template sets it (--runtime NAME), "
-                "or Kueue's --label kueue.x-k8s.io/priority-class=NAME",
-            )
-
     def _check_elastic(self) -> None:
         """An elastic job must resume on any node count in MIN..MAX: shared checkpoints, one mathematics."""
         if self.elastic is None:
             return
         low, high = self.elastic
         flag = f"--elastic {low}:{high}"
-        if self.api == "trainjob":
-            raise CliError(
-                f"{flag}: a TrainJob (Kubeflow Trainer v2.3.0) has no elastic policy (KEP-2903 is a proposal)",
-                hint="use --api pytorchjob: its elasticPolicy runs torchrun's elastic agents",
-            )
         if not low <= self.nodes <= high:
             raise CliError(f"{flag}: --nodes {self.nodes} (the pods asked for at start) must be within {low}..{high}")
         if not self.claim_name:
@@ -380,7 +212,7 @@ class JobSpec:
                 f"{flag} needs shared storage: a group re-formed without a node must find that node's checkpoints",
                 hint="add --pvc-size 50Gi (a new ReadWriteMany claim) or --pvc NAME",
             )
-        from trainer.config import ConfigError
+        from trainer.config import ConfigError  # pydantic: kept out of the CLI's import
         from trainer.scale import micro_batches
 
         cfg = self.train_config
@@ -399,7 +231,7 @@ class JobSpec:
     def _check_export(self) -> None:
         """``export.destination`` needs its credentials in the pods: named here, not found after training.
         An object store may use workload identity instead, which comes with the pods' service account."""
-        from trainer.config_base import parse_destination
+        from trainer.config_base import parse_destination  # pydantic: kept out of the CLI's import
         from trainer.export import credential_hint
 
         cfg = self.train_config
@@ -418,7 +250,8 @@ class JobSpec:
         for f in fields(self):
             if f.name in ("config_text", "secret_env"):  # the config is checked by its schema; refs name Secrets
                 continue
-            flag, value = _FLAGS.get(f.name, "--" + f.name.replace("_", "-")), getattr(self, f.name)
+            option = _BY_FIELD.get(f.name)
+            flag, value = option.flag if option else "--" + f.name.replace("_", "-"), getattr(self, f.name)
             entries = value.items() if isinstance(value, dict) else [(None, v) for v in _as_list(value)]
             for key, item in entries:
                 texts = [key, *(item.values() if isinstance(item, dict) else [item])]
@@ -432,16 +265,6 @@ class JobSpec:
                             hint=f"store it in a Secret and pass --secret-env {name}=SECRET_NAME/KEY",
                         )
 
-    @staticmethod
-    def _check_labels(labels: dict[str, str], flag: str) -> None:
-        for key, value in labels.items():
-            if not rules.full("qualified_name", key):
-                raise CliError(f"{flag} key must be a label key like example.com/name, got {shown(key)}")
-            if not rules.full("label_value", value):
-                raise CliError(
-                    f"{flag} value for {key} must be a label value (<= 63 of [A-Za-z0-9-_.]), got {shown(value)}"
-                )
-
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """Each field's default, for the CLI's options (which show them in --help)."""
@@ -454,12 +277,8 @@ class JobSpec:
 
     @property
     def pod_names(self) -> list[str]:
-        """The pods' host names: the operator's <job>-master-0/-worker-i, or JobSet's <job>-node-0-i."""
-        if self.api == "trainjob":
-            return [f"{self.name}-node-0-{i}" for i in range(self.nodes)]
-        if self.elastic:  # Workers only: the operator's rendezvous endpoint is <job>-worker-0
-            return [f"{self.name}-worker-{i}" for i in range(max(self.nodes, self.elastic[1]))]
-        return [f"{self.name}-master-0"] + [f"{self.name}-worker-{i}" for i in range(self.nodes - 1)]
+        """The pods' host names, as the job's kind names them (the operator's <job>-master-0, JobSet's ...)."""
+        return self.kind.pod_names(self)
 
     @property
     def nproc_per_node(self) -> int:
@@ -472,11 +291,11 @@ class JobSpec:
 
     @property
     def config_map_name(self) -> str:
-        return f"{self.name}-config"
+        return names.config_map(self.name)
 
     @property
     def claim_name(self) -> str | None:
-        return self.pvc or (f"{self.name}-workspace" if self.pvc_size else None)
+        return self.pvc or (names.created_claim(self.name) if self.pvc_size else None)
 
     @property
     def restart_policy(self) -> str:
@@ -492,7 +311,7 @@ class JobSpec:
 
 def read_config(path: str | Path) -> str:
     """Read ``--config`` and validate it with the trainer's schema (pydantic only, no torch)."""
-    from trainer.config import ConfigError
+    from trainer.config import ConfigError  # pydantic: see above
     from trainer.config_yaml import load_yaml, parse_config, read_config_text
 
     try:
@@ -505,6 +324,7 @@ def read_config(path: str | Path) -> str:
 
 def parse_training_config(text: str):
     """A rendered config text (``--config`` or the ConfigMap's ``train.yaml``) as a ``TrainConfig``."""
-    from trainer.config_yaml import load_yaml, parse_config
+    from trainer.config_yaml import load_yaml, parse_config  # pydantic: see above
 
     return parse_config(load_yaml(text, "train.yaml"), "train.yaml")
+

@@ -1,15 +1,17 @@
 """A stand-in for the Hugging Face Hub's upload endpoints on 127.0.0.1, for huggingface_hub's own client
 (``HF_ENDPOINT``), as harsh as the Hub where the export depends on it:
 
-* tokens: ``Authorization: Bearer`` checked on every call; unknown -> 401, a read token's writes -> 403;
-  whoami-v2 says the role;
+* tokens: ``Authorization: Bearer`` checked on every call; unknown -> 401, a read token's writes -> 403,
+  and so are writes outside the namespaces the user may write (its own, its orgs'); whoami-v2 says the role;
+* branches made and deleted (``main`` cannot be), the tree of a revision listed;
 * ``repos/create`` (409 when it exists), ``branch``, repository info (404 for a missing one or revision);
 * ``validate-yaml``: the card's front matter must parse, and ``model-index`` must be a list of results;
 * ``preupload``: LFS for weights and large or binary files, "regular" otherwise, with each file's id at
   the revision (git SHA-1 for regular files, sha256 for LFS), which the client uses to skip unchanged ones;
 * the LFS batch API: an upload action only for objects it does not hold; ``PUT`` of the object checks
   its sha256 and size;
-* ``commit``: NDJSON, all or nothing: an LFS file whose object was not uploaded -> 422 and no change;
+* ``commit``: NDJSON, all or nothing, files added and deleted: an LFS file whose object was not uploaded
+  -> 422 and no change;
   a regular file over 10 MB -> 422 (the Hub refuses them outside LFS).
 
 What it does not do: Xet storage (the client uses it when ``hf_xet`` is installed; the tests set
@@ -32,6 +34,7 @@ import yaml
 from tests.conftest import free_port
 
 WRITE_TOKEN, READ_TOKEN = "hf_write_token_for_tests", "hf_read_token_for_tests"
+_NAMESPACES = ("alice", "my-org")  # where the token's user (alice, of my-org) may write
 _LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".npy", ".ckpt", ".h5", ".onnx", ".msgpack")
 _REGULAR_LIMIT = 10 * 1024 * 1024
 
@@ -68,18 +71,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, status: int, message: str) -> None:
-        self._send(status, {"error": message}, {"X-Error-Message": message})
+        self._send(status, {"error": message}, {"X-Error-Message": " ".join(message.split())})
 
     def _role(self) -> str | None:
         token = self.headers.get("Authorization", "").removeprefix("Bearer ")
         return {WRITE_TOKEN: "write", READ_TOKEN: "read"}.get(token)
 
-    def _writer(self) -> bool:
+    def _writer(self, repo_id: str | None = None) -> bool:
+        """A write token, and a repository in a namespace the token's user may write (its own, its orgs')."""
         role = self._role()
         if role is None:
             self._error(401, "Invalid credentials in Authorization header")
-        elif role != "write":
+        elif role != "write" or (repo_id and repo_id.split("/")[0] not in _NAMESPACES):
             self._error(403, "You don't have the rights to write to this repository")
+            return False
         return role == "write"
 
     def _route(self, method: str) -> None:
@@ -102,6 +107,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._route("PUT")
 
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
     # ---- endpoints ----
     def get_whoami(self, hub) -> None:
         role = self._role()
@@ -118,15 +126,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         repo_id = f"{body.get('organization') or 'alice'}/{body['name']}"
         if body.get("organization") not in (None, "alice", "my-org"):
             self._error(403, f"You don't have the rights to create a model under the namespace {body['organization']}")
-        elif repo_id in hub.repos:
-            self._error(409, "You already created this model repo")
+        elif repo_id in hub.repos:  # the Hub's 409 names the repository's URL, which the client reads
+            message = "You already created this model repo"
+            self._send(409, {"error": message, "url": f"{hub.url}/{repo_id}"}, {"X-Error-Message": message})
         else:
             hub.repos[repo_id] = Repo(private=body.get("visibility") == "private" or bool(body.get("private")))
             self._send(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
 
     def post_branch(self, hub, repo_id, branch) -> None:
         self._body()
-        if not self._writer():
+        if not self._writer(repo_id):
             return
         repo = hub.repos.get(repo_id)
         if repo is None:
@@ -136,6 +145,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             repo.branches[branch] = dict(repo.branches["main"])
             self._send(200, {})
+
+    def delete_branch(self, hub, repo_id, branch) -> None:
+        if not self._writer(repo_id):
+            return
+        repo = hub.repos.get(repo_id)
+        if repo is None or branch not in repo.branches:
+            self._error(404, "Revision not found")
+        elif branch == "main":
+            self._error(403, "Cannot delete the main branch")
+        else:
+            del repo.branches[branch]
+            self._send(200, {})
+
+    def get_tree(self, hub, repo_id, revision) -> None:
+        repo = hub.repos.get(repo_id)
+        if repo is None or revision not in repo.branches:
+            self._error(404, "Repository not found" if repo is None else "Revision not found")
+            return
+        files = sorted(repo.branches[revision].items())
+        self._send(200, [{"type": "file", "path": p, "size": len(b), "oid": git_sha1(b)} for p, b in files])
 
     def get_info(self, hub, repo_id, revision=None) -> None:
         repo = hub.repos.get(repo_id)
@@ -168,7 +197,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def post_preupload(self, hub, repo_id, revision) -> None:
         body = json.loads(self._body())
-        if not self._writer():
+        if not self._writer(repo_id):
             return
         repo = hub.repos.get(repo_id)
         if repo is None or revision not in repo.branches:
@@ -187,7 +216,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def post_lfs_batch(self, hub, repo_id) -> None:
         body = json.loads(self._body())
-        if not self._writer():
+        if not self._writer(repo_id):
             return
         objects = []
         for o in body["objects"]:
@@ -215,7 +244,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def post_commit(self, hub, repo_id, revision) -> None:
         lines = [json.loads(line) for line in self._body().splitlines() if line.strip()]
-        if not self._writer():
+        if not self._writer(repo_id):
             return
         repo = hub.repos.get(repo_id)
         if repo is None or revision not in repo.branches:
@@ -239,6 +268,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self._error(422, f"LFS object {value['oid']} of {value['path']} was not uploaded")
                     return
                 staged[value["path"]] = hub.lfs[value["oid"]]
+            elif line["key"] == "deletedFile":
+                if value["path"] not in staged:
+                    self._error(404, f"{value['path']} does not exist in the repository")
+                    return
+                del staged[value["path"]]
         repo.branches[revision] = staged  # all or nothing
         oid = hashlib.sha1(json.dumps(sorted(staged)).encode() + bytes(len(repo.commits)), usedforsecurity=False)
         repo.commits.append(oid.hexdigest())
@@ -250,6 +284,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         (r"/api/whoami-v2", get_whoami),
         (r"/api/repos/create", post_create),
         (rf"/api/models/{_REPO}/branch/([\w.-]+)", post_branch),
+        (rf"/api/models/{_REPO}/branch/([\w.-]+)", delete_branch),
+        (rf"/api/models/{_REPO}/tree/([\w.%-]+)", get_tree),
         (rf"/api/models/{_REPO}/revision/([\w.%-]+)", get_info_revision),
         (rf"/api/models/{_REPO}", get_info),
         (r"/api/validate-yaml", post_validate),

@@ -157,7 +157,7 @@ def test_allowed_lookalikes_are_not_refused(config):
 
 def test_output_dir_under_a_file(config, tmp_path):
     (tmp_path / "file").write_text("x")
-    _assert_one_line(_invoke(["render", "--config", str(config), "-o", str(tmp_path / "file" / "out")]), "-o")
+    _assert_one_line(_invoke(["render", "--config", str(config), "-d", str(tmp_path / "file" / "out")]), "-d")
     assert (tmp_path / "file").read_text() == "x"  # nothing already written is touched
 
 

@@ -1,4 +1,4 @@
-"""The CLI surface: start-up imports, bad flags as one line, render -o."""
+"""The CLI surface: start-up imports, bad flags as one line, render -o FORMAT and -d DIR."""
 
 from __future__ import annotations
 
@@ -92,19 +92,44 @@ def test_bad_training_config_is_caught_before_rendering(tmp_path):
     assert res.exit_code == 2 and "config file not found" in res.output
 
 
-def test_render_output_dir_writes_one_file_per_object(tmp_path):
+RENDERED = ["configmap-job-config.yaml", "persistentvolumeclaim-job-workspace.yaml", "pytorchjob-job.yaml"]
+
+
+def _render(tmp_path, *extra: str):
     cfg = tmp_path / "t.yaml"
     cfg.write_text("data: {train: {path: d.jsonl}}\n")
-    out = tmp_path / "out"
-    res = CliRunner().invoke(
-        cli, ["render", "--config", str(cfg), "--name", "job", "--pvc-size", "1Gi", "-o", str(out)]
-    )
+    return CliRunner().invoke(cli, ["render", "--config", str(cfg), "--name", "job", "--pvc-size", "1Gi", *extra])
+
+
+def test_render_output_dir_writes_one_file_per_object(tmp_path):
+    res = _render(tmp_path, "-d", str(tmp_path / "out"))
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == [
-        "configmap-job-config.yaml",
-        "persistentvolumeclaim-job-workspace.yaml",
-        "pytorchjob-job.yaml",
-    ]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == RENDERED
+    assert "deprecated" not in res.output
+
+
+def test_render_output_is_a_format_as_for_status_and_list(tmp_path):
+    """-o json prints the same objects as the YAML (a List, as kubectl's); -o table has no meaning for render."""
+    import json
+
+    import yaml
+
+    objects = list(yaml.safe_load_all(_render(tmp_path).stdout))
+    res = _render(tmp_path, "-o", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"apiVersion": "v1", "kind": "List", "items": objects}
+    assert list(yaml.safe_load_all(_render(tmp_path, "-o", "yaml").stdout)) == objects
+    res = _render(tmp_path, "-o", "table")
+    assert res.exit_code == 2 and res.output.count("error:") == 1 and "-o must be one of yaml, json" in res.output
+
+
+def test_render_o_dir_of_0_2_still_writes_files_with_a_deprecation_line(tmp_path):
+    res = _render(tmp_path, "-o", str(tmp_path / "old"))
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == RENDERED
+    assert "render -o DIR is deprecated" in res.stderr and f"use -d {tmp_path / 'old'}" in res.stderr
+    res = _render(tmp_path, "-o", str(tmp_path / "x"), "-d", str(tmp_path / "y"))  # both: which one is meant?
+    assert res.exit_code == 2 and "-o must be one of yaml, json" in res.output and not (tmp_path / "y").exists()
 
 
 BLOCK_TRAINER = "import sys\nsys.modules['torch'] = None\nsys.modules['pylate'] = None\n"

@@ -226,6 +226,7 @@ def hub(monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at import: the LFS protocol, as documented
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", server.url)  # also read at import (URLs are parsed against it)
     yield server
     server.close()
 
@@ -280,7 +281,52 @@ def test_preflight_refuses_a_hub_token_that_cannot_write(hub, outputs, monkeypat
 def test_preflight_refuses_a_namespace_the_token_cannot_write(hub, outputs):
     with pytest.raises(export.ExportError) as e:
         export.preflight(_cfg(outputs, "hf://someone-else/x"))
-    assert "cannot be created or written (HTTP 403" in str(e.value)
+    assert "cannot be created or written (the repository: HTTP 403" in str(e.value)
+
+
+def test_preflight_refuses_an_existing_repository_of_another_namespace(hub, outputs):
+    """A write token passes whoami, and create_repo(exist_ok=True) passes for any repository that exists:
+    only a real write (the probe branch) finds that this one is not the token's to write."""
+    from tests.hub import Repo
+
+    hub.repos["someone-else/public"] = Repo(private=False)
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "hf://someone-else/public"))
+    assert "a probe branch: HTTP 403" in str(e.value)
+    assert list(hub.repos["someone-else/public"].branches) == ["main"]
+
+
+def test_preflight_refuses_private_for_a_public_repository_and_leaves_no_probe(hub, outputs):
+    from tests.hub import Repo
+
+    hub.repos["my-org/open"] = Repo(private=False)
+    with pytest.raises(export.ExportError, match="exists and is public, but export.private is set"):
+        export.preflight(_cfg(outputs, "hf://my-org/open", private=True))
+    export.preflight(_cfg(outputs, "hf://my-org/open"))
+    assert list(hub.repos["my-org/open"].branches) == ["main"]  # the probe branch was removed
+
+
+def test_a_hub_export_removes_an_earlier_exports_files(hub, outputs):
+    cfg = _cfg(outputs, "hf://my-org/again")
+    export.preflight(cfg)
+    export.run(_cfg(outputs, "hf://my-org/again", include=["checkpoint"]))
+    assert "checkpoint/state.pt" in hub.files("my-org/again")
+    export.run(cfg)
+    files = dict(hub.files("my-org/again"))
+    files.pop(export.MANIFEST)
+    assert files == _local_files(outputs)
+
+
+def test_a_hub_that_stops_answering_is_a_retryable_failure(hub, outputs, monkeypatch):
+    from tests.conftest import free_port
+
+    cfg = _cfg(outputs, "hf://my-org/gone")
+    export.preflight(cfg)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with pytest.raises(export.ExportFailed, match="the commit failed"):
+        export.run(cfg)
+    with pytest.raises(export.ExportFailed, match="the Hub cannot be reached"):
+        export.preflight(cfg)
 
 
 # ---- the card -------------------------------------------------------------------------------------
@@ -313,6 +359,7 @@ def test_the_card_parses_and_says_what_the_model_is(tmp_path):
     assert "| nDCG@10 | 0.2224 | 0.3073 | 0.3001 |" in card.text  # before, after, through the index
     assert 'models.ColBERT(model_name_or_path="my-org/colbert-nf")' in card.text
     assert "1 mined per row by the base model" in card.text and "48 optimizer steps, global batch 16" in card.text
+    assert 'revision="dev"' in render(cfg, metrics, "my-org/colbert-nf", "dev")  # the branch it was exported to
 
 
 def test_the_card_names_a_staged_source_by_its_url(tmp_path):

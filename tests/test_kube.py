@@ -428,6 +428,35 @@ def test_status_reason_from_events(api):
     assert 'FailedMount: MountVolume.SetUp failed for volume "config"' in master
 
 
+def test_status_reads_each_pods_events_by_a_field_selector(api):
+    """Events are asked for per pod (involvedObject.name=POD), not listed for the whole namespace, and only for a
+    pod whose own statuses do not say what is wrong; another pod's warning never lands on this one."""
+    api.add("kubeflow.org/v1/pytorchjobs", "default", _job_with_status("Created"))
+    creating = [_status(state={"waiting": {"reason": "ContainerCreating"}})]
+    api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Pending", containerStatuses=creating))
+    pulling = [_status(state={"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}})]
+    api.add("v1/pods", "default", _pod("demo-worker-0", "worker", 0, "Pending", containerStatuses=pulling))
+    warning = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "FailedMount",
+               "metadata": {"name": "demo-master-0.1", "namespace": "default"},
+               "involvedObject": {"kind": "Pod", "name": "demo-master-0", "namespace": "default"},
+               "message": "configmap not found", "lastTimestamp": "2026-11-29T10:00:00Z"}  # fmt: skip
+    other = {**warning, "metadata": {"name": "other.1", "namespace": "default"}, "reason": "OtherPodsTrouble",
+             "involvedObject": {"kind": "Pod", "name": "other", "namespace": "default"}}  # fmt: skip
+    selectors = []
+
+    def events(request):  # the whole namespace's events: an API server that ignored the selector
+        selectors.append(request.params.get("fieldSelector"))
+        return {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": [other, warning]}
+
+    api.react("get", "/api/v1/namespaces/default/events") << events
+    res = run(api, "status", "demo")
+    assert res.exit_code == 0, res.output
+    rows = {line.split()[0]: line for line in res.output.splitlines() if line.startswith(("master-0", "worker-0"))}
+    assert "FailedMount: configmap not found" in rows["master-0"]
+    assert "ImagePullBackOff: no such image" in rows["worker-0"] and "OtherPodsTrouble" not in res.output
+    assert selectors == ["involvedObject.name=demo-master-0"]  # one read, narrowed; none for the worker
+
+
 def test_preflight_skips_checks_it_is_not_allowed_to_make(api, config):
     """A user who may create jobs but not read Secrets still submits; the pods can use the Secret."""
     (

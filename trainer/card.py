@@ -141,7 +141,7 @@ def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
 _USAGE = '''```python
 from pylate import indexes, models, retrieve
 
-model = models.ColBERT(model_name_or_path="{where}")
+model = models.ColBERT(model_name_or_path="{where}"{revision})
 index = indexes.PLAID(index_folder="my-index", index_name="docs", override=True)
 documents = {{"d1": "ColBERT scores a query against every document token.", "d2": "Another document."}}
 index.add_documents(
@@ -153,8 +153,9 @@ hits = retriever.retrieve(queries_embeddings=model.encode(["how does ColBERT sco
 ```'''
 
 
-def render(cfg: TrainConfig, metrics: dict, name: str | None = None) -> str:
-    """The card's text. ``name``: how a user loads it (the Hub id when exported there, else a path)."""
+def render(cfg: TrainConfig, metrics: dict, name: str | None = None, revision: str | None = None) -> str:
+    """The card's text. ``name``: how a user loads it (the Hub id when exported there, else a path), from
+    the branch ``revision`` when it is not the default one."""
     from huggingface_hub import ModelCard
 
     from trainer import __version__
@@ -177,7 +178,7 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 
 ## Use
 
-{_USAGE.format(where=where)}
+{_USAGE.format(where=where, revision=f', revision="{revision}"' if revision else "")}
 """
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n{body}"))
 
@@ -185,7 +186,9 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 def for_job(cfg: TrainConfig, metrics: dict) -> str:
     """The card of ``cfg``'s final model, named as users will load it: the Hub id when exported there."""
     hub = cfg.export is not None and cfg.export.destination.startswith("hf://")
-    return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/") if hub else None)
+    if not hub:
+        return render(cfg, metrics)
+    return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/"), cfg.export.revision)
 
 
 def update(model_dir: Path, cfg: TrainConfig, metrics: dict) -> None:

@@ -65,7 +65,8 @@ def _main(argv: list[str]) -> int:
         cfg = load_config(args.config)
         for key, where in (("output_dir", cfg.output_dir), ("data.cache_dir", cfg.data.cache_dir)):
             writable_dir(where, key)
-        export.preflight(cfg)  # a bad destination is found now, not after hours of training
+        if not os.environ.get(EXIT_DIR_ENV):  # once per pod: torchrun's children were checked by their launcher
+            export.preflight(cfg)  # a bad destination is found now, not after hours of training
         cfg = stage(cfg)
         import torch  # only now: a bad config never waits for torch
 

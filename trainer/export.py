@@ -318,28 +318,45 @@ def _hub(cfg):
 
 
 def _probe_hub(cfg, dest: Destination) -> None:
+    """The token may write to the repository: whoami (a read token is refused), the repository created when
+    missing, then a real write, a probe branch made and removed (a write token of another namespace passes
+    whoami and ``create_repo(exist_ok=True)`` alike). A 429, a 5xx or no answer is retryable, not a refusal."""
     from huggingface_hub.errors import HfHubHTTPError
 
     api = _hub(cfg)
+    probe = f"colbert-k8s-probe-{uuid.uuid4().hex[:12]}"
+    step = "whoami"
     try:
-        who = api.whoami()
-    except HfHubHTTPError as e:
-        raise ExportError(f"export.destination {dest}: the Hub refused HF_TOKEN ({_hub_reason(e)}); "
-                          "pass a valid token with --secret-env HF_TOKEN=SECRET/KEY") from None  # fmt: skip
-    except Exception as e:
-        raise ExportError(f"export.destination {dest}: the Hub cannot be reached ({_reason(e)}); check "
-                          "HF_ENDPOINT and the network") from None  # fmt: skip
-    role = (who.get("auth", {}).get("accessToken") or {}).get("role")
-    if role == "read":
-        raise ExportError(f"export.destination {dest}: HF_TOKEN is a read token; export needs one with write access")
-    try:
+        who = api.whoami(cache=True)
+        role = (who.get("auth", {}).get("accessToken") or {}).get("role")
+        if role == "read":
+            raise ExportError(f"export.destination {dest}: HF_TOKEN is a read token; export needs write access")
+        step = "the repository"
         api.create_repo(dest.bucket, private=cfg.export.private, exist_ok=True, repo_type="model")
+        if cfg.export.private and not api.repo_info(dest.bucket, repo_type="model").private:
+            raise ExportError(f"export.destination {dest} exists and is public, but export.private is set; make "
+                              "it private on the Hub, or remove export.private")  # fmt: skip
         if cfg.export.revision:
             api.create_branch(dest.bucket, branch=cfg.export.revision, exist_ok=True)
+        step = "a probe branch"
+        api.create_branch(dest.bucket, branch=probe, revision=cfg.export.revision)
+        api.delete_branch(dest.bucket, branch=probe)
     except HfHubHTTPError as e:
-        raise ExportError(f"export.destination {dest}: the repository cannot be created or written "
-                          f"({_hub_reason(e)}); check the name and the token's rights on {dest.bucket.split('/')[0]}"
+        status = getattr(getattr(e, "response", None), "status_code", None) or 0
+        if status == 429 or status >= 500:
+            raise ExportFailed(f"export.destination {dest}: the Hub answered {_hub_reason(e)} at {step}; "
+                               "retrying at the next start") from None  # fmt: skip
+        if step == "whoami":
+            raise ExportError(f"export.destination {dest}: the Hub refused HF_TOKEN ({_hub_reason(e)}); "
+                              "pass a valid token with --secret-env HF_TOKEN=SECRET/KEY") from None  # fmt: skip
+        raise ExportError(f"export.destination {dest}: the repository cannot be created or written ({step}: "
+                          f"{_hub_reason(e)}); check the name and the token's rights on {dest.bucket.split('/')[0]}"
                           ) from None  # fmt: skip
+    except (ExportError, ExportFailed):
+        raise
+    except Exception as e:  # httpx's connection errors and timeouts: no answer, so perhaps a passing fault
+        raise ExportFailed(f"export.destination {dest}: the Hub cannot be reached ({_reason(e)}); check "
+                           "HF_ENDPOINT and the network") from None  # fmt: skip
 
 
 def _hub_reason(e) -> str:
@@ -349,20 +366,24 @@ def _hub_reason(e) -> str:
 
 
 def _upload_hub(cfg, dest: Destination, plan: dict[str, Path], manifest: dict) -> None:
-    from huggingface_hub import CommitOperationAdd
-    from huggingface_hub.errors import HfHubHTTPError
+    """One commit: the files, the manifest, and the removal of files the repository holds that this export
+    has not (an earlier export's), so the revision is exactly the export."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
-    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in plan.items()]
-    ops.append(CommitOperationAdd(path_in_repo=MANIFEST, path_or_fileobj=body))
+    api = _hub(cfg)
     try:
-        info = _hub(cfg).create_commit(
+        held = api.list_repo_files(dest.bucket, revision=cfg.export.revision, repo_type="model")
+        ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in plan.items()]
+        ops.append(CommitOperationAdd(path_in_repo=MANIFEST, path_or_fileobj=body))
+        keep = {*plan, MANIFEST, ".gitattributes"}
+        ops += [CommitOperationDelete(path_in_repo=name) for name in sorted(set(held) - keep)]
+        info = api.create_commit(
             dest.bucket, ops, commit_message="colbert-k8s export", revision=cfg.export.revision, repo_type="model"
         )
-    except (HfHubHTTPError, OSError) as e:
+    except Exception as e:  # HTTP errors, httpx's connection errors, a card the Hub refuses: one line, retryable
         raise ExportFailed(f"export to {dest}: the commit failed ({_hub_reason(e)})") from None
     log.info("export: commit %s (files the Hub already held unchanged were not sent)", info.oid)
-    return None
 
 
 # ---- the entry points -----------------------------------------------------------------------------

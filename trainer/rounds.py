@@ -115,6 +115,8 @@ def _export(cfg: TrainConfig, layout: Layout, progress: Progress) -> None:
             export.run(cfg, progress)
         except export.ExportFailed as e:
             problem = str(e)
+        except Exception as e:  # whatever it was, the other ranks must not wait for rank 0 in vain
+            problem = f"export to {cfg.export.destination} failed ({type(e).__name__}: {str(e)[:200]})"
     if problem := D.broadcast_object(problem):
         raise export.ExportFailed(problem)
 

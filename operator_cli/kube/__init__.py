@@ -1,10 +1,11 @@
 """The cluster backend: everything that talks to the Kubernetes API, through the official ``kubernetes`` client.
 
 * :mod:`.transport`: kubeconfig, timeouts, urllib3 retries for reads, errors as one line;
-* :mod:`.kinds`: the two job APIs (PyTorchJob v1, TrainJob v2) and a job's state;
+* :mod:`.kinds`: the job kinds (PyTorchJob v1, TrainJob v2), one :class:`JobKind` each, and a job's state;
+* :mod:`.names`: the names derived from a job's (its ConfigMap, its claim, its pods);
 * :mod:`.pods`: a job's pods and what is wrong with them;
-* :mod:`.cluster`: :class:`Cluster`, the operations ``submit``, ``status``, ``logs``, ``list`` and
-  ``delete`` use on one namespace.
+* :mod:`.cluster`: :class:`Cluster`, the operations every command uses on one namespace;
+* :mod:`.runtime`: this image's ClusterTrainingRuntime (``runtime render|install``) and its failure policy;
 * :mod:`.fetch`: ``fetch``, a finished job's outputs copied off its claim by a read-only pod of its own;
   :mod:`.archive`: the tar streamed out of that pod over exec, extracted without trusting it.
 

@@ -1,7 +1,10 @@
 """Operations on one namespace: preflight, create all-or-nothing, delete only what this tool made, read.
 
-Every request goes through :func:`operator_cli.kube.transport.call`. Nothing here prints; the CLI
-decides how to show results.
+:class:`Cluster` is the one way the commands (``submit``, ``status``, ``resize``, ``doctor``, ``fetch``,
+``runtime`` ...) reach the API: every request goes through :meth:`Cluster.request`
+(:func:`operator_cli.kube.transport.call`: timeouts, one-line errors). What differs between job kinds is
+asked of the kind (:mod:`operator_cli.kube.kinds`); derived names come from :mod:`operator_cli.kube.names`.
+Nothing here prints; the CLI decides how to show results.
 """
 
 from __future__ import annotations
@@ -11,12 +14,17 @@ from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import KINDS, JobKind, kind_of, masterless, shape_problem
-from operator_cli.kube.pods import PodInfo, pod_rank, pod_reason
+from operator_cli.kube import names
+from operator_cli.kube.kinds import AUTO_ORDER, KINDS, JobKind, kind_named, kind_of, shape_problem
+from operator_cli.kube.pods import PodInfo, status_reason, warning_reason
 from operator_cli.kube.transport import NOT_THE_API_SERVER, call, redact
 from operator_cli.lines import text_lines
 
 __all__ = ["Cluster"]
+
+# the core objects this tool creates and deletes, by kind: the CoreV1Api methods' suffix
+VERBS = ("create", "read", "delete")
+_CORE = {"ConfigMap": "config_map", "Pod": "pod", "PersistentVolumeClaim": "persistent_volume_claim"}
 
 
 def _ours(obj: dict[str, Any], job: str) -> bool:
@@ -38,7 +46,9 @@ class Cluster:
         self.timeout = getattr(api_client, "request_timeout", C.REQUEST_TIMEOUT)
         self.skipped: list[str] = []  # objects a command left alone, for the CLI to report
 
-    def _c(self, fn, verb, kind, name=None, namespace: str | None = "") -> Any:
+    def request(self, fn, verb: str, kind: str, name: str | None = None, namespace: str | None = "") -> Any:
+        """``fn()``, one API request, with this cluster's timeout; an error is one line naming ``verb``, ``kind``
+        and namespace/name (``namespace`` "": this cluster's, None: cluster-scoped)."""
         return call(fn, verb, kind, self.ns if namespace == "" else namespace, name, self.host, self.timeout)
 
     def items(self, fn, kind: str, namespace: str | None = "") -> list[dict[str, Any]]:
@@ -61,39 +71,36 @@ class Cluster:
     def read(self, fn, verb: str, kind: str, name: str | None = None, namespace: str | None = "") -> dict | None:
         """One read as a plain dict; None when the object (or the resource) is not there (404)."""
         try:
-            obj = self._c(fn, verb, kind, name, namespace=namespace)
+            obj = self.request(fn, verb, kind, name, namespace=namespace)
         except CliError as e:
             if e.status == 404:
                 return None
             raise
         return obj if isinstance(obj, dict) or obj is None else self.api.sanitize_for_serialization(obj)
 
-    def own_config_map(self, cm: str, job: dict[str, Any] | None) -> None:
-        """Make ``job`` the ConfigMap's owner, so Kubernetes removes it with the job; ``None`` disowns it
+    def own_config_map(self, job_name: str, job: dict[str, Any] | None) -> None:
+        """Make ``job`` its ConfigMap's owner, so Kubernetes removes it with the job; ``None`` disowns it
         (before the job is deleted and recreated, which would otherwise take the ConfigMap along)."""
+        cm = names.config_map(job_name)
         owners = []
         if job is not None:
             k = kind_of(job)
-            owners = [{"apiVersion": f"{k.group}/{k.version}", "kind": k.kind, "name": job["metadata"]["name"],
+            owners = [{"apiVersion": k.api_version, "kind": k.kind, "name": job["metadata"]["name"],
                        "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]  # fmt: skip
-        self._c(
-            lambda: self.core.patch_namespaced_config_map(cm, self.ns, {"metadata": {"ownerReferences": owners}}),
-            "patch",
-            "ConfigMap",
-            cm,
-        )
+        body = {"metadata": {"ownerReferences": owners}}
+        self.request(lambda: self.core.patch_namespaced_config_map(cm, self.ns, body), "patch", "ConfigMap", cm)
+
+    def config_text(self, job_name: str) -> str | None:
+        """The training config the job's pods run with (its ConfigMap's ``train.yaml``); None when it is not there."""
+        obj = self.object("ConfigMap", names.config_map(job_name))
+        text = ((obj or {}).get("data") or {}).get(C.CONFIG_FILE)
+        return text if isinstance(text, str) else None
 
     # ---- preflight -------------------------------------------------------------------------
     def serves(self, kind: JobKind) -> bool:
         """Whether the API server serves this kind's CRD (a 404 on listing it means no)."""
         try:
-            self._c(
-                lambda: self.custom.list_namespaced_custom_object(
-                    kind.group, kind.version, self.ns, kind.plural, limit=1
-                ),
-                "list",
-                kind.kind,
-            )
+            self.request(lambda: kind.list(self.custom, self.ns, "", limit=1), "list", kind.kind)
             return True
         except CliError as e:
             if e.status == 404:
@@ -101,77 +108,65 @@ class Cluster:
             raise
 
     def detect_api(self) -> str:
-        """``--api auto``: TrainJob when Trainer v2 is served (preferred, the current API), else PyTorchJob."""
-        v2, v1 = self.serves(KINDS["trainjob"]), self.serves(KINDS["pytorchjob"])
-        if not (v1 or v2):
-            raise CliError(
-                f"this cluster serves neither {C.V2_CRD_NAME} (Kubeflow Trainer v2) nor {C.CRD_NAME} "
-                "(Training Operator v1)",
-                hint=f"install Trainer v2 with: {C.TRAINER_V2_INSTALL}",
-            )
-        return "trainjob" if v2 else "pytorchjob"
+        """``--api auto``: the first kind of :data:`AUTO_ORDER` the cluster serves (Trainer v2 first)."""
+        for api in AUTO_ORDER:
+            if self.serves(KINDS[api]):
+                return api
+        first, served = KINDS[AUTO_ORDER[0]], [f"{KINDS[a].crd} ({KINDS[a].product})" for a in AUTO_ORDER]
+        raise CliError(
+            f"this cluster serves neither {' nor '.join(served)}", hint=f"install {first.product} with: {first.install}"
+        )
 
     def preflight(self, api: str, secrets: list[str], claim: str | None, runtime: str | None = None) -> None:
         """The checks that turn a confusing half-created job into one clear line, before creating anything."""
         kind = KINDS[api]
         if not self.serves(kind):
-            other = KINDS["pytorchjob" if api == "trainjob" else "trainjob"]
-            served = self.serves(other)
-            product = "Kubeflow Trainer v2" if api == "trainjob" else "the Kubeflow Training Operator"
+            other = next((k for k in KINDS.values() if k is not kind and self.serves(k)), None)
             raise CliError(
-                f"{product} is not installed: the API has no {kind.crd} ({kind.group}/{kind.version})"
-                + (f"; it serves {other.kind} (--api {other.api})" if served else ""),
-                hint=f"pass --api {other.api} or --api auto" if served else f"install it with: {kind.install}",
+                f"{kind.product} is not installed: the API has no {kind.crd} ({kind.api_version})"
+                + (f"; it serves {other.kind} (--api {other.api})" if other else ""),
+                hint=f"pass --api {other.api} or --api auto" if other else f"install it with: {kind.install}",
             )
-        if api == "trainjob":
-            self._check_runtime(runtime or C.V2_DEFAULT_RUNTIME)
-        self._must_exist(
-            lambda: self.core.read_namespace(self.ns),
-            "Namespace",
-            self.ns,
-            None,
-            f"namespace {self.ns!r} does not exist",
-            f"kubectl create namespace {self.ns}",
-        )
+        if kind.uses_runtime:
+            self.check_runtime(runtime or C.V2_DEFAULT_RUNTIME)
+        self._must_exist(lambda: self.core.read_namespace(self.ns), "Namespace", self.ns, None,
+                         f"namespace {self.ns!r} does not exist", f"kubectl create namespace {self.ns}")  # fmt: skip
         for secret in secrets:
-            self._must_exist(
-                lambda s=secret: self.core.read_namespaced_secret(s, self.ns),
-                "Secret",
-                secret,
-                self.ns,
-                f"Secret {self.ns}/{secret} does not exist (referenced by --secret-env/--image-pull-secret)",
-                f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...",
-            )
+            self._must_exist(lambda s=secret: self.core.read_namespaced_secret(s, self.ns), "Secret", secret, self.ns,
+                             f"Secret {self.ns}/{secret} does not exist "
+                             "(referenced by --secret-env/--image-pull-secret)",
+                             f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...")  # fmt: skip
         if claim:
-            self._must_exist(
-                lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
-                "PersistentVolumeClaim",
-                claim,
-                self.ns,
-                f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
-                "create it first, or use --pvc-size to have one created",
-            )
+            self._must_exist(lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
+                             "PersistentVolumeClaim", claim, self.ns,
+                             f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
+                             "create it first, or use --pvc-size to have one created")  # fmt: skip
 
-    def _check_runtime(self, name: str) -> None:
+    def runtime(self, name: str) -> dict[str, Any] | None:
+        """The ClusterTrainingRuntime ``name``; None when it is not there. A 403 is one line."""
+        return self.read(
+            lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
+            "get",
+            C.V2_RUNTIME_KIND,
+            name,
+            namespace=None,
+        )
+
+    def check_runtime(self, name: str) -> None:
         """The ClusterTrainingRuntime exists and runs torch (its framework label or its mlPolicy)."""
         try:
-            runtime = self._c(
-                lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
-                "get",
-                C.V2_RUNTIME_KIND,
-                name,
-                namespace=None,
-            )
+            runtime = self.runtime(name)
         except CliError as e:
-            if e.status == 404:
-                raise CliError(
-                    f"ClusterTrainingRuntime {name!r} does not exist",
-                    hint=f"`colbert-k8s runtime install` installs {C.V2_SHIPPED_RUNTIME}; the stock one is "
-                    f"{C.V2_STOCK_RUNTIME} ({C.TRAINER_V2_INSTALL})",
-                ) from e
             if e.status == 403:
                 return  # may create TrainJobs without reading runtimes: the controller will tell
             raise
+        if runtime is None:
+            raise CliError(
+                f"ClusterTrainingRuntime {name!r} does not exist",
+                hint=f"`colbert-k8s runtime install` installs {C.V2_SHIPPED_RUNTIME}; the stock one is "
+                f"{C.V2_STOCK_RUNTIME} ({C.TRAINER_V2_INSTALL})",
+                status=404,
+            )
         labels = (runtime.get("metadata") or {}).get("labels") or {}
         policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
         framework = labels.get(C.V2_FRAMEWORK_LABEL)
@@ -184,39 +179,47 @@ class Cluster:
 
     def runtime_exists(self, name: str) -> bool:
         """Whether the ClusterTrainingRuntime is there; a user who may not read runtimes is told by preflight."""
-        found = self.read(
-            lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
-            "get",
-            C.V2_RUNTIME_KIND,
-            name,
-            namespace=None,
+        return self.runtime(name) is not None
+
+    def put_runtime(self, runtime: dict[str, Any], replace: bool) -> None:
+        """Create the ClusterTrainingRuntime, or replace it whole (``replace``: its resourceVersion is in it)."""
+        name, args = runtime["metadata"]["name"], (C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL)
+        if replace:
+            fn = lambda: self.custom.replace_cluster_custom_object(*args, name, runtime)
+        else:
+            fn = lambda: self.custom.create_cluster_custom_object(*args, runtime)
+        self.request(fn, "replace" if replace else "create", C.V2_RUNTIME_KIND, name, namespace=None)
+
+    def access_review(self, verb: str, group: str, plural: str) -> dict[str, Any]:
+        """May this user ``verb`` ``plural`` of ``group`` in this namespace? The SelfSubjectAccessReview's status."""
+        from kubernetes import client
+
+        attributes = {"namespace": self.ns, "verb": verb, "group": group, "resource": plural}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes}}  # fmt: skip
+        auth = client.AuthorizationV1Api(self.api)
+        review = self.request(
+            lambda: auth.create_self_subject_access_review(body), "create", "SelfSubjectAccessReview", namespace=None
         )
-        return found is not None
+        review = review if isinstance(review, dict) else self.api.sanitize_for_serialization(review)
+        return review.get("status") or {}
 
     def suspend_job(self, name: str, suspend: bool) -> tuple[str, bool]:
         """Suspend or resume a job this tool created, by a merge patch of its kind's field (PyTorchJob
         ``spec.runPolicy.suspend``, TrainJob ``spec.suspend``); returns (kind, whether it changed)."""
         job = self.get_own_job(name)
         k = kind_of(job)
-        spec = job.get("spec") or {}
-        now = bool((spec.get("runPolicy") or {}).get("suspend") if k.api == "pytorchjob" else spec.get("suspend"))
-        if now == suspend:
+        if k.suspended(job) == suspend:
             return k.kind, False
-        field = {"runPolicy": {"suspend": suspend}} if k.api == "pytorchjob" else {"suspend": suspend}
-        body = {"spec": field}  # a dict: the client sends it as application/merge-patch+json
-        self._c(
-            lambda: self.custom.patch_namespaced_custom_object(k.group, k.version, self.ns, k.plural, name, body),
-            "patch",
-            k.kind,
-            name,
-        )
+        body = {"spec": k.suspend_patch(suspend)}  # a dict: the client sends it as application/merge-patch+json
+        self.request(lambda: k.patch(self.custom, self.ns, name, body), "patch", k.kind, name)
         return k.kind, True
 
     def _must_exist(self, fn, kind: str, name: str, namespace: str | None, missing: str, hint: str) -> None:
         """404 becomes ``missing``; 403 skips the check (many users may create jobs but not read
         namespaces or Secrets, and the pods can still use them); anything else is reported."""
         try:
-            self._c(fn, "get", kind, name, namespace=namespace)
+            self.request(fn, "get", kind, name, namespace=namespace)
         except CliError as e:
             if e.status == 404:
                 raise CliError(missing, hint=hint) from e
@@ -224,67 +227,57 @@ class Cluster:
                 raise
 
     # ---- create / delete -------------------------------------------------------------------
-    def _create_one(self, obj: dict[str, Any]) -> dict[str, Any]:
-        kind, name = obj["kind"], obj["metadata"]["name"]
-        if kind == "ConfigMap":
-            fn = lambda: self.core.create_namespaced_config_map(self.ns, obj)
-        elif kind == "Pod":
-            fn = lambda: self.core.create_namespaced_pod(self.ns, obj)
-        elif kind == "PersistentVolumeClaim":
-            fn = lambda: self.core.create_namespaced_persistent_volume_claim(self.ns, obj)
-        elif kind in (C.KIND, C.V2_KIND):
-            k = kind_of(obj)
-            fn = lambda: self.custom.create_namespaced_custom_object(k.group, k.version, self.ns, k.plural, obj)
-        else:
+    def _verbs(self, kind: str) -> tuple[Any, Any, Any]:
+        """(create(obj), get(name), delete(name)) for ``kind``: a core object's CoreV1Api calls, or a job kind's."""
+        if job_kind := kind_named(kind):
+            return (lambda obj: job_kind.create(self.custom, self.ns, obj),
+                    lambda name: job_kind.get(self.custom, self.ns, name),
+                    lambda name: job_kind.delete(self.custom, self.ns, name))  # fmt: skip
+        if kind not in _CORE:
             raise CliError(f"cannot create objects of kind {kind}")
-        result = self._c(fn, "create", kind, name)
+        create, read, delete = (getattr(self.core, f"{verb}_namespaced_{_CORE[kind]}") for verb in VERBS)
+        return lambda obj: create(self.ns, obj), lambda name: read(name, self.ns), lambda name: delete(name, self.ns)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create one object of this tool's (a ConfigMap, a PVC, a job of any kind, ``fetch``'s pod); returns
+        the object as stored."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        create = self._verbs(kind)[0]
+        result = self.request(lambda: create(obj), "create", kind, name)
         return result if isinstance(result, dict) else self.api.sanitize_for_serialization(result) or obj
 
-    def _delete_one(self, kind: str, name: str) -> bool:
-        """Delete; False when it was already gone."""
-        if kind == "ConfigMap":
-            fn = lambda: self.core.delete_namespaced_config_map(name, self.ns)
-        elif kind == "Pod":
-            fn = lambda: self.core.delete_namespaced_pod(name, self.ns)
-        elif kind == "PersistentVolumeClaim":
-            fn = lambda: self.core.delete_namespaced_persistent_volume_claim(name, self.ns)
-        else:
-            k = KINDS["trainjob"] if kind == C.V2_KIND else KINDS["pytorchjob"]
-            fn = lambda: self.custom.delete_namespaced_custom_object(
-                k.group, k.version, self.ns, k.plural, name, propagation_policy="Foreground"
-            )
+    def delete(self, kind: str, name: str) -> bool:
+        """Delete one object (a job in the foreground: its pods first); False when it was already gone."""
+        delete = self._verbs(kind)[2]
         try:
-            self._c(fn, "delete", kind, name)
+            self.request(lambda: delete(name), "delete", kind, name)
             return True
         except CliError as e:
             if e.status == 404:  # 404: nothing to remove
                 return False
             raise
 
-    def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
-        """One pod of this tool's own (``fetch``'s), rendered and labelled like every object it creates."""
-        return self._create_one(pod)
-
-    def delete_pod(self, name: str) -> bool:
-        """Delete a pod this tool created; False when it was already gone."""
-        return self._delete_one("Pod", name)
+    def object(self, kind: str, name: str) -> dict[str, Any] | None:
+        """One object of ``kind`` (core or a job kind) as a plain dict; None when it is not there."""
+        read = self._verbs(kind)[1]
+        return self.read(lambda: read(name), "get", kind, name)
 
     def create_all(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Create in order; if one is refused, remove the ones just created (all-or-nothing)."""
         created: list[dict[str, Any]] = []
         try:
             for obj in objects:
-                created.append(self._create_one(obj))
+                created.append(self.create(obj))
         except CliError as e:
             rolled = [f"{o['kind']} {o['metadata']['name']}" for o in reversed(created)]
             for obj in reversed(created):
-                self._delete_one(obj["kind"], obj["metadata"]["name"])
+                self.delete(obj["kind"], obj["metadata"]["name"])
             if rolled:
                 e.message += f"; rolled back {', '.join(rolled)}"
             raise
         job = created[-1]
         if job.get("metadata", {}).get("uid"):  # the ConfigMap goes with the job (the PVC stays: it holds the model)
-            self.own_config_map(objects[0]["metadata"]["name"], job)
+            self.own_config_map(job["metadata"]["name"], job)
         return created
 
     def delete_job(self, name: str, keep_storage: bool) -> list[str]:
@@ -293,11 +286,11 @@ class Cluster:
         Every object is read first and deleted only if it carries this tool's managed-by label and
         belongs to this job: a same-named object made by someone else is left alone and reported."""
         kind = kind_of(self.get_own_job(name))
-        extra = [("ConfigMap", f"{name}-config")]
+        extra = [("ConfigMap", names.config_map(name))]
         if not keep_storage:
-            extra.append(("PersistentVolumeClaim", f"{name}-workspace"))
-        found = {key: self._object(*key) for key in extra}  # before the job goes: GC takes what it owns
-        if not self._delete_one(kind.kind, name):
+            extra.append(("PersistentVolumeClaim", names.created_claim(name)))
+        found = {key: self.object(*key) for key in extra}  # before the job goes: GC takes what it owns
+        if not self.delete(kind.kind, name):
             raise CliError(f"{kind.kind} {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1)
         removed = [f"{kind.kind} {name}"] + self._delete_fetch_pods(name)
         for (kind, obj_name), obj in found.items():
@@ -307,7 +300,7 @@ class Cluster:
                 self.skipped.append(f"{kind} {obj_name} (not created by colbert-k8s for {name}; left alone)")
                 continue
             # an object the job owned may already be gone with it (Kubernetes' garbage collector): removed all the same
-            if self._delete_one(kind, obj_name) or self._object(kind, obj_name) is None:
+            if self.delete(kind, obj_name) or self.object(kind, obj_name) is None:
                 removed.append(f"{kind} {obj_name}")
         return removed
 
@@ -320,14 +313,7 @@ class Cluster:
             self.skipped.append(f"any fetch pod of {name} (cannot list pods: {e.message})")
             return []
         ours = [p["metadata"]["name"] for p in pods if _ours(p, name) and _labels(p).get(C.LABEL_COMPONENT) == "fetch"]
-        return [f"Pod {pod}" for pod in ours if self._delete_one("Pod", pod)]
-
-    def _object(self, kind: str, name: str) -> dict[str, Any] | None:
-        fn = {
-            "ConfigMap": lambda: self.core.read_namespaced_config_map(name, self.ns),
-            "PersistentVolumeClaim": lambda: self.core.read_namespaced_persistent_volume_claim(name, self.ns),
-        }[kind]
-        return self.read(fn, "get", kind, name)
+        return [f"Pod {pod}" for pod in ours if self.delete("Pod", pod)]
 
     # ---- read ------------------------------------------------------------------------------
     def get_own_job(self, name: str) -> dict[str, Any]:
@@ -335,7 +321,7 @@ class Cluster:
         job = self.get_job(name)
         if not _ours(job, name):
             raise CliError(
-                f"{job.get('kind', C.KIND)} {self.ns}/{name} was not created by colbert-k8s "
+                f"{job['kind']} {self.ns}/{name} was not created by colbert-k8s "
                 f"(no {C.LABEL_MANAGED_BY}={C.MANAGED_BY} label); not touching it",
                 hint="use kubectl for jobs other tools manage",
                 exit_code=1,
@@ -343,17 +329,10 @@ class Cluster:
         return job
 
     def get_job(self, name: str) -> dict[str, Any]:
-        """The PyTorchJob or TrainJob called ``name`` (a kind the cluster does not serve counts as absent)."""
+        """The job called ``name``, of whichever kind it is (a kind the cluster does not serve counts as absent)."""
         for kind in KINDS.values():
             try:
-                job = self._c(
-                    lambda k=kind: self.custom.get_namespaced_custom_object(
-                        k.group, k.version, self.ns, k.plural, name
-                    ),
-                    "get",
-                    kind.kind,
-                    name,
-                )
+                job = self.request(lambda k=kind: k.get(self.custom, self.ns, name), "get", kind.kind, name)
                 self._well_formed(job, f"get {kind.kind} {self.ns}/{name}")
                 job.setdefault("kind", kind.kind)
                 return job
@@ -361,8 +340,21 @@ class Cluster:
                 if e.status != 404:
                     raise
         raise CliError(
-            f"PyTorchJob or TrainJob {self.ns}/{name} not found", hint="see `colbert-k8s list`", exit_code=1, status=404
+            f"{' or '.join(KINDS[a].kind for a in KINDS)} {self.ns}/{name} not found",
+            hint="see `colbert-k8s list`",
+            exit_code=1,
+            status=404,
         )
+
+    def job_exists(self, name: str) -> bool:
+        """Whether a job called ``name`` is there (still, while a foreground delete removes its pods)."""
+        try:
+            self.get_job(name)
+            return True
+        except CliError as e:
+            if e.status == 404:
+                return False
+            raise
 
     def _well_formed(self, job: Any, answered: str) -> None:
         if problem := shape_problem(job):
@@ -377,14 +369,7 @@ class Cluster:
         selector = f"{C.LABEL_MANAGED_BY}={C.MANAGED_BY}"
         items: list[dict[str, Any]] = []
         for kind in KINDS.values():
-            if all_namespaces:
-                fn = lambda k=kind: self.custom.list_cluster_custom_object(
-                    k.group, k.version, k.plural, label_selector=selector
-                )
-            else:
-                fn = lambda k=kind: self.custom.list_namespaced_custom_object(
-                    k.group, k.version, self.ns, k.plural, label_selector=selector
-                )
+            fn = lambda k=kind: k.list(self.custom, None if all_namespaces else self.ns, selector)
             for job in self.items(fn, kind.kind, namespace=None if all_namespaces else ""):  # a kind not served: none
                 self._well_formed(job, f"list {kind.kind}")
                 job.setdefault("kind", kind.kind)
@@ -393,34 +378,39 @@ class Cluster:
         return [j for j in items if _labels(j).get(C.LABEL_MANAGED_BY) == C.MANAGED_BY and _named(j)]
 
     def pods(self, job: dict[str, Any]) -> list[PodInfo]:
-        """The job's pods (the operator's for a PyTorchJob, the JobSet's for a TrainJob), by node rank.
-
-        Takes the job object, not its name: its kind says which label finds the pods, and its replica
-        specs how they are numbered (a job of Workers only counts from worker-0)."""
-        name, no_master = job["metadata"]["name"], masterless(job)
-        label = kind_of(job).pod_selector
-        selector = f"{label}={name}"
-        res = self._c(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "list", "Pod")
-        events = self._events()
+        """The job's pods (found by its kind's label), by node rank, each with why it is stuck or failing."""
+        name, kind = job["metadata"]["name"], kind_of(job)
+        selector = f"{kind.pod_selector}={name}"
+        res = self.request(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "list", "Pod")
         out = []
         for pod in res.items:
-            if (pod.metadata.labels or {}).get(label) != name:
+            if (pod.metadata.labels or {}).get(kind.pod_selector) != name:
                 continue
-            replica, rank = pod_rank(pod, no_master)
+            replica, rank = kind.pod_rank(pod, job)
             statuses = (pod.status.container_statuses or []) if pod.status else []
             restarts = sum(cs.restart_count or 0 for cs in statuses)
             phase = (pod.status.phase if pod.status else None) or "Unknown"
-            pod_events = [e for e in events if e.involved_object and e.involved_object.name == pod.metadata.name]
-            reason = pod_reason(pod, pod_events) if phase != "Succeeded" else None
+            reason = None
+            if phase != "Succeeded":  # the events are read only when the pod's own statuses do not say
+                reason = status_reason(pod) or warning_reason(self.events(pod.metadata.name))
             out.append(PodInfo(pod.metadata.name, replica, rank, phase, restarts, reason))
         return sorted(out, key=lambda p: p.rank)
 
-    def _events(self) -> list:
+    def events(self, name: str) -> list:
+        """The events of the object called ``name`` (a field selector: not every event of the namespace),
+        oldest first; none when they cannot be read."""
+        selector = f"involvedObject.name={name}"
         try:
-            items = self._c(lambda: self.core.list_namespaced_event(self.ns), "list", "Event").items
+            answer = self.request(lambda: self.core.list_namespaced_event(self.ns, field_selector=selector), "list",
+                                  "Event")  # fmt: skip
         except CliError:  # events are a nicety: no permission, no resource or a malformed answer must not break status
             return []
+        items = [e for e in answer.items or [] if e.involved_object and e.involved_object.name == name]
         return sorted(items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+
+    def pod(self, name: str) -> Any:
+        """One pod, as the client's ``V1Pod``."""
+        return self.request(lambda: self.core.read_namespaced_pod(name, self.ns), "get", "Pod", name)
 
     def log_lines(self, pod: str, kind: JobKind, follow: bool = False, **query: Any) -> Iterator[str]:
         """The trainer container's log (``kind.container``: the API server refuses another name).
@@ -429,28 +419,14 @@ class Cluster:
         ``timestamps``), passed as given."""
         options = {k: v for k, v in query.items() if v not in (None, False)}
         if not follow:
-            text = self._c(
-                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container, **options),
-                "get logs of",
-                "Pod",
-                pod,
-            )
+            text = self.request(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container,
+                                **options), "get logs of", "Pod", pod)  # fmt: skip
             yield from (text or "").splitlines()
             return
-        resp = self._c(
-            lambda: self.core.read_namespaced_pod_log(
-                pod,
-                self.ns,
-                container=kind.container,
-                follow=True,
-                _preload_content=False,
-                _request_timeout=(10, 24 * 3600),  # a quiet log is not a stalled server; the poller checks that
-                **options,
-            ),
-            "follow logs of",
-            "Pod",
-            pod,
-        )
+        # a quiet log is not a stalled server (the poller checks that): a day's read timeout
+        streaming = dict(follow=True, _preload_content=False, _request_timeout=(10, 24 * 3600))
+        resp = self.request(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container,
+                            **streaming, **options), "follow logs of", "Pod", pod)  # fmt: skip
         yield from text_lines(resp.stream(4096))
 
 

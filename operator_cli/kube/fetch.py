@@ -40,10 +40,12 @@ from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.kube import names
 from operator_cli.kube.archive import ExecStream, check_destination, extract, staged
 from operator_cli.kube.cluster import Cluster
 from operator_cli.kube.kinds import find_all, job_state, kind_of, workspace_claim
-from operator_cli.kube.transport import call
+from operator_cli.kube.pods import pod_reason
+from operator_cli.render import render_one
 
 __all__ = [
     "ITEMS",
@@ -143,7 +145,7 @@ def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str
               pod_name: str | None = None) -> FetchPod:  # fmt: skip
     """The fetch pod for a live job (pure; ``output_dir`` is read only once the job passes its checks)."""
     kind, name, meta = kind_of(job), job["metadata"]["name"], job["metadata"]
-    what = f"{job.get('kind', C.KIND)} {namespace}/{name}"
+    what = f"{kind.kind} {namespace}/{name}"
     if (claim := workspace_claim(job)) is None:
         raise CliError(
             f"{what} has no claim: its /workspace was each pod's emptyDir, gone with the pods",
@@ -157,17 +159,17 @@ def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str
             exit_code=1,
         )
     spec = job.get("spec", {})
-    image = spec.get("trainer", {}).get("image") if kind.api == "trainjob" else None
-    image = image or next((c.get("image") for cs in find_all(spec, "containers") for c in cs if c.get("image")), None)
+    pod_images = (c.get("image") for cs in find_all(spec, "containers") for c in cs if c.get("image"))
+    image = kind.image(job) or next(pod_images, None)
     if not image:
         raise CliError(f"{what} names no image to read its claim with", hint="fetch it with kubectl cp instead")
     labels = {k: v for k, v in (meta.get("labels") or {}).items()
               if not k.startswith("app.kubernetes.io/") and k != C.LABEL_KUEUE_QUEUE}  # fmt: skip
-    owner = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.kind, "name": name, "uid": meta.get("uid")}
+    owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": name, "uid": meta.get("uid")}
     return FetchPod(
         name=name,
         namespace=namespace,
-        pod_name=pod_name or f"{name[:40]}-fetch-{secrets.token_hex(3)}",
+        pod_name=pod_name or names.fetch_pod(name, secrets.token_hex(3)),
         image=image,
         claim=claim,
         source=source_dir(output_dir()),
@@ -181,12 +183,10 @@ def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str
 
 def _output_dir(cluster: Cluster, name: str) -> str:
     """The job's ``output_dir``, from the config in its ConfigMap (what its pods ran with)."""
-    from operator_cli.spec import parse_training_config
+    from operator_cli.spec import parse_training_config  # the trainer's schema: pydantic, read when fetch runs
 
-    cm = f"{name}-config"
-    obj = cluster.read(lambda: cluster.core.read_namespaced_config_map(cm, cluster.ns), "get", "ConfigMap", cm)
-    text = ((obj or {}).get("data") or {}).get(C.CONFIG_FILE)
-    if not isinstance(text, str):
+    cm, text = names.config_map(name), cluster.config_text(name)
+    if text is None:
         raise CliError(
             f"ConfigMap {cluster.ns}/{cm} (the job's config) is missing or holds no {C.CONFIG_FILE}: "
             "cannot tell where the job wrote its outputs",
@@ -200,8 +200,6 @@ def _output_dir(cluster: Cluster, name: str) -> str:
 
 def pod_manifest(pod: FetchPod) -> dict[str, Any]:
     """The fetch pod (pure: ``fetch`` creates exactly this)."""
-    from operator_cli.render import render_one
-
     return render_one("fetchpod.yaml.j2", pod)
 
 
@@ -214,7 +212,7 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
 
     what = f"{command[0]} in Pod {cluster.ns}/{pod}"
     try:
-        ws = call(
+        ws = cluster.request(
             lambda: stream(
                 cluster.core.connect_get_namespaced_pod_exec,
                 pod,
@@ -230,10 +228,7 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
             ),  # fmt: skip
             "exec in",
             "Pod",
-            cluster.ns,
             pod,
-            cluster.host,
-            cluster.timeout,
         )
     except CliError as e:
         if e.status != 0 or not (refused := re.search(r"Handshake status (\d+) ([\w ]+)", e.message)):
@@ -273,7 +268,7 @@ def fetch(
     check_destination(to, overwrite)
     open_exec = open_exec or exec_stream
     pod = plan(cluster, name, deadline, pod_name)
-    cluster.create_pod(pod_manifest(pod))
+    cluster.create(pod_manifest(pod))
     try:
         _wait_running(cluster, pod.pod_name, min(START_SECONDS, deadline))
         listing = _listing(cluster, pod, open_exec)
@@ -319,25 +314,15 @@ def _listing(cluster: Cluster, pod: FetchPod, open_exec) -> dict[str, Any]:
 
 def _wait_running(cluster: Cluster, pod: str, seconds: float) -> None:
     """Until the pod runs (scheduled, image pulled, claim mounted); why not, in one line, after ``seconds``."""
-    from operator_cli.kube.pods import pod_reason
-
     give_up = time.monotonic() + seconds
     while True:
-        obj = call(lambda: cluster.core.read_namespaced_pod(pod, cluster.ns), "get", "Pod", cluster.ns, pod,
-                   cluster.host, cluster.timeout)  # fmt: skip
+        obj = cluster.pod(pod)
         phase = (obj.status.phase if obj.status else None) or "Pending"
         running = [cs for cs in (obj.status.container_statuses or []) if cs.state and cs.state.running]
         if phase == "Running" and running:
             return
         if phase in ("Succeeded", "Failed") or time.monotonic() > give_up:
-            try:
-                events = call(
-                    lambda: cluster.core.list_namespaced_event(cluster.ns, field_selector=f"involvedObject.name={pod}"),
-                    "list", "Event", cluster.ns, None, cluster.host, cluster.timeout,
-                ).items  # fmt: skip
-            except CliError:  # events are a nicety: no permission must not hide the pod's own state
-                events = []
-            why = pod_reason(obj, events) or obj.status and obj.status.reason or "no reason reported"
+            why = pod_reason(obj, cluster.events(pod)) or obj.status and obj.status.reason or "no reason reported"
             raise CliError(
                 f"Pod {cluster.ns}/{pod} (fetch) is {phase} after {seconds:g}s: {why}",
                 hint="a claim another pod still uses on another node cannot be mounted (ReadWriteOnce); "
@@ -348,7 +333,7 @@ def _wait_running(cluster: Cluster, pod: str, seconds: float) -> None:
 
 def _remove(cluster: Cluster, pod: str, job: str, warn: Callable[[str], Any]) -> None:
     try:
-        cluster.delete_pod(pod)
+        cluster.delete("Pod", pod)
     except CliError as e:  # never hides the fetch's own outcome; the pod's deadline ends it anyway
         warn(f"warning: could not delete Pod {cluster.ns}/{pod} ({e.message}); it stops at its deadline, "
              f"and `colbert-k8s delete {job}` removes it")  # fmt: skip

@@ -38,6 +38,8 @@ from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
 from operator_cli.podplan import FailurePolicy
+from operator_cli.render import render_one
+from operator_cli.values import NCCL_PRESETS, shown
 from trainer.errors import EXIT_CONFIG
 
 __all__ = ["RuntimeSpec", "known_runtime", "render_runtime", "install_runtime", "runtime_policy"]
@@ -66,8 +68,6 @@ class RuntimeSpec:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from operator_cli.spec import NCCL_PRESETS, shown
-
         if not rules.full("dns1123", self.name) or len(self.name) > 253:
             raise CliError(f"--name must be a DNS-1123 name for a ClusterTrainingRuntime, got {shown(self.name)}")
         if not rules.full("image", self.image):
@@ -85,8 +85,6 @@ class RuntimeSpec:
 
     @property
     def nccl_env(self) -> dict[str, str]:
-        from operator_cli.spec import NCCL_PRESETS
-
         return NCCL_PRESETS[self.nccl] if self.nccl else {}
 
     @property
@@ -101,11 +99,7 @@ class RuntimeSpec:
 
 def render_runtime(spec: RuntimeSpec) -> dict[str, Any]:
     """The ClusterTrainingRuntime as a dict (pure: ``runtime render`` prints it, ``install`` sends it)."""
-    import yaml
-
-    from operator_cli.render import _CONSTANTS, _ENV
-
-    return yaml.safe_load(_ENV.get_template("runtime.yaml.j2").render(spec=spec, c=_CONSTANTS))
+    return render_one("runtime.yaml.j2", spec)
 
 
 def runtime_policy(runtime: dict[str, Any]) -> FailurePolicy:
@@ -155,13 +149,9 @@ def install_runtime(cluster, runtime: dict[str, Any]) -> str:
 
     A same-named runtime without this tool's labels (the stock one, an admin's) is left alone, in one line."""
     name = runtime["metadata"]["name"]
-    custom = cluster.custom
-    args = (C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL)
-    found = cluster.read(lambda: custom.get_cluster_custom_object(*args, name), "get", C.V2_RUNTIME_KIND, name,
-                         namespace=None)  # fmt: skip
+    found = cluster.runtime(name)
     if found is None:
-        cluster._c(lambda: custom.create_cluster_custom_object(*args, runtime), "create", C.V2_RUNTIME_KIND, name,
-                   namespace=None)  # fmt: skip
+        cluster.put_runtime(runtime, replace=False)
         return "created"
     labels = (found.get("metadata") or {}).get("labels") or {}
     if labels.get(C.LABEL_MANAGED_BY) != C.MANAGED_BY or labels.get(C.LABEL_INSTANCE) != name:
@@ -174,6 +164,5 @@ def install_runtime(cluster, runtime: dict[str, Any]) -> str:
     body = {**runtime, "metadata": {**runtime["metadata"], "resourceVersion": found["metadata"].get("resourceVersion")}}
     if body["metadata"]["resourceVersion"] is None:
         del body["metadata"]["resourceVersion"]
-    cluster._c(lambda: custom.replace_cluster_custom_object(*args, name, body), "replace", C.V2_RUNTIME_KIND, name,
-               namespace=None)  # fmt: skip
+    cluster.put_runtime(body, replace=True)
     return "updated"

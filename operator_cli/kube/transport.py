@@ -9,6 +9,7 @@ line. Server URLs are shown without credentials.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -207,8 +208,6 @@ def _not_an_api_object(result: Any, verb: str) -> str | None:
 
 
 def _reason(e) -> str:
-    import json
-
     try:
         body = json.loads(e.body or "{}")
         message = body.get("message") or e.reason

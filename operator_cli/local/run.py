@@ -11,11 +11,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
+from filelock import FileLock, Timeout
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
@@ -23,6 +24,7 @@ from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, start_reaper, stop, wait_any_failure
 from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage, prepare_pod_workspaces
+from operator_cli.netns import Network
 from operator_cli.podplan import PodPlan, plan_pods
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS
@@ -87,98 +89,96 @@ def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: boo
 
 
 def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool) -> int:
+    """Lay out the workspaces and the config, run the replicas (:func:`_restarts`, or torchrun's agents for an
+    elastic job), and leave no process, namespace or temporary directory behind, however it ends."""
     name = plan.name
-    cm = next(o for o in objects if o["kind"] == "ConfigMap")
-    failure = plan.failure
-    limit = "maxRestarts" if plan.v2 else "backoffLimit"
+    config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
     grace = float(plan.pod_spec.get("terminationGracePeriodSeconds", 30))
-    master_ws = announce_storage(plan, cm["data"][C.CONFIG_FILE], workdir)
+    master_ws = announce_storage(plan, config[C.CONFIG_FILE], workdir)
     config_dir = Path(tempfile.mkdtemp(prefix=f"{name}-config-"))
     reaper = start_reaper(f"{POD_TAG}={os.getpid()}-".encode(), config_dir)  # if this process is killed
-    for fname, text in cm["data"].items():
+    for fname, text in config.items():
         (config_dir / fname).write_text(text)
     network = None
     if isolate_network:
-        from operator_cli.netns import Network
-
-        network = Network.create(plan.hosts, domain=name if plan.v2 else None)
-        click.echo(
-            "local: replicas isolated in network namespaces: "
-            + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
-            err=True,
-        )
+        network = Network.create(plan.hosts, domain=plan.domain)
+        click.echo("local: replicas isolated in network namespaces: "
+                   + ", ".join(f"{h}={a}" for h, a in network.hosts.items()), err=True)  # fmt: skip
     started = time.time()
-    restarts = 0
-    replicas: list[Replica] = []
+    live: list[Replica] = []  # the replicas running now, for the cleanup below
     previous_term = signal.signal(signal.SIGTERM, _terminated)
     try:
         wrap = (lambda r: network.wrap(r.host, r.command)) if network else (lambda r: r.command)
 
         def new_replicas() -> list[Replica]:
             master, port = plan.master(network is not None, free_port())  # the launcher's name, per namespace
-            made = plan_replicas(objects, workdir, config_dir, master, port)
+            live[:] = plan_replicas(objects, workdir, config_dir, master, port)
             if network:
-                for r in made:  # bind gloo/NCCL to the veth, as to a pod's eth0
+                for r in live:  # bind gloo/NCCL to the veth, as to a pod's eth0
                     r.env.update(GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
-            return made
+            return live
 
         if plan.elastic:  # torchrun's agents restart and re-form the group; the kubelet's part is per pod
-            replicas = new_replicas()
-            code, restarts = replay_elastic(plan, replicas, wrap)
-            if code == 0:
-                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
-            return code
-        while True:
-            replicas = new_replicas()
-            threads = start(replicas, wrap)
-            failed = wait_any_failure(replicas)
-            if failed is None:
-                for t in threads:
-                    t.join(timeout=5)
-                _summary(cm["data"][C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
-                return 0
-            stop(replicas, grace)
-            for t in threads:
-                t.join(timeout=5)
-            code = failed.proc.returncode
-            why = f"signal {-code}" if code < 0 else f"exit code {code}"
-            permanent = failure.is_permanent(code)  # the controller's rule, read from the manifest (podplan)
-            if permanent or restarts >= failure.restarts:
-                verdict = (
-                    f"a permanent failure under {failure.rule} (fix the config or data; a restart cannot)"
-                    if permanent
-                    else f"{limit} {failure.restarts} is used up ({restarts} restart(s))"
-                )
-                click.echo(
-                    f"error: job {name} failed: replica {failed.replica} ended with {why}, {verdict}; "
-                    "see its log lines above",
-                    err=True,
-                )
-                return 1
-            restarts += 1
-            click.echo(
-                f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
-                f"({restarts}/{failure.restarts}); the trainer resumes from its newest checkpoint",
-                err=True,
-            )
-            if failure.recreates_pods and master_ws != workdir:  # new pods: their emptyDirs start empty
-                prepare_pod_workspaces(plan, cm["data"][C.CONFIG_FILE], workdir)
-                click.echo("local: the restart recreates the pods: their emptyDir workspaces start empty", err=True)
+            code, restarts = replay_elastic(plan, new_replicas(), wrap)
+        else:
+            code, restarts = _restarts(plan, new_replicas, wrap, grace, workdir, config[C.CONFIG_FILE], master_ws)
+        if code == 0:
+            _summary(config[C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
+        return code
     except _Terminated:
         click.echo(
             f"local: SIGTERM: passed to the replicas, which checkpoint within {grace:.0f}s "
             "(terminationGracePeriodSeconds); run the same command again to resume",
             err=True,
         )
-        stop(replicas, grace)
+        stop(live, grace)
         return 128 + signal.SIGTERM
     finally:  # Ctrl-C or any error: no replica outlives the command, no namespace or temp dir is left
         signal.signal(signal.SIGTERM, previous_term)
-        stop(replicas, grace)
+        stop(live, grace)
         shutil.rmtree(config_dir, ignore_errors=True)
         reaper.stdin.close()  # it sweeps (nothing is left) and exits in its own time
         if network:
             network.destroy()
+
+
+def _restarts(plan: PodPlan, new_replicas: Callable[[], list[Replica]], wrap: Callable, grace: float,
+              workdir: Path, config_text: str, master_ws: Path) -> tuple[int, int]:  # fmt: skip
+    """The controller's part: all replicas again after a failure, within the job's restarts, unless the
+    failure is permanent under its rule; returns (exit status, restarts)."""
+    failure, restarts = plan.failure, 0
+    while True:
+        replicas = new_replicas()
+        threads = start(replicas, wrap)
+        failed = wait_any_failure(replicas)
+        if failed is None:
+            for t in threads:
+                t.join(timeout=5)
+            return 0, restarts
+        stop(replicas, grace)
+        for t in threads:
+            t.join(timeout=5)
+        code = failed.proc.returncode
+        why = f"signal {-code}" if code < 0 else f"exit code {code}"
+        permanent = failure.is_permanent(code)  # the controller's rule, read from the manifest (podplan)
+        if permanent or restarts >= failure.restarts:
+            verdict = (
+                f"a permanent failure under {failure.rule} (fix the config or data; a restart cannot)"
+                if permanent
+                else f"{plan.restart_limit} {failure.restarts} is used up ({restarts} restart(s))"
+            )
+            click.echo(f"error: job {plan.name} failed: replica {failed.replica} ended with {why}, {verdict}; "
+                       "see its log lines above", err=True)  # fmt: skip
+            return 1, restarts
+        restarts += 1
+        click.echo(
+            f"local: replica {failed.replica} ended with {why}; restarting the job's replicas "
+            f"({restarts}/{failure.restarts}); the trainer resumes from its newest checkpoint",
+            err=True,
+        )
+        if failure.recreates_pods and master_ws != workdir:  # new pods: their emptyDirs start empty
+            prepare_pod_workspaces(plan, config_text, workdir)
+            click.echo("local: the restart recreates the pods: their emptyDir workspaces start empty", err=True)
 
 
 @contextlib.contextmanager
@@ -186,8 +186,6 @@ def _claimed(workdir: Path) -> Iterator[None]:
     """Hold --workdir for this replay: it stands for the job's volume, and two replays training into the same
     output_dir would interleave their checkpoints (as a second job of the same name is refused by the API
     server with 409). A lock file, released by the OS if this process dies."""
-    from filelock import FileLock, Timeout
-
     workdir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(workdir / ".colbert-k8s-local.lock")
     try:

@@ -1,0 +1,154 @@
+"""What every command shares: the group and command classes that turn any error into one line (plus a hint)
+and refuse a single-valued flag given twice, and the options and helpers of the cluster commands."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from operator_cli import constants as C
+from operator_cli import rules
+from operator_cli.errors import CliError
+from operator_cli.kube import Cluster, connect, redact
+from operator_cli.kube import default_namespace as kubeconfig_namespace
+from operator_cli.values import shown
+
+__all__ = [
+    "Command",
+    "Group",
+    "cluster_of",
+    "cluster_options",
+    "default_namespace",
+    "job_name",
+    "namespace_option",
+    "output_option",
+]
+
+
+class Command(click.Command):
+    """Refuses a single-valued option given twice (click would silently keep the last one)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        single = {
+            name: opt
+            for opt in self.params
+            if isinstance(opt, click.Option) and not opt.multiple and not opt.count
+            for name in opt.opts
+        }
+        seen: dict[str, str] = {}
+        for arg in args:
+            if arg == "--":
+                break
+            flag = arg.split("=", 1)[0]
+            if flag in single:
+                key = single[flag].name
+                if key in seen:
+                    also = "" if seen[key] == flag else f" (also as {seen[key]})"
+                    raise CliError(f"{flag} is given twice{also}; keep one")
+                seen[key] = flag
+        return super().parse_args(ctx, args)
+
+
+class Usage(click.UsageError):
+    """Click's own usage errors (an unknown flag, a value out of range) in the same two lines as ours,
+    instead of its usage banner and a blank line."""
+
+    def show(self, file=None) -> None:
+        command = self.ctx.command_path if self.ctx else "colbert-k8s"
+        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"hint: see `{command} --help`", err=True)
+
+
+class Group(click.Group):
+    """Shows a CliError as one line (plus a hint) and its exit code, never a traceback."""
+
+    command_class = Command
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:  # a bare `colbert-k8s` shows the help, as click does
+            raise
+        except click.UsageError as e:  # `colbert-k8s --bogus`, `colbert-k8s sumbit`
+            raise Usage(e.format_message(), e.ctx) from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CliError as e:
+            click.echo(f"error: {redact(e.message)}", err=True)
+            if e.hint:
+                click.echo(f"hint: {redact(e.hint)}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except click.UsageError as e:  # a subcommand's flags: unknown, missing, out of range
+            raise Usage(e.format_message(), e.ctx) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # a bug of ours: still one line, and the details on request
+            if os.environ.get("COLBERT_K8S_DEBUG"):
+                raise
+            first = redact(str(e).splitlines()[0] if str(e) else "")[:200]
+            click.echo(f"error: internal error ({type(e).__name__}: {first})", err=True)
+            click.echo("hint: rerun with COLBERT_K8S_DEBUG=1 for the traceback, and report it", err=True)
+            ctx.exit(70)
+
+
+def cluster_options(fn):
+    """``--kubeconfig``, ``--context`` and ``--request-timeout``: how a command reaches the cluster."""
+    fn = click.option(
+        "--request-timeout",
+        default=C.REQUEST_TIMEOUT,
+        show_default=True,
+        type=click.FloatRange(min=1, max=600),
+        help="Seconds to wait for each API request (a stalled server ends the command with one line).",
+    )(fn)
+    fn = click.option("--context", help="kubeconfig context to use.")(fn)
+    fn = click.option(
+        "--kubeconfig", type=click.Path(dir_okay=False), help="Default: $KUBECONFIG, ~/.kube/config, in-cluster."
+    )(fn)
+    return fn
+
+
+def namespace_option(fn):
+    return click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'.")(fn)
+
+
+def output_option(fn):
+    """``-o FORMAT``, as kubectl's: the table, or the same fields as JSON or YAML."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json", "yaml"]),
+        default="table",
+        show_default=True,
+        help="json/yaml: the same fields as the table, for scripts (as kubectl -o).",
+    )(fn)
+
+
+def default_namespace(o: dict) -> str:
+    """The kubeconfig context's namespace (``--kubeconfig``, ``--context``), else 'default'."""
+    return kubeconfig_namespace(o.get("kubeconfig"), o.get("context"))
+
+
+def cluster_of(o: dict) -> Cluster:
+    """The :class:`operator_cli.kube.Cluster` the options name (its namespace checked before any request)."""
+    namespace = default_namespace(o) if o.get("namespace") is None else o["namespace"]  # -n "" is refused
+    if not rules.full("dns1123_label", namespace):
+        raise CliError(f"--namespace must be a DNS-1123 label, got {shown(namespace)}")
+    return Cluster(
+        connect(o.get("kubeconfig"), o.get("context"), o.get("request_timeout", C.REQUEST_TIMEOUT)), namespace
+    )
+
+
+def job_name(name: str) -> str:
+    """A NAME argument, checked before any request: never empty, '.', or a path the API would misread."""
+    if not rules.full("dns1035", name):
+        raise CliError(
+            f"NAME must be a job name (a DNS-1035 label: a-z, 0-9, '-', starting with a letter), got {shown(name)}",
+            hint="see `colbert-k8s list`",
+        )
+    return name

@@ -1,0 +1,218 @@
+"""``render``, ``submit`` and ``local``: the job's options become a validated :class:`JobSpec`, the spec becomes
+objects (:func:`operator_cli.render.render`), and ``submit`` sends exactly those objects.
+
+The options are :data:`operator_cli.spec.JOB_OPTIONS`, turned into click options by :func:`job_options`;
+``-o`` is a format (yaml, json) and ``render -d DIR`` writes one file per object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from operator_cli import constants as C
+from operator_cli.commands.base import Command, cluster_of, cluster_options, default_namespace
+from operator_cli.errors import CliError
+from operator_cli.follow import wait_for_job
+from operator_cli.kube.runtime import known_runtime
+from operator_cli.render import render, to_yaml
+from operator_cli.spec import JOB_OPTIONS, JobSpec, Option, generate_name, read_config
+
+__all__ = ["build_spec", "job_options", "local_cmd", "render_cmd", "submit_cmd"]
+
+FORMATS = ("yaml", "json")
+
+
+def _click_option(option: Option, defaults: dict):
+    """The click option of one :class:`Option`: its default is the JobSpec field's (one place states them)."""
+    kwargs: dict = {"help": option.help or None, "metavar": option.metavar, "required": option.required}
+    if option.is_flag:
+        kwargs["is_flag"] = True
+    elif option.multiple:
+        kwargs["multiple"] = True
+    elif option.choices:
+        kwargs["type"] = click.Choice(option.choices)
+    elif option.file:
+        kwargs["type"] = click.Path(dir_okay=False)
+    elif option.type is not str:
+        kwargs["type"] = option.type
+    if option.show_default:
+        kwargs.update(default=defaults[option.spec_field], show_default=True)
+    return click.option(*filter(None, (option.short, option.flag)), **kwargs)
+
+
+def job_options(fn):
+    """The options shared by render, submit and local: everything that shapes the job (JOB_OPTIONS)."""
+    defaults = JobSpec.defaults()
+    for option in reversed(JOB_OPTIONS):
+        fn = _click_option(option, defaults)(fn)
+    return fn
+
+
+def build_spec(o: dict) -> JobSpec:
+    """Options -> JobSpec: each option's value through its parser; the defaults that depend on others."""
+    if o["api"] == "auto":
+        raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
+    values = {opt.spec_field: opt.parse(o[opt.key]) if opt.parse and o[opt.key] is not None else o[opt.key]
+              for opt in JOB_OPTIONS if opt.key != "config"}  # fmt: skip
+    defaults = JobSpec.defaults()
+    elastic = values["elastic"]
+    if values["nodes"] is None:
+        values["nodes"] = elastic[1] if elastic else defaults["nodes"]
+    values["name"] = values["name"] if values["name"] is not None else generate_name()
+    values["namespace"] = values["namespace"] if values["namespace"] is not None else default_namespace(o)
+    values["runtime"] = values["runtime"] or defaults["runtime"]
+    return JobSpec(config_text=read_config(o["config"]), **values)
+
+
+def scale_line(spec: JobSpec) -> str:
+    """The nodes, then the trainer's own scale line (``trainer.scale.Scale``), word for word."""
+    from trainer.scale import job_scale  # pydantic: kept out of the CLI's import
+
+    unit = "GPU" if spec.gpus_per_node else "CPU process"
+    layout = f"{spec.nodes} node(s) x {spec.nproc_per_node} {unit}(s)"
+    if spec.elastic:
+        layout += f", elastic {spec.elastic[0]}..{spec.elastic[1]} node(s)"
+    return f"{layout}; {job_scale(spec.train_config, spec.world_size).line()}"
+
+
+def _output_dir(output: str, output_dir: str | None) -> tuple[str, str | None]:
+    """(format, directory) from ``-o`` and ``-d``; ``-o DIR`` (0.2) still writes into DIR, with a warning."""
+    if output in FORMATS:
+        return output, output_dir
+    if output_dir is not None or output == "table":
+        raise CliError(f"-o must be one of {', '.join(FORMATS)} for render, got {output!r}",
+                       hint="-d/--output-dir DIR writes one file per object")  # fmt: skip
+    click.echo(f"warning: render -o DIR is deprecated: -o is a format ({', '.join(FORMATS)}) as for status, list "
+               f"and doctor; use -d {output} (-o DIR stops working in 0.4)", err=True)  # fmt: skip
+    return "yaml", output
+
+
+@click.command("render", cls=Command)
+@job_options
+@click.option("-o", "--output", default="yaml", show_default=True, metavar="FORMAT",
+              help="yaml or json: the objects on stdout (as kubectl -o).")  # fmt: skip
+@click.option("-d", "--output-dir", type=click.Path(file_okay=False), help="Write one file per object here instead.")
+def render_cmd(output: str, output_dir: str | None, **o) -> None:
+    """Print the manifests the job consists of (the same bytes as `submit --dry-run`)."""
+    output, output_dir = _output_dir(output, output_dir)
+    spec = build_spec(o)
+    objects = render(spec)
+    click.echo(f"scale: {scale_line(spec)}", err=True)
+    dump = (lambda objs: json.dumps(objs[0] if len(objs) == 1 else {"apiVersion": "v1", "kind": "List", "items": objs},
+            indent=2) + "\n") if output == "json" else to_yaml  # fmt: skip
+    if not output_dir:
+        click.echo(dump(objects), nl=False)
+        return
+    out = Path(output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for obj in objects:
+            path = out / f"{obj['kind'].lower()}-{obj['metadata']['name']}.{output}"
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(dump([obj]))
+            tmp.replace(path)
+            click.echo(f"wrote {path}", err=True)
+    except OSError as e:
+        raise CliError(f"-d {output_dir}: cannot write there ({e.strerror or type(e).__name__})",
+                       hint="pass a directory you can write to") from None  # fmt: skip
+
+
+@click.command("submit", cls=Command)
+@job_options
+@cluster_options
+@click.option("--dry-run", is_flag=True, help="Print exactly the objects that would be created, and stop.")
+@click.option("--wait", is_flag=True, help="Follow the job until it succeeds (exit 0) or fails (exit 1).")
+@click.option("--timeout", type=click.FloatRange(min=1),
+              help="With --wait: give up after this many seconds (exit 1; the job keeps running).")  # fmt: skip
+@click.option("--poll-interval", default=10.0, show_default=True, type=float, hidden=True)
+def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: float, **o) -> None:
+    """Validate, check the cluster, create the job, and print what to run next."""
+    if timeout is not None and not wait:
+        raise CliError("--timeout applies to --wait; add --wait or drop --timeout")
+    cluster = None
+    if o["api"] == "auto":  # the one case where even --dry-run asks the cluster (read-only)
+        cluster = cluster_of(o)
+        o["api"] = cluster.detect_api()
+        click.echo(f"api: auto -> {o['api']} (what this cluster serves; Trainer v2 preferred)", err=True)
+    spec = build_spec(o)
+    objects = render(spec)
+    runtime_default = spec.kind.uses_runtime and o["runtime"] is None
+    if dry_run:
+        if runtime_default:
+            click.echo(f"runtime: {spec.runtime} (submit uses the stock {C.V2_STOCK_RUNTIME} where the cluster "
+                       "lacks it)", err=True)  # fmt: skip
+        click.echo(to_yaml(objects), nl=False)
+        return
+    cluster = cluster or cluster_of(o)
+    if runtime_default:
+        spec, objects = _runtime_or_stock(cluster, spec, objects)
+    secrets = sorted({ref.secret for ref in spec.secret_env.values()} | set(spec.image_pull_secrets))
+    cluster.preflight(spec.api, secrets, spec.pvc, spec.runtime)
+    for obj in cluster.create_all(objects):
+        click.echo(f"created {obj['kind']} {spec.namespace}/{obj['metadata']['name']}")
+    click.echo(f"scale: {scale_line(spec)}")
+    ns = "" if spec.namespace == "default" else f" -n {spec.namespace}"
+    click.echo(f"next:\n  colbert-k8s status {spec.name}{ns}\n  colbert-k8s logs {spec.name}{ns} -f --all\n"
+               f"  colbert-k8s delete {spec.name}{ns}")  # fmt: skip
+    if wait:
+        sys.exit(wait_for_job(cluster, spec.name, poll_interval, timeout, click.echo))
+
+
+def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
+    """``--runtime`` not given: this tool's runtime when the cluster has it, else the stock one, with the one
+    line saying what that costs."""
+    if cluster.runtime_exists(spec.runtime):
+        return spec, objects
+    click.echo(
+        f"warning: ClusterTrainingRuntime {spec.runtime} is not installed: using the stock {C.V2_STOCK_RUNTIME}, "
+        "which retries a permanent error (a bad config or data row, exit 2) until its restarts run out instead "
+        "of failing at once; `colbert-k8s runtime install` installs it",
+        err=True,
+    )
+    spec = dataclasses.replace(spec, runtime=C.V2_STOCK_RUNTIME)
+    return spec, render(spec)
+
+
+@click.command("local", cls=Command)
+@job_options
+@click.option("--workdir", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.")
+@click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
+def local_cmd(workdir: str, isolate_network: bool, **o) -> None:  # fmt: skip
+    """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
+    missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"`local` runs the trainer on this machine, but {', '.join(missing)} is not installed",
+            hint="pip install -e '.[train]' (or run scripts/setup.sh train)",
+        )
+    from operator_cli.local import run_local  # the replay: subprocesses, network namespaces, the trainer's config
+
+    spec = build_spec(o)
+    click.echo(f"scale: {scale_line(spec)}", err=True)
+    objects = render(spec)
+    if spec.kind.uses_runtime:  # its restarts are its runtime's: replay the runtime's failure policy
+        objects += [r for r in [known_runtime(spec.runtime, spec.image)] if r]
+    sys.exit(run_local(objects, _writable_dir(Path(workdir)), isolate_network=isolate_network))
+
+
+def _writable_dir(path: Path) -> Path:
+    """--workdir, created if need be: a place the replicas can write, or one line saying why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".colbert-k8s-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise CliError(
+            f"--workdir {path} is not a directory this user can write ({e.strerror})",
+            hint="pass a writable directory (it stands for the job's /workspace volume)",
+        ) from None
+    return path

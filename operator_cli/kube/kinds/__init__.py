@@ -1,0 +1,52 @@
+"""The job kinds this tool submits, one :class:`JobKind` each: PyTorchJob (Training Operator v1) and TrainJob
+(Kubeflow Trainer v2). Every other module finds a kind here, by its ``--api`` name (:data:`KINDS`), or by a
+live job's ``kind`` (:func:`kind_of`), and asks it; none tests which one it has.
+
+Adding a kind: a :class:`JobKind` subclass in a module of this package, listed in :data:`KINDS`, and its
+template (``operator_cli/templates/<api>.yaml.j2``), plus the chart's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operator_cli.kube.kinds import base
+from operator_cli.kube.kinds.base import JobKind, find_all, job_state, workspace_claim
+from operator_cli.kube.kinds.pytorchjob import PyTorchJob
+from operator_cli.kube.kinds.trainjob import TrainJob
+
+__all__ = [
+    "API_CHOICES",
+    "AUTO_ORDER",
+    "DEFAULT_API",
+    "JobKind",
+    "KINDS",
+    "find_all",
+    "job_state",
+    "kind_named",
+    "kind_of",
+    "shape_problem",
+    "workspace_claim",
+]
+
+KINDS: dict[str, JobKind] = {k.api: k for k in (PyTorchJob(), TrainJob())}
+"""By ``--api`` name; the first is JobSpec's and the chart's default."""
+DEFAULT_API = next(iter(KINDS))
+AUTO_ORDER = ("trainjob", "pytorchjob")  # --api auto: the first the cluster serves (Trainer v2 is the current API)
+API_CHOICES = (*KINDS, "auto")  # --api: a kind, or auto (what the cluster serves)
+_BY_KIND = {k.kind: k for k in KINDS.values()}
+
+
+def kind_named(kind: str) -> JobKind | None:
+    """The kind whose objects have ``kind: <kind>``, or None for any other object (a ConfigMap, a Pod)."""
+    return _BY_KIND.get(kind)
+
+
+def kind_of(job: dict[str, Any]) -> JobKind:
+    """A live or rendered job's kind; an answer without a known ``kind`` reads as the default (v1) one."""
+    return _BY_KIND.get(job.get("kind"), KINDS[DEFAULT_API])
+
+
+def shape_problem(job: Any) -> str | None:
+    """The first field of a job answer that is not the type this tool reads it as, or None."""
+    return base.shape_problem(job, list(KINDS.values()))
