@@ -231,10 +231,14 @@ class JobSpec:
     def _check_export(self) -> None:
         """``export.destination`` needs its credentials in the pods: named here, not found after training.
         An object store may use workload identity instead, which comes with the pods' service account."""
+        from trainer.config import ConfigError
         from trainer.config_base import parse_destination  # pydantic: kept out of the CLI's import
         from trainer.export import credential_hint
 
-        cfg = self.train_config
+        try:
+            cfg = self.train_config
+        except ConfigError:  # the config's own problems are read_config's to report, in its words
+            return
         if cfg.export is None:
             return
         dest = parse_destination(cfg.export.destination)

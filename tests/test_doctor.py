@@ -95,7 +95,7 @@ def doctor(emu, *args):
 
 def _lines(res) -> dict[str, tuple[str, str]]:
     rows = {}
-    for c in json.loads(res.output)["checks"]:
+    for c in json.loads(res.stdout)["checks"]:  # stdout alone: a stray log line on stderr is not the JSON
         rows[c["name"]] = (c["level"], c["detail"])
     return rows
 

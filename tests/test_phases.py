@@ -197,7 +197,7 @@ def _mining_job(tmp: Path, model: Path, data: Path, beir: Path, name: str) -> Pa
         "training": {"per_device_batch_size": 4, "max_steps": 2, "seed": 5},
         "checkpoint": {"every_steps": 1},
         "evaluation": {"after_training": False, "before_training": False},
-        "tracking": {"report_to": []},
+        "tracking": {"report_to": [], "run_name": "job"},  # the card names the run: the same in both output dirs
         "mine": {
             "retriever": "bm25",
             "top_k": 20,

@@ -161,7 +161,7 @@ def render(cfg: TrainConfig, metrics: dict, name: str | None = None, revision: s
     from trainer import __version__
 
     where = name or "path/to/final-model"
-    data = _metadata(cfg, metrics, name or Path(cfg.output_dir).name)
+    data = _metadata(cfg, metrics, name or cfg.tracking.run_name or Path(cfg.output_dir).name)
     body = f"""
 # {data.model_name}
 
