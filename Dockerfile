@@ -19,7 +19,7 @@ RUN python -m venv --system-site-packages /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --constraint requirements.lock ".[train]"
 
 FROM ${BASE_IMAGE} AS runtime
-ARG VERSION=0.2.0
+ARG VERSION=0.3.0
 LABEL org.opencontainers.image.title="colbert-train" \
       org.opencontainers.image.description="Distributed ColBERT training with PyLate for Kubeflow PyTorchJobs" \
       org.opencontainers.image.version="${VERSION}" \
