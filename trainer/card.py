@@ -69,7 +69,7 @@ def _metadata(cfg: TrainConfig, metrics: dict, name: str):
     from huggingface_hub import EvalResult, ModelCardData
 
     base = origin(cfg.model.name_or_path)
-    data = [origin(cfg.data.train.path)] + ([origin(cfg.data.eval_beir)] if cfg.data.eval_beir else [])
+    data = [metrics.get("train_data") or origin(cfg.data.train.path)] + ([origin(cfg.data.eval_beir)] if cfg.data.eval_beir else [])
     datasets = sorted({d for d in (_hub_name(v, datasets=True) for v in data) if d})
     eval_name = Path(origin(cfg.data.eval_beir)).name if cfg.data.eval_beir else None
     results = [
@@ -101,7 +101,7 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     t, m = cfg.training, cfg.mine
     rows = [
         ("base model", f"`{origin(cfg.model.name_or_path)}`"),
-        ("training data", f"`{origin(cfg.data.train.path)}`"),
+        ("training data", f"`{metrics.get('train_data') or origin(cfg.data.train.path)}`"),
         ("loss", cfg.loss.name),
         ("steps", f"{metrics.get('steps')} optimizer steps, global batch {metrics.get('global_batch')}"),
         ("world size", f"{metrics.get('world_size')} process(es) on {metrics.get('device', 'unknown device')}, "

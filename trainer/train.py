@@ -28,7 +28,7 @@ from transformers import get_scheduler
 from trainer import distributed as D
 from trainer import grad_sync, phases, resume
 from trainer.atomic import replace_dir, write_text
-from trainer.card import for_job
+from trainer.card import for_job, origin
 from trainer.checkpoint import remove_stale_temporaries, write_manifest
 from trainer.clock import PROCESS_STARTED
 from trainer.config import DataSource, TrainConfig
@@ -145,6 +145,7 @@ def build(
             "loss": cfg.loss.name,
             "precision": precision,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+            "train_data": origin((labelled_from or cfg.data.train).path),  # the user's, not the mined rows' copy
         },  # fmt: skip
     )
 
