@@ -1,6 +1,7 @@
 """What the cluster would run for a rendered job: pod host names, the trainer container, the pod spec,
 and the launcher's environment, for a PyTorchJob (Training Operator v1.9.4) or a TrainJob (Trainer
-v2.3.0 on JobSet); each job kind reads its own manifest (:meth:`operator_cli.kube.kinds.JobKind.plan`).
+v2.3.0 on JobSet); each job kind reads its own manifest (:meth:`operator_cli.kube.kinds.JobKind.plan`,
+:func:`operator_cli.kube.kinds.plan_pods`). Plain data: the kinds import this module, never the reverse.
 ``colbert-k8s local`` replays this plan; it is read from the manifest, never from
 the options, so the replay runs exactly what was rendered.
 
@@ -23,9 +24,12 @@ PyTorchJob      PET_NNODES=MIN:MAX, PET_MAX_RESTARTS; no MASTER_*, RANK,        
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["FailurePolicy", "PodPlan", "operator_policy", "plan_pods"]
+if TYPE_CHECKING:
+    from operator_cli.kube.kinds.base import JobKind
+
+__all__ = ["FailurePolicy", "PodPlan", "operator_policy"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def operator_policy(restart_policy: str, backoff_limit: int) -> FailurePolicy:
 class PodPlan:
     """The pods a job's controller would run, read from its manifest by its kind (:meth:`JobKind.plan`)."""
 
-    kind: str  # the job's kind: PyTorchJob, TrainJob
+    kind: JobKind  # the job's kind (PyTorchJob, TrainJob), which read the plan and injects its launcher's env
     name: str
     hosts: list[str]  # one per pod, in node-rank order
     replica_names: list[str]  # master-0, worker-0 ... or node-0, node-1 ...
@@ -92,12 +96,7 @@ class PodPlan:
 
     def launcher_env(self, index: int, master_addr: str, master_port: int) -> dict[str, str]:
         """The variables the job's controller injects into pod ``index`` (its kind's)."""
-        from operator_cli.kube.kinds import kind_named  # the kinds build plans: imported when one is read
-
-        kind = kind_named(self.kind)
-        if kind is None:
-            raise ValueError(f"no job kind {self.kind!r}")
-        return kind.launcher_env(self, index, master_addr, master_port)
+        return self.kind.launcher_env(self, index, master_addr, master_port)
 
     def torchrun_env(self, index: int, master_addr: str, master_port: int) -> dict[str, str]:
         """torchrun's own variables, which every launcher sets."""
@@ -109,11 +108,3 @@ class PodPlan:
             "PET_NODE_RANK": str(index),
         }
 
-
-def plan_pods(objects: list[dict[str, Any]]) -> PodPlan:
-    """The plan of the job among ``objects``; a TrainJob's ClusterTrainingRuntime may be among them too
-    (``local`` adds the ones it knows, :func:`operator_cli.kube.runtime.known_runtime`)."""
-    from operator_cli.kube.kinds import kind_named
-
-    job = next(o for o in objects if kind_named(o["kind"]))
-    return kind_named(job["kind"]).plan(job, objects)

@@ -17,6 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import operator_cli.kube.names as names
 from operator_cli import scheduling
 from operator_cli.constants import (
     DEFAULT_IMAGE,
@@ -28,7 +29,6 @@ from operator_cli.constants import (
     V2_DEFAULT_RUNTIME,
 )
 from operator_cli.errors import CliError
-from operator_cli.kube import names
 from operator_cli.kube.kinds import DEFAULT_API, KINDS, JobKind
 from operator_cli.options import INT32_MAX, INT64_MAX, JOB_OPTIONS, Option
 from operator_cli.values import (

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from operator_cli import constants as C
+from operator_cli.kube.kinds import kind_named
 from operator_cli.podplan import PodPlan
 from tests.conftest import ROOT
 
@@ -22,7 +23,7 @@ def pod_env(rank: int, world: int, port: int) -> dict[str, str]:
     """The Training Operator's variables for pod ``rank`` of ``world`` one-process pods: the
     production :meth:`PodPlan.launcher_env`, on loopback."""
     plan = PodPlan(
-        kind=C.KIND,
+        kind=kind_named(C.KIND),
         name="test",
         hosts=[f"test-pod-{i}" for i in range(world)],
         replica_names=[f"pod-{i}" for i in range(world)],

@@ -14,9 +14,8 @@ from click.testing import CliRunner
 
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import API_CHOICES, KINDS, kind_of
+from operator_cli.kube.kinds import API_CHOICES, KINDS, kind_of, plan_pods
 from operator_cli.options import JOB_OPTIONS
-from operator_cli.podplan import plan_pods
 from operator_cli.render import render
 from operator_cli.spec import NCCL_PRESETS, JobSpec
 
@@ -46,7 +45,7 @@ def test_a_reshaped_job_is_what_render_makes_of_the_new_shape(api, old, new):
 def test_the_pods_local_plans_are_the_pods_the_spec_names(api, nodes):
     spec = _spec(api, nodes, 1)
     plan = plan_pods(render(spec))
-    assert plan.kind == spec.kind.kind and plan.hosts == spec.pod_names == list(spec.names.pods)
+    assert plan.kind is spec.kind and plan.hosts == spec.pod_names == list(spec.names.pods)
     env = plan.launcher_env(nodes - 1, "master", 1234)
     assert env["PET_NODE_RANK"] == str(nodes - 1) and env["PET_NNODES"] == str(nodes)
 

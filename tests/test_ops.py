@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from operator_cli import constants as C
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
+from operator_cli.kube.kinds import plan_pods
 from operator_cli.kube.runtime import RuntimeSpec, known_runtime, render_runtime, runtime_policy
-from operator_cli.podplan import plan_pods
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
 from tests.kube_emulator import Emulator

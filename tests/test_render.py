@@ -168,7 +168,7 @@ ELASTIC_CONFIG = CONFIG + "training: {global_batch_size: 24, per_device_batch_si
 def test_elastic_renders_workers_only_with_an_elastic_policy():
     """What the Training Operator v1.9.4 needs for torchrun's agents: Workers only (its rendezvous endpoint is
     <job>-worker-0), elasticPolicy with c10d, and PET_NPROC_PER_NODE, which it injects only with a Master."""
-    from operator_cli.podplan import plan_pods
+    from operator_cli.kube.kinds import plan_pods
 
     objects = render(_spec(config_text=ELASTIC_CONFIG, elastic=(2, 4), nodes=3, gpus_per_node=2, pvc="ws"))
     validate_all(objects)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube import names
 from operator_cli.kube.kinds import AUTO_ORDER, KINDS, JobKind, kind_named, kind_of, shape_problem
 from operator_cli.kube.pods import PodInfo, status_reason, warning_reason
 from operator_cli.kube.transport import NOT_THE_API_SERVER, call, redact

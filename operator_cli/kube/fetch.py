@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube import names
 from operator_cli.kube.archive import ExecStream, check_destination, extract, staged
 from operator_cli.kube.cluster import Cluster
 from operator_cli.kube.kinds import find_all, job_state, kind_of, workspace_claim

@@ -16,8 +16,9 @@ from typing import Any
 import click
 
 from operator_cli import constants as C
+from operator_cli.kube.kinds import plan_pods
 from operator_cli.local.workspaces import pod_workspace, shares_workspace
-from operator_cli.podplan import PodPlan, plan_pods
+from operator_cli.podplan import PodPlan
 
 __all__ = ["Replica", "plan_replicas", "unsupported"]
 

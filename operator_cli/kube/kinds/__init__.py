@@ -14,6 +14,7 @@ from operator_cli.kube.kinds import base
 from operator_cli.kube.kinds.base import JobKind, find_all, job_state, workspace_claim
 from operator_cli.kube.kinds.pytorchjob import PyTorchJob
 from operator_cli.kube.kinds.trainjob import TrainJob
+from operator_cli.podplan import PodPlan
 
 __all__ = [
     "API_CHOICES",
@@ -25,6 +26,7 @@ __all__ = [
     "job_state",
     "kind_named",
     "kind_of",
+    "plan_pods",
     "shape_problem",
     "workspace_claim",
 ]
@@ -50,3 +52,10 @@ def kind_of(job: dict[str, Any]) -> JobKind:
 def shape_problem(job: Any) -> str | None:
     """The first field of a job answer that is not the type this tool reads it as, or None."""
     return base.shape_problem(job, list(KINDS.values()))
+
+
+def plan_pods(objects: list[dict[str, Any]]) -> PodPlan:
+    """The plan of the job among ``objects``, read by its kind; a TrainJob's ClusterTrainingRuntime may be among
+    them too (``local`` adds the ones it knows, :func:`operator_cli.kube.runtime.known_runtime`)."""
+    job = next(o for o in objects if kind_named(o["kind"]))
+    return kind_named(job["kind"]).plan(job, objects)

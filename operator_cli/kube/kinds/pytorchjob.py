@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube import names
 from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
 from operator_cli.podplan import PodPlan, operator_policy
 
@@ -111,7 +111,7 @@ class PyTorchJob(JobKind):
         backoff = int(spec.get("runPolicy", {}).get("backoffLimit", 0))
         elastic = (int(policy.get("minReplicas", workers)), int(policy.get("maxReplicas", workers))) if policy else None
         return PodPlan(
-            kind=self.kind,
+            kind=self,
             name=name,
             hosts=[names.pod(name, r) for r in replica_names],
             replica_names=replica_names,

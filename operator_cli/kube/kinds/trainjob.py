@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube import names
 from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
 from operator_cli.kube.runtime import runtime_policy
 from operator_cli.podplan import PodPlan
@@ -114,7 +114,7 @@ class TrainJob(JobKind):
         else:
             note = f"runtime {runtime_name} has no failure policy: every failure restarts (up to {failure.restarts})"
         return PodPlan(
-            kind=self.kind,
+            kind=self,
             name=name,
             hosts=[names.pod(name, f"{C.V2_REPLICATED_JOB}-0-{i}") for i in range(nodes)],
             replica_names=[f"{C.V2_REPLICATED_JOB}-{i}" for i in range(nodes)],
