@@ -69,7 +69,8 @@ def _metadata(cfg: TrainConfig, metrics: dict, name: str):
     from huggingface_hub import EvalResult, ModelCardData
 
     base = origin(cfg.model.name_or_path)
-    data = [metrics.get("train_data") or origin(cfg.data.train.path)] + ([origin(cfg.data.eval_beir)] if cfg.data.eval_beir else [])
+    data = [metrics.get("train_data") or origin(cfg.data.train.path)]
+    data += [origin(cfg.data.eval_beir)] if cfg.data.eval_beir else []
     datasets = sorted({d for d in (_hub_name(v, datasets=True) for v in data) if d})
     eval_name = Path(origin(cfg.data.eval_beir)).name if cfg.data.eval_beir else None
     results = [
