@@ -17,7 +17,7 @@ from typing import Any
 from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import API_CHOICES, KINDS
+from operator_cli.kube.kinds import API_CHOICES, AUTO_ORDER, KINDS
 from operator_cli.values import (
     NCCL_PRESETS,
     parse_elastic,
@@ -177,8 +177,9 @@ JOB_OPTIONS: tuple[Option, ...] = (
            rule=_within(0, INT32_MAX), must=f"must be between 0 and {INT32_MAX} {API_RANGE}"),
     Option("--nccl", "NCCL network preset (GPU jobs).", choices=tuple(NCCL_PRESETS), rule=lambda v: v in NCCL_PRESETS,
            must=f"must be one of {sorted(NCCL_PRESETS)}"),
-    Option("--api", "PyTorchJob (Training Operator v1) or TrainJob (Kubeflow Trainer v2); auto (submit only): what "
-           "the cluster serves, v2 if both.", choices=API_CHOICES, show_default=True, rule=lambda v: v in KINDS,
+    Option("--api", " or ".join(f"{k.kind} ({k.product})" for k in KINDS.values()) + "; auto (submit only): the "
+           f"first the cluster serves of {', '.join(AUTO_ORDER)}.", choices=API_CHOICES, show_default=True,
+           rule=lambda v: v in KINDS,
            must=f"must be one of {', '.join(KINDS)}"),
     Option("--runtime", f"The ClusterTrainingRuntime a TrainJob uses (--api trainjob). Default: {C.V2_SHIPPED_RUNTIME} "
            f"(`colbert-k8s runtime install`); submit falls back to the stock {C.V2_STOCK_RUNTIME} without it.",
