@@ -7,6 +7,7 @@ gone. Checkpoints add fsyncs on top of this (``checkpoint.py``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from trainer.errors import DiskFull, no_space
 
-__all__ = ["replace_dir", "replacing", "write_text"]
+__all__ = ["replace_dir", "replacing", "sha256_of", "write_text"]
 
 
 @contextmanager
@@ -50,3 +51,13 @@ def replace_dir(tmp: Path, final: Path) -> None:
         os.replace(final, old)
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def sha256_of(path: Path) -> str:
+    """The file's sha256, read in blocks: what every manifest records (checkpoints, models, the index, exports)
+    and what a reader checks a file against."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()

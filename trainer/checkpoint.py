@@ -34,7 +34,6 @@ there, :func:`verify` with ``required=True`` treats a missing manifest as not wh
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from typing import Any
 
 import torch
 
+from trainer.atomic import sha256_of
 from trainer.config import ConfigError
 from trainer.errors import DiskFull, JobVerdict, no_space
 
@@ -72,14 +72,6 @@ CHECKPOINT_FORMAT = 1  # bump when the state's keys change meaning; a checkpoint
 _MANIFEST = "manifest.json"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def write_manifest(directory: Path, files: list[str] | None = None, name: str = _MANIFEST) -> None:
     """The size and sha256 of each of ``files`` (default: every file under ``directory``, by relative path)
     and the format version, fsynced: the directory's last file, so its presence says the writer finished."""
@@ -88,7 +80,7 @@ def write_manifest(directory: Path, files: list[str] | None = None, name: str = 
         files = [f for f in files if f != name]
     manifest = {
         "format": CHECKPOINT_FORMAT,
-        "files": {n: {"size": (directory / n).stat().st_size, "sha256": _sha256(directory / n)} for n in files},
+        "files": {n: {"size": (directory / n).stat().st_size, "sha256": sha256_of(directory / n)} for n in files},
     }
     with open(directory / name, "w") as f:
         f.write(json.dumps(manifest, indent=2) + "\n")
@@ -118,7 +110,7 @@ def verify(directory: Path, required: bool = False, name: str = _MANIFEST) -> st
             return f"{file} is missing"
         if path.stat().st_size != want["size"]:
             return f"{file} holds {path.stat().st_size} bytes, the manifest says {want['size']}"
-        if _sha256(path) != want["sha256"]:
+        if sha256_of(path) != want["sha256"]:
             return f"{file} does not match its sha256 (the bytes changed after they were written)"
     return None
 

@@ -28,21 +28,20 @@ an export back, and ``pylate.models.ColBERT("ORG/NAME")`` loads one from the Hub
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-from trainer.atomic import write_text
+from trainer.atomic import sha256_of, write_text
 from trainer.config import ConfigError
 from trainer.config_base import Destination, parse_destination
 from trainer.errors import EXIT_EXPORT
+from trainer.stores import bucket_store, reason
 
 __all__ = [
     "EXIT_EXPORT",
@@ -136,18 +135,10 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp"))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def manifest_for(plan: dict[str, Path]) -> dict:
     return {
         "format": 1,
-        "files": {name: {"size": p.stat().st_size, "sha256": _sha256(p)} for name, p in sorted(plan.items())},
+        "files": {name: {"size": p.stat().st_size, "sha256": sha256_of(p)} for name, p in sorted(plan.items())},
     }
 
 
@@ -158,27 +149,18 @@ def _store(dest: Destination, probe: bool = False):
     """An obstore store for the bucket, configured from the environment (as trainer/sources.py reads). The
     probe's is quick to give up (a server that never answers must not hold the start for minutes); the
     upload's retries transient errors with the store's own backoff."""
-    from obstore.store import from_url
-
     options = {"timeout": "30s" if probe else "300s", "connect_timeout": "10s"}
     retry = {"max_retries": 1, "retry_timeout": timedelta(seconds=60)} if probe else {
         "max_retries": 10, "retry_timeout": timedelta(minutes=10)}  # fmt: skip
-    kwargs: dict = {"retry_config": retry}
-    if dest.scheme == "s3":
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            kwargs.update(endpoint=endpoint, virtual_hosted_style_request=False)
-            options["allow_http"] = endpoint.startswith("http://")
-        kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     try:
-        return from_url(f"{dest.scheme}://{dest.bucket}", client_options=options, **kwargs)
+        return bucket_store(dest.scheme, dest.bucket, options, retry_config=retry)
     except Exception as e:  # a builder's complaint: no account (az://), a bad endpoint, ...
         raise ExportError(f"export.destination {dest}: cannot be opened ({_reason(e)})") from None
 
 
 def _reason(e: BaseException) -> str:
-    text = re.sub(r"https?://[^\s@/]*@", "https://", str(e)).strip()  # never a credential from a URL
-    first = text.splitlines()[0] if text else type(e).__name__
+    """What a store's error means, in words, where its text says; else :func:`trainer.stores.reason`."""
+    text = str(e)
     for said, means in (
         ("NoSuchBucket", "the bucket does not exist"),
         ("AccessDenied", "access denied"),
@@ -188,7 +170,7 @@ def _reason(e: BaseException) -> str:
     ):
         if said in text:
             return means
-    return f"{type(e).__name__}: {first[:200]}"
+    return reason(e)
 
 
 def _probe_store(dest: Destination, hint: str | None) -> None:

@@ -37,9 +37,10 @@ from urllib.parse import urlsplit
 
 from filelock import FileLock
 
-from trainer.atomic import write_text
+from trainer.atomic import sha256_of, write_text
 from trainer.config import ConfigError
 from trainer.config_base import OBJECT_SCHEMES
+from trainer.stores import bucket_store, reason
 
 __all__ = ["SourceError", "is_remote", "stage", "stage_config"]
 
@@ -83,29 +84,18 @@ def _store(url: str):
         return _open_store(parts)
     except Exception as e:  # obstore's builders: a missing account (az://), a bad endpoint, ...
         raise SourceError(
-            f"{_shown(url)}: cannot be opened ({_reason(e)}); check the URL and the store's environment "
+            f"{_shown(url)}: cannot be opened ({reason(e)}); check the URL and the store's environment "
             "(AWS_REGION, AWS_ENDPOINT_URL, AZURE_STORAGE_ACCOUNT_NAME, ...)"
         ) from None
 
 
 def _open_store(parts):
-    from obstore.store import HTTPStore, from_url
+    from obstore.store import HTTPStore
 
     if parts.scheme in ("http", "https"):
         base = f"{parts.scheme}://{parts.netloc}"
         return HTTPStore.from_url(base, client_options={"allow_http": True, "timeout": "120s"}), parts.path.lstrip("/")
-    bucket_url = f"{parts.scheme}://{parts.netloc}"
-    options = {"timeout": "120s"}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint and endpoint.startswith("http://"):
-        options["allow_http"] = True
-    kwargs = {}
-    if parts.scheme == "s3":
-        kwargs = {"virtual_hosted_style_request": False} if endpoint else {}
-        if endpoint:
-            kwargs["endpoint"] = endpoint
-        kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return from_url(bucket_url, client_options=options, **kwargs), parts.path.lstrip("/")
+    return bucket_store(parts.scheme, parts.netloc, {"timeout": "120s"}), parts.path.lstrip("/")
 
 
 def _list(store, key: str, url: str) -> list[_Object]:
@@ -130,14 +120,8 @@ def _list(store, key: str, url: str) -> list[_Object]:
         raise SourceError(f"{_shown(url)}: no such object; check the path (and that the bucket is right)") from None
     except Exception as e:
         raise SourceError(
-            f"{_shown(url)}: cannot be reached ({_reason(e)}); check the URL, network and credentials"
+            f"{_shown(url)}: cannot be reached ({reason(e)}); check the URL, network and credentials"
         ) from None
-
-
-def _reason(e: Exception) -> str:
-    text = re.sub(r"https?://[^\s@/]*@", "https://", str(e))  # never a credential from a URL
-    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
-    return f"{type(e).__name__}: {first[:200]}"
 
 
 def _download(store, obj: _Object, dest: Path, url: str, bar) -> None:
@@ -166,7 +150,7 @@ def _download(store, obj: _Object, dest: Path, url: str, bar) -> None:
             attempts += 1
             if attempts > _RETRIES:
                 raise SourceError(
-                    f"{_shown(url)}: download of {obj.path} failed {attempts} times ({_reason(e)}); "
+                    f"{_shown(url)}: download of {obj.path} failed {attempts} times ({reason(e)}); "
                     f"{done} of {obj.size} bytes are kept in the cache and the next start continues"
                 ) from None
             log.warning("download of %s interrupted at %d/%d bytes (%s); continuing", obj.path, done, obj.size, e)
@@ -244,7 +228,7 @@ def _export_manifest(store, prefix: str, objects: list[_Object], url: str) -> di
         key = f"{prefix.rstrip('/')}/{MANIFEST}".lstrip("/")
         listed = json.loads(bytes(obstore.get(store, key).bytes()))["files"]
     except Exception as e:
-        raise SourceError(f"{_shown(url)}: its {MANIFEST} cannot be read ({_reason(e)})") from None
+        raise SourceError(f"{_shown(url)}: its {MANIFEST} cannot be read ({reason(e)})") from None
     if missing := sorted(set(listed) - names):
         raise SourceError(f"{_shown(url)}: {missing[0]} is listed in its {MANIFEST} but not there; export it again")
     return listed
@@ -254,11 +238,7 @@ def _check_export(files: Path, listed: dict, url: str) -> None:
     """Every file of an export has the size and sha256 its manifest says: a mixed or damaged export is refused."""
     for name, want in listed.items():
         path = files / name
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(_CHUNK), b""):
-                digest.update(block)
-        if path.stat().st_size != want["size"] or digest.hexdigest() != want["sha256"]:
+        if path.stat().st_size != want["size"] or sha256_of(path) != want["sha256"]:
             path.unlink()
             raise SourceError(f"{_shown(url)}: {name} does not match the export's manifest (size or sha256); "
                               "export it again")  # fmt: skip

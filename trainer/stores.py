@@ -1,0 +1,39 @@
+"""An obstore store for a bucket, configured from the environment: one reading of ``AWS_ENDPOINT_URL`` and the
+region for the sources staged into a pod (``trainer/sources.py``) and the export out of it (``trainer/export.py``),
+and one credential-free line for what a store raised."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+__all__ = ["bucket_store", "reason"]
+
+
+def bucket_store(scheme: str, bucket: str, client_options: dict[str, Any], **kwargs: Any):
+    """``scheme://bucket`` (s3, gs, az) through obstore's ``from_url``. For S3, a custom endpoint
+    (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``: MinIO, moto) is used path-style, plain http allowed when it
+    is http, and the region is read from ``AWS_REGION``/``AWS_DEFAULT_REGION`` (default us-east-1); the
+    other stores read their own variables themselves."""
+    from obstore.store import from_url
+
+    options = dict(client_options)
+    if scheme == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            kwargs.update(endpoint=endpoint, virtual_hosted_style_request=False)
+            options["allow_http"] = endpoint.startswith("http://")
+        kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return from_url(f"{scheme}://{bucket}", client_options=options, **kwargs)
+
+
+def reason(e: BaseException) -> str:
+    """The exception's type and first line, never a credential of a URL in it.
+
+    >>> reason(OSError("GET https://key:secret@host/b failed\\nmore"))
+    'OSError: GET https://host/b failed'
+    """
+    text = re.sub(r"https?://[^\s@/]*@", "https://", str(e)).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    return f"{type(e).__name__}: {first[:200]}"
