@@ -117,6 +117,12 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
                                   f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
     else:
         rows.append(("negatives", "as given in the training data, plus in-batch"))
+    if hard := metrics.get("hardness"):  # trainer/losses/hardness.py: did the negatives stay hard?
+        first, last = hard["first"], hard["last"]
+        stale = f"; most rows easy from step {hard['stale_at']}" if hard.get("stale_at") else ""
+        rows.append(("negatives' hardness", f"rows with a near-zero loss {100 * first['easy_share']:.0f}% at step "
+                     f"{first['step']}, {100 * last['easy_share']:.0f}% at step {last['step']}; positive-to-hardest "
+                     f"margin {first['margin']:.2f} -> {last['margin']:.2f}{stale}"))  # fmt: skip
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)

@@ -267,10 +267,12 @@ class Progress:
         """The round's training starts (or resumes) at ``step`` of ``total_steps``."""
         return self.begin("train", items=total_steps, done=step)
 
-    def step(self, step: int, loss: float, lr: float, samples_per_second: float) -> None:
+    def step(self, step: int, loss: float, lr: float, samples_per_second: float, hardness: dict | None = None) -> None:
+        """A log step: the loss, the rate, and how hard the negatives still are (margin, easy share)."""
         if not self.enabled:
             return
         self.latest = {**self.latest, "loss": loss, "lr": lr, "samples_per_second": samples_per_second}
+        self.latest.update(hardness or {})
         self._at_step(step)
         self._publish()
 
