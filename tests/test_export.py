@@ -415,6 +415,17 @@ def test_the_card_names_a_staged_source_by_its_url(tmp_path):
     assert origin(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere")
 
 
+def test_the_card_names_a_staged_mining_model_by_its_url(tmp_path):
+    from trainer.card import render
+
+    staged = tmp_path / "cache" / "sources" / "abc"
+    (staged / "files").mkdir(parents=True)
+    (staged / ".complete").write_text(json.dumps({"url": "s3://models/miner/", "files": {}}))
+    cfg = parse_config({**BASE, "mine": {"negatives": 1, "model": str(staged / "files")}})  # as staging leaves it
+    text = render(cfg, {"steps": 1})
+    assert "1 mined per row by `s3://models/miner/`" in text and str(tmp_path) not in text
+
+
 # ---- a `local` job, killed during the upload ------------------------------------------------------
 
 
