@@ -153,7 +153,7 @@ def extract(fileobj: IO[bytes], dest: Path, names: set[str], what: str) -> None:
     whose link checks CPython before 3.11.13/3.12.11/3.13.4 let a symlink chain past PATH_MAX escape,
     CVE-2025-4517), so it needs no Python floor. A file's bytes are spooled, as they stream, into
     ``dest/.fetch-spool/`` under a number; only when the last member has passed are they renamed to
-    their names. A refusal, a cut stream or a full disk leaves ``dest`` as it was."""
+    their names. A refusal or a cut stream leaves ``dest`` as it was; under :func:`staged`, so does any failure."""
     spool = dest / ".fetch-spool"  # no member's name: each must start with one of ``names``
     spool.mkdir()
     try:
