@@ -23,6 +23,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from trainer.config_base import Location, Strict, parse_destination
 from trainer.config_mine import MineConfig
+from trainer.retrieval import RETRIEVERS
 
 __all__ = [
     "METRICS",
@@ -223,7 +224,9 @@ class ExportConfig(Strict):
     destination: Annotated[str, AfterValidator(_destination)] = Field(
         description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
         "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
-        json_schema_extra={"pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"},
+        json_schema_extra={
+            "pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
+        },
     )
     include: list[Literal["best-model", "index", "checkpoint"]] = Field(
         default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
@@ -264,6 +267,7 @@ class DistributedConfig(Strict):
         "(a custom model); costs a graph traversal per step.",
     )
 
+
 # The cross-field rules of TrainConfig._check (and MineConfig._check) that JSON Schema can state, for the chart's
 # values.schema.json (a Helm user gets the same refusal as the CLI; tests/test_chart.py checks both).
 _CROSS_FIELD_SCHEMA: dict[str, Any] = {
@@ -299,7 +303,10 @@ _CROSS_FIELD_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "mine": {
                         "required": ["retriever", "model"],
-                        "properties": {"retriever": {"const": "bm25"}, "model": {"type": "string"}},
+                        "properties": {
+                            "retriever": {"enum": [k for k, r in RETRIEVERS.items() if not r.needs_model]},
+                            "model": {"type": "string"},
+                        },
                     }
                 },
             }
