@@ -157,6 +157,14 @@ class TrainingConfig(Strict):
         "the rest.",
     )
     learning_rate: float = Field(3e-5, gt=0, lt=1)
+    head_learning_rate: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="The learning rate of the layers after the encoder (the ColBERT projection, which starts "
+        "random on a base that is not a ColBERT), as sentence-transformers' learning_rate_mapping sets one "
+        "per module: the encoder starts trained, the projection does not. Default: training.learning_rate.",
+    )
     weight_decay: float = Field(0.0, ge=0, description="Not applied to biases and LayerNorm weights.")
     epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
     max_steps: int | None = Field(None, ge=1)
