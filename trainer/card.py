@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from trainer.config import METRICS, TrainConfig
+from trainer.retrieval import RETRIEVERS
 
 __all__ = ["for_job", "origin", "render", "update"]
 
@@ -110,7 +111,7 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
     ]  # fmt: skip
     if m is not None:
-        by = m.model or ("the base model" if m.retriever != "bm25" else "BM25")
+        by = f"{m.model or 'the base model'} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
         rows.append(("negatives", f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
                                   f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
     else:

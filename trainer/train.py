@@ -47,7 +47,7 @@ from trainer.step import optimizer_step
 from trainer.tracking import Tracker
 from trainer.watchdog import watching
 
-__all__ = ["run", "build", "decay_groups"]
+__all__ = ["run", "build", "param_groups"]
 
 log = logging.getLogger("trainer")
 
@@ -113,12 +113,7 @@ def build(
     log.info("steps=%d (%d/epoch) mode=%s master=%s:%s", total_steps, data.steps_per_epoch, layout.mode,
              layout.master_addr, layout.master_port)  # fmt: skip
 
-    decay, no_decay = decay_groups(model)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=tcfg.learning_rate,
-        fused=device.type == "cuda",
-    )
+    optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
     log.info("precision %s on %s", precision, device)
     return TrainState(
@@ -150,13 +145,22 @@ def build(
     )
 
 
-def decay_groups(model: torch.nn.Module) -> tuple[list, list]:
-    """Trainable parameters with weight decay (matrices) and without (biases, LayerNorm weights)."""
-    decay, no_decay = [], []
+def param_groups(model: torch.nn.Module, tcfg) -> list[dict]:
+    """The encoder's trainable parameters with weight decay (matrices) and without (biases, LayerNorm
+    weights), then the layers after the encoder (the projection: module 1 on) at ``head_learning_rate``.
+    The groups are this order on every run, so a checkpoint's optimizer state fits them."""
+    decay, no_decay, head = [], [], []
     for name, p in model.named_parameters():
-        if p.requires_grad:
+        if not p.requires_grad:
+            continue
+        if tcfg.head_learning_rate is not None and not name.startswith("0."):
+            head.append(p)
+        else:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    return decay, no_decay
+    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if head:
+        groups.append({"params": head, "weight_decay": tcfg.weight_decay, "lr": tcfg.head_learning_rate})
+    return groups
 
 
 @contextlib.contextmanager
