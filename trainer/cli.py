@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse's 2
         code = e.code if isinstance(e.code, int) else int(e.code is not None)
         raise
+    except KeyboardInterrupt:  # before _main's own handler: Python ends by SIGINT, 130 to a shell
+        code = 130
+        raise
     finally:
         if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
             with contextlib.suppress(OSError):
