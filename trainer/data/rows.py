@@ -280,8 +280,8 @@ class _RowDigest:
     length of each text and their UTF-8 bytes, per list column each row's list length and then its items, and
     the scores' float32 bytes, each a stream of its own. A stream does not depend on where the chunks break,
     so the same rows hash alike however the reader chunked them (a .jsonl or its .parquet copy). Arrow's
-    buffers go to hashlib as they are: about 2 s a million rows (``bench/data_scale.py``, ``hash_seconds``),
-    where one JSON text per row cost 13 s."""
+    buffers go to hashlib as they are: 2.3 s of a 1M-row conversion's 47 s (``bench/data_scale.py``,
+    ``hash_seconds``); JSON-encoding the rows to hash them cost five times as much."""
 
     def __init__(self) -> None:
         self._streams: dict[str, Any] = {}
