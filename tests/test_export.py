@@ -202,8 +202,11 @@ def test_a_new_export_removes_what_the_old_one_held_and_this_one_does_not(s3_env
     "case,setup,message",
     [
         ("no bucket", lambda env: None, "the bucket does not exist"),
-        ("no credentials", lambda env: [env.delenv(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")],
-         "--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY and --secret-env AWS_SECRET_ACCESS_KEY=SECRET/KEY"),
+        (
+            "no credentials",
+            lambda env: [env.delenv(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")],
+            "--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY and --secret-env AWS_SECRET_ACCESS_KEY=SECRET/KEY",
+        ),
     ],  # fmt: skip
 )
 def test_preflight_refuses_an_s3_destination_in_one_line(s3_env, outputs, monkeypatch, case, setup, message):
@@ -406,10 +409,30 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [
-        sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"), "--name", "exp",
-        "--nodes", "2", "--gpus-per-node", "0", "--pvc-size", "1Gi", "--workdir", str(tmp_path),
-        "--secret-env", "AWS_ACCESS_KEY_ID=s3/id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3/secret",
-        "--env", f"AWS_ENDPOINT_URL={proxy.url}", "--env", "AWS_REGION=us-east-1",
+        sys.executable,
+        "-m",
+        "operator_cli.cli",
+        "local",
+        "--config",
+        str(tmp_path / "train.yaml"),
+        "--name",
+        "exp",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "0",
+        "--pvc-size",
+        "1Gi",
+        "--workdir",
+        str(tmp_path),
+        "--secret-env",
+        "AWS_ACCESS_KEY_ID=s3/id",
+        "--secret-env",
+        "AWS_SECRET_ACCESS_KEY=s3/secret",
+        "--env",
+        f"AWS_ENDPOINT_URL={proxy.url}",
+        "--env",
+        "AWS_REGION=us-east-1",
     ]  # fmt: skip  (a claim: the job resubmitted finds what the killed one wrote)
     env = {**os.environ, **s3.env}
     try:

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from trainer.config_base import Location, Strict, parse_destination
 from trainer.config_mine import MineConfig
+from trainer.retrieval import RETRIEVERS
 
 __all__ = [
     "METRICS",
@@ -156,6 +157,14 @@ class TrainingConfig(Strict):
         "the rest.",
     )
     learning_rate: float = Field(3e-5, gt=0, lt=1)
+    head_learning_rate: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="The learning rate of the layers after the encoder (the ColBERT projection, which starts "
+        "random on a base that is not a ColBERT), as sentence-transformers' learning_rate_mapping sets one "
+        "per module: the encoder starts trained, the projection does not. Default: training.learning_rate.",
+    )
     weight_decay: float = Field(0.0, ge=0, description="Not applied to biases and LayerNorm weights.")
     epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
     max_steps: int | None = Field(None, ge=1)
@@ -223,7 +232,9 @@ class ExportConfig(Strict):
     destination: Annotated[str, AfterValidator(_destination)] = Field(
         description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
         "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
-        json_schema_extra={"pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"},
+        json_schema_extra={
+            "pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
+        },
     )
     include: list[Literal["best-model", "index", "checkpoint"]] = Field(
         default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
@@ -258,6 +269,7 @@ class DistributedConfig(Strict):
         description="DDP's find_unused_parameters: on when some trainable weights get no gradient in a step "
         "(a custom model); costs a graph traversal per step.",
     )
+
 
 # The cross-field rules of TrainConfig._check (and MineConfig._check) that JSON Schema can state, for the chart's
 # values.schema.json (a Helm user gets the same refusal as the CLI; tests/test_chart.py checks both).
@@ -294,7 +306,10 @@ _CROSS_FIELD_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "mine": {
                         "required": ["retriever", "model"],
-                        "properties": {"retriever": {"const": "bm25"}, "model": {"type": "string"}},
+                        "properties": {
+                            "retriever": {"enum": [k for k, r in RETRIEVERS.items() if not r.needs_model]},
+                            "model": {"type": "string"},
+                        },
                     }
                 },
             }

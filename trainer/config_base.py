@@ -106,8 +106,10 @@ def parse_destination(value: str) -> Destination:
         names = [p for p in (parts.netloc + parts.path).split("/") if p]
         if names and names[0] in ("datasets", "spaces"):
             raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
-        if len(names) != 2 or not all(_HUB_NAME.fullmatch(n) for n in names) or any(
-            ".." in n or "--" in n for n in names
+        if (
+            len(names) != 2
+            or not all(_HUB_NAME.fullmatch(n) for n in names)
+            or any(".." in n or "--" in n for n in names)
         ):
             raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
         return Destination("hf", "/".join(names))
