@@ -112,7 +112,8 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
     ]  # fmt: skip
     if m is not None:
-        by = f"{m.model or 'the base model'} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
+        model = f"`{origin(m.model)}`" if m.model else "the base model"  # a staged one by the URL it came from
+        by = f"{model} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
         rows.append(("negatives", f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
                                   f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
     else:
