@@ -114,7 +114,7 @@ def capture(t: TrainState) -> dict | None:
         "rng": all_rng,
         "config": t.cfg.model_dump(mode="json"),
         "metrics": t.metrics,
-        "data": t.data_identity,  # the identity of the rows trained on (Rows.identity: by content)
+        "data": t.data_identity,  # the identity of the rows trained on (Rows.identity: every row's content)
         "skipped_nonfinite": t.skipped_nonfinite,  # training.skip_nonfinite_steps' budget is per job, not per restart
     }
 
@@ -134,9 +134,13 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
     return d
 
 
-def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | None = None) -> None:
-    """Refuse a checkpoint of another config, or of another world size unless the config fixes the global
-    batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one line."""
+def check_compatible(
+    path: Path, state: dict, cfg, world_size: int, data: str | None = None, data_sampled: str | None = None
+) -> None:
+    """Refuse a checkpoint of another config, of other rows (``data``: ``Rows.identity``; ``data_sampled``:
+    ``Rows.sampled_identity``, for a checkpoint 0.3 wrote), or of another world size unless the config fixes the
+    global batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one
+    line."""
     if state.get("format", CHECKPOINT_FORMAT) != CHECKPOINT_FORMAT:  # none: written before the key existed
         raise CheckpointError(
             f"checkpoint {path} has format {state['format']!r}, this trainer reads format {CHECKPOINT_FORMAT}; "
@@ -149,10 +153,12 @@ def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | 
             f"its per-device batch is per rank; run with {saved_ws} processes, set training.global_batch_size "
             "(an elastic job), or start over with a new output_dir (or checkpoint.resume: false)"
         )
-    if data is not None and state.get("data") not in (None, data):
+    saved = state.get("data")
+    want = data if str(saved).startswith("sha256:") else data_sampled  # 0.3's had no prefix: 64 rows sampled
+    if None not in (saved, want) and saved != want:
         raise CheckpointError(
             f"checkpoint {path} was trained on other rows than data.train holds now ({cfg.data.train.path}: "
-            "another file, rows added, or rows mined with other mine: settings); "
+            "another file, rows edited or added, or rows mined with other mine: settings); "
             "resuming would train on two data sets: use a new output_dir, or put the old data back"
         )
     now = cfg.model_dump(mode="json")
@@ -165,14 +171,17 @@ def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | 
             )
 
 
-def load_for_job(ckpt_dir: Path, cfg, world_size: int, data: str | None = None) -> tuple[Path, dict] | None:
-    """Rank 0 picks and checks the checkpoint (or none); every rank receives the same answer."""
+def load_for_job(
+    ckpt_dir: Path, cfg, world_size: int, data: str | None = None, data_sampled: str | None = None
+) -> tuple[Path, dict] | None:
+    """Rank 0 picks and checks the checkpoint (or none; ``data``, ``data_sampled``: see :func:`check_compatible`);
+    every rank receives the same answer."""
     answer: tuple[Path, dict] | None | CheckpointError = None
     if D.rank() == 0 and cfg.checkpoint.resume:
         try:
             answer = latest_checkpoint(ckpt_dir)
             if answer:
-                check_compatible(answer[0], answer[1], cfg, world_size, data)
+                check_compatible(answer[0], answer[1], cfg, world_size, data, data_sampled)
         except CheckpointError as e:
             answer = e
     answer = D.broadcast_object(answer)

@@ -135,6 +135,7 @@ def build(
         max_grad_norm=tcfg.max_grad_norm,
         skip_nonfinite=tcfg.skip_nonfinite_steps,
         data_identity=rows.identity(),  # once: checked on resume, saved with every checkpoint
+        data_sampled=rows.sampled_identity(),
         metrics={
             "world_size": layout.world_size,
             "global_batch": scale.global_batch,
@@ -183,7 +184,7 @@ def _resume(t: TrainState) -> None:
     if layout.is_main:
         remove_stale_temporaries(t.out_dir)
         phases.started(cfg)  # the final model and metrics.json are written again: no marker vouches for a mix
-    found = resume.load_for_job(t.ckpt_dir, cfg, layout.world_size, t.data_identity)
+    found = resume.load_for_job(t.ckpt_dir, cfg, layout.world_size, t.data_identity, t.data_sampled)
     if found:
         path, state = found
         written_by, saved_config = state.get("world_size"), state.get("config", {})
