@@ -43,7 +43,7 @@ if [[ ",${extras}," == *",train,"* ]]; then
       torch_build="cpu"; why="no nvidia-smi, and ${TORCH_CPU_INDEX} offers ${torch_pin}+cpu"
     else
       torch_build="cuda"
-      why="no nvidia-smi, but no index here offers torch ${torch_pin}+cpu (TORCH_CPU_INDEX=${TORCH_CPU_INDEX})"
+      why="no nvidia-smi, but no index here offers ${torch_pin}+cpu"
     fi
   else
     why="--${torch_build}"
@@ -52,8 +52,9 @@ if [[ ",${extras}," == *",train,"* ]]; then
     echo "setup: torch ${torch_pin}+cpu, the CPU-only build (${why}): about 0.2 GB"
     pip_install "torch==${torch_pin}+cpu" --extra-index-url "$TORCH_CPU_INDEX"
   elif [ "$torch_build" = "cuda" ]; then
-    echo "setup: torch ${torch_pin} from PyPI with its CUDA libraries (${why}): about 4.5 GB of the .venv;" \
-      "on a machine without a GPU, scripts/setup.sh ${extras} --cpu where an index offers the CPU-only build"
+    echo "setup: torch ${torch_pin}, PyPI's CUDA build: about 4.5 GB with its CUDA libraries and triton (${why})"
+    [ "$why" = "nvidia-smi found" ] || [ "$why" = "--cuda" ] ||
+      echo "setup: where an index offers the CPU-only build: TORCH_CPU_INDEX=URL scripts/setup.sh ${extras} --cpu"
   fi
 fi
 echo "setup: installing colbert-k8s[${extras}] into .venv (a first install takes minutes)"

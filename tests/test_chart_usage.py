@@ -56,8 +56,10 @@ TRICKY = {
     "model": {"name_or_path": "1e5"},  # a float to YAML 1.2 readers, a string here
     "tracking": {"run_name": "yes", "report_to": ["jsonl"]},
     "output_dir": "out: put\n# not a comment\n\ttab",
-    "data": {"train": {"path": "2001-12-14", "columns": {"query": "null", "positive": "0x10", "negatives": ["on", "~"]}}},
-}  # fmt: skip
+    "data": {
+        "train": {"path": "2001-12-14", "columns": {"query": "null", "positive": "0x10", "negatives": ["on", "~"]}}
+    },
+}
 
 
 @pytest.mark.parametrize("config", [CONFIG, TRICKY], ids=["plain", "strings-that-look-like-other-types"])
