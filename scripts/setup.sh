@@ -19,10 +19,12 @@ for arg in "$@"; do
 done
 TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 
-# pip's own line for each download, with its size, and the count installed; warnings and errors (stderr)
-# pass through as they are, less setuptools' note on every editable install (not a problem of ours).
+# pip's own line for each download, with its size, as it comes (unbuffered: a pipe would hold them back),
+# and the count installed; warnings and errors (stderr) pass through as they are, less setuptools' note on
+# every editable install (not a problem of ours).
 pip_install() {
-  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --progress-bar off "$@" \
+  PYTHONUNBUFFERED=1 PYTHONWARNINGS="ignore:Editable installation" \
+    .venv/bin/python -m pip install --progress-bar off "$@" \
     | awk '/^ *(Downloading|Using cached|Processing) / {sub(/^ */, ""); print "  " $0; fflush()}
            /^Successfully installed/ {print "  installed " NF - 2 " package(s)"; fflush()}'
 }

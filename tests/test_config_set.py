@@ -38,6 +38,14 @@ def test_set_is_applied_with_yaml_types(name, overrides, path, value):
     assert load_yaml(text)["model"]["query_length"] == 32  # the rest of the file is kept
 
 
+def test_doctests():
+    import doctest
+
+    from trainer import config_set
+
+    assert doctest.testmod(config_set).failed == 0
+
+
 def test_no_set_keeps_the_file_as_written():
     assert with_overrides(QUICKSTART, (), "q.yaml") == QUICKSTART  # comments and all
 
@@ -51,6 +59,8 @@ REFUSED = [
     ("wrong-type", "training.learning_rate=fast", "'training.learning_rate': Input should be a valid number"),
     ("no-equals", "training.max_steps", "--set takes KEY=VALUE"),
     ("credential", "export.destination=s3://user:pw@bucket/x/", "holds a URL with user:password@"),
+    ("token-as-key", "hf_" + "Ab1" * 12, "--set takes KEY=VALUE"),
+    ("newline-in-key", "training.max\nsteps=1", "--set takes KEY=VALUE"),
 ]
 
 
@@ -59,7 +69,7 @@ def test_a_bad_set_is_one_line(name, item, message):
     with pytest.raises(ConfigError) as e:
         with_overrides(QUICKSTART, [item], "q.yaml")
     assert message in str(e.value) and "\n" not in str(e.value)
-    assert "pw@" not in str(e.value)  # a value is never echoed
+    assert "pw@" not in str(e.value) and "Ab1Ab1" not in str(e.value)  # neither a value nor a token is echoed
 
 
 def _render(tmp_path, *extra: str, command: str = "render"):

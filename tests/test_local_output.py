@@ -49,3 +49,20 @@ def test_the_trainers_own_progress_record_reads_as_one_line():
 
 def test_doctests():
     assert doctest.testmod(output).failed == 0
+
+
+def test_the_summary_names_the_model_the_index_and_the_export(tmp_path):
+    """`local`'s last lines: where the model and the index are on this machine (metrics.json names them
+    relative to the job's volume), and the destination the export went to."""
+    from operator_cli.local.run import _outputs
+
+    out = tmp_path / "output"
+    out.mkdir()
+    (out / "export.json").write_text(json.dumps({"destination": "s3://models/run/", "files": 12, "bytes": 3 << 20}))
+    metrics = {"model_dir": "output/final-model", "index": {"path": "output/index", "ndcg@10": 0.7}}
+    assert _outputs(metrics, out, tmp_path, exported=True) == [
+        f"model: {tmp_path / 'output' / 'final-model'}",
+        f"index: {tmp_path / 'output' / 'index'}",
+        "export: s3://models/run/ (12 files, 3.0 MiB)",
+    ]
+    assert _outputs(metrics, out, tmp_path, exported=False)[-1].startswith("index: ")  # an old export.json: not ours

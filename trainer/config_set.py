@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from trainer.config import ConfigError, TrainConfig
 from trainer.config_yaml import FLOAT_1_2, load_yaml, parse_config
+from trainer.credentials import credential_in
 
 __all__ = ["apply", "config_keys", "parse_override", "with_overrides"]
 
@@ -107,7 +108,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     """
     key, sep, text = item.partition("=")
     parts = key.strip().split(".")
-    if not sep or not all(p.strip() for p in parts):  # the text is not echoed: it may be a value, even a token
+    # the text is not echoed: it may be a value, even a token; nor a key no schema key could look like
+    if not sep or not all(p.strip() for p in parts) or not key.isprintable() or credential_in(key):
         raise ConfigError("--set takes KEY=VALUE with a dotted config key, e.g. --set training.max_steps=100")
     annotation = _check_key(parts)
     value = load_yaml(text, f"--set {key}")
