@@ -191,8 +191,13 @@ def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
 
 @click.command("local", cls=Command)
 @job_options
-@click.option("--workdir", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.")
+@click.option(
+    "--workdir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.",
+)
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
 @click.option("-v", "--verbose", is_flag=True, help="Every line the replicas print, every rank's, progress bars and "
               "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).")
