@@ -26,6 +26,7 @@ pip_install() {
   PYTHONUNBUFFERED=1 PYTHONWARNINGS="ignore:Editable installation" \
     .venv/bin/python -m pip install --progress-bar off "$@" \
     | awk '/^ *(Downloading|Using cached|Processing) / {sub(/^ */, ""); print "  " $0; fflush()}
+           /^Installing collected packages/ {print "  unpacking " NF - 3 " package(s) (minutes for torch)"; fflush()}
            /^Successfully installed/ {print "  installed " NF - 2 " package(s)"; fflush()}'
 }
 
