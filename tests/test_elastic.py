@@ -182,7 +182,7 @@ def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Po
     _workdir(tmp_path, model, 120, over)
     cmd = [sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"),
            "--name", "tiny", "--elastic", "1:3", "--gpus-per-node", "0", "--pvc-size", "1Gi",
-           "--workdir", str(tmp_path)]  # fmt: skip
+           "--workdir", str(tmp_path), "-v"]  # fmt: skip  (-v: every rank's lines, counted below)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, tmp_path / "output" / "checkpoints"
 

@@ -44,6 +44,12 @@ __all__ = ["main", "setup_logging", "stage", "launch_torchrun"]
 
 log = logging.getLogger("trainer")
 
+DESCRIPTION = (
+    "Train a ColBERT model as the config says: read and check the config, stage the data, then train in this "
+    "process or start torchrun with one process per GPU. Every known failure is one line and an exit code "
+    "(1-127 permanent, 128-255 retryable)."
+)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``colbert-train`` and ``python -m trainer``: the exit code follows the rule in
@@ -69,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="colbert-train", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the training YAML (see README)")
+    parser = argparse.ArgumentParser(prog="colbert-train", description=DESCRIPTION)
+    parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (see README)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
@@ -155,11 +161,12 @@ def stage(cfg: TrainConfig) -> TrainConfig:
     """Fetch remote sources into the cache and convert the training rows to Arrow (once per pod);
     torchrun's children then find everything in the cache."""
     from trainer.data import load_rows  # pyarrow: not needed to report a bad config
-    from trainer.sources import stage_config
+    from trainer.sources import check_present, stage_config
     from trainer.tracking import check_sinks
 
     check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)
+    check_present(cfg)  # every section's files, before any mining or training
     if cfg.mine:  # mining reads (query, positive) pairs; it writes the rows training reads
         load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
     else:

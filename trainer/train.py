@@ -19,6 +19,7 @@ import random
 import resource
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -100,6 +101,7 @@ def build(
     distill = cfg.loss.name == "distillation"
     rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
     scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
+    scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
     data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed)
@@ -372,9 +374,11 @@ def _finish(t: TrainState, elapsed: float) -> None:
     def save() -> None:
         if t.layout.is_main:
             card = for_job(cfg, t.metrics)
-            t.metrics["model_dir"] = str(_save_model(t.model, t.out_dir, "final-model", card).resolve())
+            # as output_dir gives it (relative to the job's volume): metrics.json is exported, and an absolute
+            # path of this machine says nothing where it is read
+            t.metrics["model_dir"] = str(_save_model(t.model, t.out_dir, "final-model", card))
             write_text(t.out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
-            log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
+            log.info("final model saved after %d steps in %.1fs: %s", t.step, elapsed, t.metrics["model_dir"])
 
     _on_every_rank(save)
     t.progress.finish(t.step)

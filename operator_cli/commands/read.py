@@ -102,7 +102,7 @@ def _seconds(duration: str | None) -> int | None:
 
 @click.command("list", cls=Command)
 @namespace_option
-@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace, not only -n's (kubectl -A).")
 @cluster_options
 @output_option
 def list_cmd(all_namespaces: bool, output: str, **o) -> None:

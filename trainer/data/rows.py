@@ -232,13 +232,21 @@ class _RowChecker:
 
     def __init__(self, src: DataSource, distillation: bool, source: str):
         self.cols, self.distillation, self.source, self.width = src.columns, distillation, source, None
+        self.negatives = list(src.columns.negatives)
+        # columns.negatives not set: its default column where the rows have it, else plain pairs
+        self.pairs_if_absent = "negatives" not in src.columns.model_fields_set
 
     def __call__(self, row: dict, n: int) -> tuple[str, list[str], list[float] | None]:
         where, cols = f"{self.source} row {n}", self.cols
         query = _text(row, cols.query, where)
         if not self.distillation:
+            if self.pairs_if_absent and n == 1 and isinstance(row, dict) and not set(self.negatives) & set(row):
+                self.negatives = []  # (query, positive) pairs, as PyLate's own script trains them
+                log.info("%s: no %s column: plain (query, positive) pairs, trained with in-batch negatives only "
+                         "(data.train.columns.negatives names a column of hard negatives; mine: finds them)",
+                         self.source, " or ".join(repr(c) for c in cols.negatives))  # fmt: skip
             documents = [_text(row, cols.positive, where)]
-            for col in cols.negatives:  # a column holds one negative, or a list of them (mined rows)
+            for col in self.negatives:  # a column holds one negative, or a list of them (mined rows)
                 value = row.get(col)
                 if value == []:
                     raise DataError(
@@ -354,7 +362,7 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
         if pending:
             write(pending)
         bar.close()
-    docs = check.width or 1 + len(src.columns.negatives)
+    docs = check.width or 1 + len(check.negatives)
     info = {"rows": n, "docs_per_query": docs, "scores": distillation}
     info |= {"sha256": digest.hexdigest(), "hash_seconds": round(digest.seconds, 2)}
     out.with_suffix(".json").write_text(json.dumps(info))
