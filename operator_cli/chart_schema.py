@@ -79,6 +79,7 @@ def build() -> dict[str, Any]:
             **_job_properties(),
             "config": {**train, "description": "The training config (trainer.config.TrainConfig)."},
             **_pod_properties(),
+            "tune": _tune_properties(),
             "global": {"type": "object"},
         },
         "allOf": _export_credentials(),
@@ -201,6 +202,32 @@ def _pod_properties() -> dict[str, Any]:
     }
 
 
+def _tune_properties() -> dict[str, Any]:
+    """``tune.*``: the Katib Experiment of ``colbert-k8s tune`` (the sweep options' names and rules)."""
+    from operator_cli.tune.space import KINDS as SPACES
+    from operator_cli.tune.spec import ALGORITHMS, GOALS
+    from trainer.config import METRICS
+    from trainer.overrides import KEY
+
+    space = {"type": "string", "pattern": rf"^\s*({'|'.join(SPACES)})\s*\(.*\)\s*$"}
+    param = _obj({"key": {"type": "string", "pattern": f"^{KEY.pattern}$"}, "space": space}, required=["key", "space"])
+    count = {"type": "integer", "minimum": 1}
+    return _obj(
+        {
+            "enabled": {"type": "boolean"},
+            "params": {"type": "array", "items": param},
+            "metric": {"enum": list(METRICS)},
+            "goal": {"enum": list(GOALS)},
+            "trials": count,
+            "parallel": count,
+            "algorithm": {"enum": list(ALGORITHMS)},
+            "seed": {"type": "integer"},
+            "maxFailed": {"type": "integer", "minimum": 0},
+            "allowTestSplit": {"type": "boolean"},
+        }
+    )
+
+
 def _export_credentials() -> list[dict[str, Any]]:
     """JobSpec._check_export's rule: a config.export.destination of scheme S needs one of S's credential sets
     in secretEnv (trainer/export.py's CREDENTIALS), or, for an object store, a service account (workload
@@ -212,9 +239,11 @@ def _export_credentials() -> list[dict[str, Any]]:
         ways = [{"required": ["secretEnv"], "properties": {"secretEnv": {"required": list(one)}}} for one in sets]
         export = {"required": ["destination"], "properties": {"destination": {"pattern": f"^{scheme}://"}}}
         config = {"required": ["export"], "properties": {"export": export}}
+        enabled = {"required": ["enabled"], "properties": {"enabled": {"const": True}}}
+        tuning = {"required": ["tune"], "properties": {"tune": enabled}}  # tune.enabled: the trials export nothing
         rules_.append(
             {
-                "if": {"required": ["config"], "properties": {"config": config}},
+                "if": {"required": ["config"], "properties": {"config": config}, "not": tuning},
                 "then": {"anyOf": ways + ([] if scheme == "hf" else [named])},
             }
         )

@@ -204,8 +204,7 @@ class Emulator:
             if self.with_sweeps:
                 for res, kind in (("kubeflow.org/v1beta1/experiments", "Experiment"),
                                   ("kubeflow.org/v1beta1/trials", "Trial"),
-                                  ("trainer.kubeflow.org/v1alpha1/optimizationjobs", "OptimizationJob"),
-                                  ("trainer.kubeflow.org/v1alpha1/trainjobs", "TrainJob")):  # fmt: skip
+                                  ("trainer.kubeflow.org/v1alpha1/optimizationjobs", "OptimizationJob")):  # fmt: skip
                     emu.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True)
             if self.with_kueue:
                 emu.resources["kueue.x-k8s.io/v1beta1/localqueues"] = kmock.ResourceInfo(

@@ -295,6 +295,6 @@ def validate_optimizationjob(obj: dict) -> None:
         assert all("categorical" in p["searchSpace"] for p in spec["parameters"]), "grid takes categorical only"
     template = spec["trainJobTemplate"]
     assert "name" not in template.get("metadata", {}), "name and namespace cannot be set in a template"
-    trainjob = {"apiVersion": obj["apiVersion"], "kind": "TrainJob", "metadata": {"name": "trial", **template["metadata"]},
-                "spec": template["spec"]}  # fmt: skip
+    meta = {"name": "trial", **template["metadata"]}
+    trainjob = {"apiVersion": obj["apiVersion"], "kind": "TrainJob", "metadata": meta, "spec": template["spec"]}
     validate_trainjob(trainjob)

@@ -50,8 +50,15 @@ def _sweep(algorithm: str = "random", api: str = "pytorchjob", **job) -> SweepSp
     if algorithm == "grid":
         spaces = (parse_space("training.learning_rate=choice(1e-5,2e-4)"), parse_space("training.max_steps=int(2,3)"))
     job = JobSpec(name="sweep", config_text=without_export(CONFIG), api=api, gpus_per_node=0, **job)
-    return SweepSpec(job=job, params=spaces, config_text=CONFIG, algorithm=algorithm,
-                     trials=None if algorithm == "grid" else 6, parallel=2, seed=7)  # fmt: skip
+    return SweepSpec(
+        job=job,
+        params=spaces,
+        config_text=CONFIG,
+        algorithm=algorithm,
+        trials=None if algorithm == "grid" else 6,
+        parallel=2,
+        seed=7,
+    )
 
 
 # ---- spaces ------------------------------------------------------------------------------------------------
@@ -145,8 +152,11 @@ def test_the_experiment_is_valid_and_its_trial_template_is_the_rendered_job():
     experiment = objects[-1]
     spec = experiment["spec"]
     assert (spec["maxTrialCount"], spec["parallelTrialCount"], spec["maxFailedTrialCount"]) == (6, 2, 3)
-    assert spec["objective"] == {"type": "maximize", "objectiveMetricName": "ndcg@10",
-                                 "additionalMetricNames": ["mrr@10", "recall@100", "map@100"]}  # fmt: skip
+    assert spec["objective"] == {
+        "type": "maximize",
+        "objectiveMetricName": "ndcg@10",
+        "additionalMetricNames": ["mrr@10", "recall@100", "map@100"],
+    }
     assert spec["algorithm"]["algorithmSettings"] == [{"name": "random_state", "value": "7"}]
     job = render(sweep.job)[-1]
     trial = spec["trialTemplate"]["trialSpec"]
@@ -185,7 +195,10 @@ def test_the_optimizationjob_is_valid_and_templated_as_the_kep_says():
     schemas.validate_all(objects)
     spec = objects[-1]["spec"]
     assert spec["searchAlgorithm"] == {"grid": {}} and spec["numTrials"] == 4
-    assert spec["parameters"][1] == {"name": "training_max_steps", "searchSpace": {"categorical": {"choices": ["2", "3"]}}}
+    assert spec["parameters"][1] == {
+        "name": "training_max_steps",
+        "searchSpace": {"categorical": {"choices": ["2", "3"]}},
+    }
     args = spec["trainJobTemplate"]["spec"]["trainer"]["args"]
     assert "training.learning_rate={{.training_learning_rate}}" in args
 
@@ -204,8 +217,21 @@ def test_what_an_engine_cannot_express_is_one_line(engine, job, message):
 
 
 def test_dry_run_prints_what_submit_would_create(config):
-    res = _invoke(["tune", "--config", str(config), "--name", "sweep", *PARAMS, "--dry-run=client", "-o", "yaml",
-                   "--gpus-per-node", "0"])  # fmt: skip
+    res = _invoke(
+        [
+            "tune",
+            "--config",
+            str(config),
+            "--name",
+            "sweep",
+            *PARAMS,
+            "--dry-run=client",
+            "-o",
+            "yaml",
+            "--gpus-per-node",
+            "0",
+        ]
+    )
     assert res.exit_code == 0, res.output
     objects = list(yaml.safe_load_all(res.stdout))
     assert objects == SWEEPS["katib"].render(_sweep_of(config))
@@ -219,9 +245,15 @@ def _sweep_of(config: Path) -> SweepSpec:
 # ---- the trainer's side -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("override,message", [("training.learning_rate=fast", "learning_rate"),
-                                              ("training=3", "'training' is a value"),
-                                              ("Training.x=1", "KEY=VALUE")], ids=["value", "section", "key"])  # fmt: skip
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("training.learning_rate=fast", "learning_rate"),
+        ("training=3", "'training' is a value"),
+        ("Training.x=1", "KEY=VALUE"),
+    ],
+    ids=["value", "section", "key"],
+)
 def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys, override, message):
     from trainer.cli import main
 

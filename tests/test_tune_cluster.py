@@ -9,6 +9,8 @@ import yaml
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
+from operator_cli.constants import V2_SHIPPED_RUNTIME
+from operator_cli.kube.runtime import known_runtime
 from tests.kube_emulator import Emulator
 
 CONFIG = """\
@@ -25,7 +27,7 @@ PARAMS = ["--param", "training.learning_rate=loguniform(1e-5,2e-4)", "--param", 
 
 @pytest.fixture
 def api(tmp_path):
-    with Emulator(tmp_path, with_sweeps=True) as emu:
+    with Emulator(tmp_path, with_sweeps=True, with_v2=True, runtimes=(known_runtime(V2_SHIPPED_RUNTIME),)) as emu:
         yield emu
 
 
@@ -42,8 +44,24 @@ def run(api: Emulator, *args: str):
 
 def _tune(config, engine: str, *extra: str) -> list[str]:
     api = ["--api", "trainjob"] if engine == "optimizationjob" else []
-    return ["tune", "--config", str(config), "--name", "sweep", *PARAMS, "--engine", engine, "--gpus-per-node", "0",
-            "--trials", "4", "--parallel", "2", *api, *extra]  # fmt: skip
+    return [
+        "tune",
+        "--config",
+        str(config),
+        "--name",
+        "sweep",
+        *PARAMS,
+        "--engine",
+        engine,
+        "--gpus-per-node",
+        "0",
+        "--trials",
+        "4",
+        "--parallel",
+        "2",
+        *api,
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("engine,plural", [("katib", "experiments"), ("optimizationjob", "optimizationjobs")])
@@ -74,19 +92,27 @@ def _trial(name: str, lr: str, negatives: str, state: str, ndcg: str | None) -> 
         "apiVersion": "kubeflow.org/v1beta1",
         "kind": "Trial",
         "metadata": {"name": name, "namespace": "default", "labels": {"katib.kubeflow.org/experiment": "sweep"}},
-        "spec": {"parameterAssignments": [{"name": "training_learning_rate", "value": lr},
-                                          {"name": "mine_negatives", "value": negatives}]},
-        "status": {"conditions": [{"type": state, "status": "True", "message": f"trial {state.lower()}"}],
-                   "observation": observation},
-    }  # fmt: skip
+        "spec": {
+            "parameterAssignments": [
+                {"name": "training_learning_rate", "value": lr},
+                {"name": "mine_negatives", "value": negatives},
+            ]
+        },
+        "status": {
+            "conditions": [{"type": state, "status": "True", "message": f"trial {state.lower()}"}],
+            "observation": observation,
+        },
+    }
 
 
 def test_status_reads_katibs_trials_and_names_the_best(api, config):
     assert run(api, *_tune(config, "katib")).exit_code == 0
-    for trial in (_trial("sweep-a", "1.0e-05", "1", "Succeeded", "0.41"),
-                  _trial("sweep-b", "0.0001", "3", "Succeeded", "0.47"),
-                  _trial("sweep-c", "0.0002", "3", "Failed", None),
-                  _trial("sweep-d", "3.0e-05", "1", "Running", None)):  # fmt: skip
+    for trial in (
+        _trial("sweep-a", "1.0e-05", "1", "Succeeded", "0.41"),
+        _trial("sweep-b", "0.0001", "3", "Succeeded", "0.47"),
+        _trial("sweep-c", "0.0002", "3", "Failed", None),
+        _trial("sweep-d", "3.0e-05", "1", "Running", None),
+    ):
         api.add("kubeflow.org/v1beta1/trials", "default", trial)
     res = run(api, "tune", "status", "sweep", "-o", "json")
     assert res.exit_code == 0, res.output

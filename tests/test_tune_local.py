@@ -30,23 +30,43 @@ def _workspace(wd: Path, model: Path) -> Path:
     (qrels / "dev.tsv").write_text((qrels / "test.tsv").read_text())
     cfg = {
         "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
-        "data": {"train": {"path": "data/quickstart/train.jsonl", "limit": 48}, "eval_beir": "data/quickstart/beir",
-                 "eval_split": "dev", "num_workers": 0},
+        "data": {
+            "train": {"path": "data/quickstart/train.jsonl", "limit": 48},
+            "eval_beir": "data/quickstart/beir",
+            "eval_split": "dev",
+            "num_workers": 0,
+        },
         "mine": {"retriever": "bm25", "negatives": 1},
         "training": {"per_device_batch_size": 8, "max_steps": 2, "learning_rate": 1e-3, "log_every": 1},
         "checkpoint": {"every_steps": 1},
         "tracking": {"report_to": ["jsonl"]},
         "export": {"destination": "s3://models/colbert/best/"},
         "output_dir": "output",
-    }  # fmt: skip
+    }
     (wd / "train.yaml").write_text(yaml.safe_dump(cfg))
     return wd / "train.yaml"
 
 
 def _tune(config: Path, wd: Path) -> list[str]:
-    return [*CLI, "tune", "--config", str(config), "--name", "qs", "--algorithm", "grid", "--local",
-            "--param", "training.learning_rate=choice(1e-4,1e-3)", "--param", "mine.negatives=choice(1,2)",
-            "--gpus-per-node", "0", "--workdir", str(wd)]  # fmt: skip
+    return [
+        *CLI,
+        "tune",
+        "--config",
+        str(config),
+        "--name",
+        "qs",
+        "--algorithm",
+        "grid",
+        "--local",
+        "--param",
+        "training.learning_rate=choice(1e-4,1e-3)",
+        "--param",
+        "mine.negatives=choice(1,2)",
+        "--gpus-per-node",
+        "0",
+        "--workdir",
+        str(wd),
+    ]
 
 
 @pytest.mark.slow
@@ -58,8 +78,9 @@ def test_a_local_sweep_resumes_without_rerunning_and_exports_the_best(tmp_path, 
     try:
         s3.bucket("models")
         env = {**os.environ, **s3.env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        first = subprocess.Popen(_tune(config, wd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True)  # fmt: skip
+        first = subprocess.Popen(
+            _tune(config, wd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         seen = []
         for line in first.stdout:
             seen.append(line)
@@ -82,12 +103,15 @@ def test_a_local_sweep_resumes_without_rerunning_and_exports_the_best(tmp_path, 
             assert (root / t / "output" / "metrics.json").stat().st_mtime_ns == kept[t]
             assert (root / t / "log.txt").stat().st_size == logs[t]
 
-        figures = {t: json.loads((root / t / "output" / "metrics.json").read_text())["after"]["ndcg@10"]
-                   for t in ("qs-t1", "qs-t2", "qs-t3", "qs-t4")}  # fmt: skip
+        figures = {
+            t: json.loads((root / t / "output" / "metrics.json").read_text())["after"]["ndcg@10"]
+            for t in ("qs-t1", "qs-t2", "qs-t3", "qs-t4")
+        }
         best = max(figures, key=figures.get)
         assert f"best: {best} ndcg@10 {figures[best]:.4f}" in out
-        status = subprocess.run([*CLI, "tune", "status", "qs", "--workdir", str(wd), "-o", "json"], env=env,
-                                capture_output=True, text=True)  # fmt: skip
+        status = subprocess.run(
+            [*CLI, "tune", "status", "qs", "--workdir", str(wd), "-o", "json"], env=env, capture_output=True, text=True
+        )
         record = json.loads(status.stdout)
         assert record["best"]["name"] == best and record["best"]["metric"] == figures[best]
 

@@ -152,12 +152,18 @@ def _sweep_section(metrics: dict) -> str:
     if not sweep:
         return ""
     rows = [
-        ("sweep", f"`{sweep['name']}`: {sweep['trials']} trial(s), {sweep['succeeded']} succeeded "
-                  f"({sweep['engine']}, {sweep['algorithm']} search)"),
-        ("chosen trial", f"`{sweep['trial']}`, the best {METRICS.get(sweep['metric'], sweep['metric'])} "
-                         f"({sweep['goal']}) on the {sweep['split']} split: {sweep['value']:.4f}"),
+        (
+            "sweep",
+            f"`{sweep['name']}`: {sweep['trials']} trial(s), {sweep['succeeded']} succeeded "
+            f"({sweep['engine']}, {sweep['algorithm']} search)",
+        ),
+        (
+            "chosen trial",
+            f"`{sweep['trial']}`, the best {METRICS.get(sweep['metric'], sweep['metric'])} "
+            f"({sweep['goal']}) on the {sweep['split']} split: {sweep['value']:.4f}",
+        ),
         *((f"`{key}`", f"{sweep['values'].get(key)} from {space}") for key, space in sweep["space"].items()),
-    ]  # fmt: skip
+    ]
     return "\n## Sweep\n\n| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows) + "\n"
 
 

@@ -53,8 +53,8 @@ def tune_group() -> None:
 @tune_options
 def run_cmd(**o) -> None:
     """Run a sweep: each trial a job of the given options with the trial's values; the best trial's model exported."""
-    from operator_cli.tune.space import parse_space
     from operator_cli.spec import read_config
+    from operator_cli.tune.space import parse_space
     from operator_cli.tune.spec import SweepSpec, without_export
 
     engine = "local" if o.pop("local") else o.pop("engine")
@@ -62,8 +62,10 @@ def run_cmd(**o) -> None:
     if click.get_current_context().get_parameter_source("api") == click.core.ParameterSource.DEFAULT:
         o["api"] = SWEEPS[engine].trial_api if engine in SWEEPS else o["api"]
     dry_run, output, workdir = o.pop("dry_run"), o.pop("output"), o.pop("workdir")
-    sweep_options = {k: o.pop(k) for k in ("metric", "goal", "trials", "parallel", "algorithm", "seed",
-                                           "max_failed", "allow_test_split")}  # fmt: skip
+    sweep_options = {
+        k: o.pop(k)
+        for k in ("metric", "goal", "trials", "parallel", "algorithm", "seed", "max_failed", "allow_test_split")
+    }
     spaces = tuple(parse_space(p) for p in o.pop("param"))
     config_text = read_config(o["config"])
     job = build_spec(o, without_export(config_text))  # the trials export nothing: the sweep exports the best
@@ -76,15 +78,20 @@ def run_cmd(**o) -> None:
     if kind.experimental:
         click.echo(f"warning: {kind.kind} is experimental: {kind.product}", err=True)
     if sweep.config.export is not None:
-        click.echo("note: on a cluster the trials export nothing; `tune status` names the best trial, whose model "
-                   "is in its output_dir (export.destination is used by --local sweeps)", err=True)  # fmt: skip
+        click.echo(
+            "note: on a cluster the trials export nothing; `tune status` names the best trial, whose model "
+            "is in its output_dir (export.destination is used by --local sweeps)",
+            err=True,
+        )
     if dry_run:
         click.echo(_dump(objects, output), nl=False)
         return
     cluster = cluster_of(o)
     if not cluster.serves(kind):
-        raise CliError(f"this cluster does not serve {kind.kind} ({kind.api_version}): {kind.product} is not "
-                       "installed", hint=f"{kind.install}, or run the sweep here with --local")  # fmt: skip
+        raise CliError(
+            f"this cluster does not serve {kind.kind} ({kind.api_version}): {kind.product} is not installed",
+            hint=f"{kind.install}, or run the sweep here with --local",
+        )
     job = sweep.job
     secrets = sorted({ref.secret for ref in job.secret_env.values()} | set(job.image_pull_secrets))
     cluster.preflight(job.api, secrets, job.pvc, job.runtime)
@@ -103,14 +110,21 @@ def _dump(objects: list[dict], output: str) -> str:
 def _local(sweep, dry_run: str | None, output: str, workdir: Path) -> None:
     """``--local``: the plan (dry run), or the sweep run here."""
     if dry_run:
-        plan = {"sweep": sweep.name, "engine": "local", "metric": sweep.metric, "goal": sweep.goal,
-                "trials": [{"name": t.name, "values": t.values} for t in sweep.plan()]}  # fmt: skip
+        plan = {
+            "sweep": sweep.name,
+            "engine": "local",
+            "metric": sweep.metric,
+            "goal": sweep.goal,
+            "trials": [{"name": t.name, "values": t.values} for t in sweep.plan()],
+        }
         click.echo(json.dumps(plan, indent=2) if output == "json" else to_yaml([plan]), nl=output == "json")
         return
     missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
     if missing:
-        raise CliError(f"`tune --local` runs the trainer on this machine, but {', '.join(missing)} is not "
-                       "installed", hint="pip install -e '.[train]' (or run scripts/setup.sh train)")  # fmt: skip
+        raise CliError(
+            f"`tune --local` runs the trainer on this machine, but {', '.join(missing)} is not installed",
+            hint="pip install -e '.[train]' (or run scripts/setup.sh train)",
+        )
     from operator_cli.commands.job import _writable_dir
     from operator_cli.tune.best import preflight
     from operator_cli.tune.local import run_sweep
@@ -125,8 +139,14 @@ def _local(sweep, dry_run: str | None, output: str, workdir: Path) -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), help="A local sweep: the --workdir it ran in.")
 @namespace_option
 @cluster_options
-@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
-              help="json/yaml: the same fields as the table, for scripts.")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json", "yaml"]),
+    default="table",
+    show_default=True,
+    help="json/yaml: the same fields as the table, for scripts.",
+)
 def status_cmd(name: str, workdir: str | None, output: str, **o) -> None:
     """Every trial's values, state, metric and time, and the best so far."""
     from operator_cli.tune.record import local_record, record_text

@@ -82,8 +82,11 @@ def export_best(sweep: SweepSpec, record: dict[str, Any], root: Path, echo: Call
     try:
         result = run(cfg)
     except ExportFailed as e:
-        raise CliError(f"export of the best trial {best['name']}: {e}", hint="run the same command again: the "
-                       "trials are kept and the export resumes", exit_code=1) from None  # fmt: skip
+        raise CliError(
+            f"export of the best trial {best['name']}: {e}",
+            hint="run the same command again: the trials are kept and the export resumes",
+            exit_code=1,
+        ) from None
     echo(f"exported {best['name']}'s model to {result['destination']} ({result['files']} files, with its card)")
 
 
@@ -97,8 +100,9 @@ def _stage(source: Path, staged: Path, include: list[str]) -> Path:
     """``staged`` made afresh from the trial's output (only a directory this module made is ever emptied)."""
     if staged.exists():
         if not (staged / _MARK).is_file():
-            raise CliError(f"{staged} exists and was not made by `colbert-k8s tune`; it is left as it is",
-                           hint="move it away")  # fmt: skip
+            raise CliError(
+                f"{staged} exists and was not made by `colbert-k8s tune`; it is left as it is", hint="move it away"
+            )
         shutil.rmtree(staged)
     staged.mkdir(parents=True)
     (staged / _MARK).write_text("the best trial's output, staged for export by `colbert-k8s tune`\n")

@@ -36,12 +36,19 @@ def get_sweep(cluster: Cluster, name: str) -> tuple[SweepKind, dict[str, Any]]:
                 raise
             continue
         if not _ours(obj, name):
-            raise CliError(f"{kind.kind} {cluster.ns}/{name} was not created by colbert-k8s; not touching it",
-                           hint="use kubectl for sweeps other tools manage", exit_code=1)  # fmt: skip
+            raise CliError(
+                f"{kind.kind} {cluster.ns}/{name} was not created by colbert-k8s; not touching it",
+                hint="use kubectl for sweeps other tools manage",
+                exit_code=1,
+            )
         obj.setdefault("kind", kind.kind)
         return kind, obj
-    raise CliError(f"no sweep {cluster.ns}/{name} ({' or '.join(k.kind for k in SWEEPS.values())})",
-                   hint="see `colbert-k8s list`", exit_code=1, status=404)  # fmt: skip
+    raise CliError(
+        f"no sweep {cluster.ns}/{name} ({' or '.join(k.kind for k in SWEEPS.values())})",
+        hint="see `colbert-k8s list`",
+        exit_code=1,
+        status=404,
+    )
 
 
 def list_sweeps(cluster: Cluster, all_namespaces: bool = False) -> list[dict[str, Any]]:
@@ -63,9 +70,15 @@ def list_row(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
     spec = obj.get("spec", {})
     trials = spec.get("maxTrialCount") or spec.get("numTrials")
-    return {"namespace": meta.get("namespace", ""), "name": meta["name"], "kind": obj["kind"],
-            "state": job_state(obj), "nodes": f"{trials} trials", "gpusPerNode": "",
-            "created": meta.get("creationTimestamp")}  # fmt: skip
+    return {
+        "namespace": meta.get("namespace", ""),
+        "name": meta["name"],
+        "kind": obj["kind"],
+        "state": job_state(obj),
+        "nodes": f"{trials} trials",
+        "gpusPerNode": "",
+        "created": meta.get("creationTimestamp"),
+    }
 
 
 def sweep_record(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -79,9 +92,19 @@ def sweep_record(cluster: Cluster, name: str) -> dict[str, Any]:
     if best is None and named:  # the controller's word, where the trials' figures cannot be read
         best = next((t for t in trials if t["name"] == named), None)
     space = {p.get("description") or p.get("name"): p.get("name") for p in _trial_parameters(spec)}
-    return {"name": name, "namespace": cluster.ns, "engine": kind.api, "kind": kind.kind, "state": job_state(obj),
-            "metric": metric, "goal": goal, "algorithm": _algorithm(spec), "space": space, "trials": trials,
-            "best": best}  # fmt: skip
+    return {
+        "name": name,
+        "namespace": cluster.ns,
+        "engine": kind.api,
+        "kind": kind.kind,
+        "state": job_state(obj),
+        "metric": metric,
+        "goal": goal,
+        "algorithm": _algorithm(spec),
+        "space": space,
+        "trials": trials,
+        "best": best,
+    }
 
 
 def _objective(kind: SweepKind, spec: dict[str, Any]) -> tuple[str, str]:

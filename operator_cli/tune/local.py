@@ -64,8 +64,10 @@ def _held(root: Path) -> Iterator[None]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise CliError(f"sweep {root.name} in {root.parent.parent} is being run by another `colbert-k8s tune`",
-                       hint="wait for it, or see `colbert-k8s tune status NAME --workdir DIR`") from None  # fmt: skip
+        raise CliError(
+            f"sweep {root.name} in {root.parent.parent} is being run by another `colbert-k8s tune`",
+            hint="wait for it, or see `colbert-k8s tune status NAME --workdir DIR`",
+        ) from None
     try:
         yield
     finally:
@@ -103,9 +105,12 @@ def _lay_out(sweep: SweepSpec, tdir: Path, trial: Trial) -> None:
 
     tdir.mkdir(parents=True, exist_ok=True)
     job = dataclasses.replace(
-        sweep.job, name=trial.name, config_text=sweep.trial_config(trial.values),
-        pvc=sweep.job.pvc or (None if sweep.job.pvc_size else f"{sweep.name}-workspace"), pod_local_storage=False,
-    )  # fmt: skip  (a volume, not an emptyDir: a resumed trial finds its checkpoints)
+        sweep.job,
+        name=trial.name,
+        config_text=sweep.trial_config(trial.values),
+        pvc=sweep.job.pvc or (None if sweep.job.pvc_size else f"{sweep.name}-workspace"),
+        pod_local_storage=False,
+    )
     write_text(tdir / "job.yaml", to_yaml(render(job)))
     workdir = tdir.parent.parent.parent
     for name in _shared_names(job.train_config):
@@ -118,17 +123,27 @@ def _lay_out(sweep: SweepSpec, tdir: Path, trial: Trial) -> None:
 
 def _shared_names(cfg) -> list[str]:
     """The first folders of the config's relative inputs and caches: what every trial shares."""
-    paths = [cfg.data.train.path, cfg.data.eval_beir, cfg.model.name_or_path, cfg.data.cache_dir,
-             cfg.index and cfg.index.corpus, cfg.mine and cfg.mine.corpus, cfg.mine and cfg.mine.model,
-             cfg.mine and cfg.mine.teacher and cfg.mine.teacher.name_or_path]  # fmt: skip
+    paths = [
+        cfg.data.train.path,
+        cfg.data.eval_beir,
+        cfg.model.name_or_path,
+        cfg.data.cache_dir,
+        cfg.index and cfg.index.corpus,
+        cfg.mine and cfg.mine.corpus,
+        cfg.mine and cfg.mine.model,
+        cfg.mine and cfg.mine.teacher and cfg.mine.teacher.name_or_path,
+    ]
     names = {_CACHE}
     for p in paths:
         if p and "://" not in p and not Path(p).is_absolute() and Path(p).parts[0] not in (".", ".."):
             names.add(Path(p).parts[0])
     out = Path(cfg.output_dir).parts[0]
     if out in names:
-        raise CliError(f"output_dir {cfg.output_dir} starts in {out}/, which the trials share (an input or a cache): "
-                       "every trial would write there", hint="set output_dir to a folder of its own, e.g. output/")
+        raise CliError(
+            f"output_dir {cfg.output_dir} starts in {out}/, which the trials share (an input or a cache): "
+            "every trial would write there",
+            hint="set output_dir to a folder of its own, e.g. output/",
+        )
     return sorted(names)
 
 
@@ -163,8 +178,9 @@ class _Runner:
             t = by_name[trial.name]
             if t["state"] in ("Succeeded", "Failed"):
                 self.failed += t["state"] == "Failed"
-                self._print(R.row({**t, "reason": "finished before; kept"} if t["state"] == "Succeeded" else t,
-                                  self.keys))  # fmt: skip
+                self._print(
+                    R.row({**t, "reason": "finished before; kept"} if t["state"] == "Succeeded" else t, self.keys)
+                )
             else:
                 todo.append(trial)
         previous = signal.signal(signal.SIGTERM, _stop)
@@ -199,9 +215,15 @@ class _Runner:
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         with open(tdir / "log.txt", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "operator_cli.tune.trial", str(tdir)], cwd=tdir,
-                                    env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    preexec_fn=_die_with_parent)  # fmt: skip
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "operator_cli.tune.trial", str(tdir)],
+                cwd=tdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
         self.running[trial.name] = (proc, time.time())
 
     def _ended(self, name: str, code: int, seconds: float) -> None:
@@ -218,8 +240,10 @@ class _Runner:
         t = next(t for t in R.local_record(self.root)["trials"] if t["name"] == name)
         self._print(R.row(t, self.keys))
         if self.failed > self.sweep.max_failed:
-            self.echo(f"tune: {self.failed} trials failed, more than --max-failed {self.sweep.max_failed}: "
-                      "no new trial is started")  # fmt: skip
+            self.echo(
+                f"tune: {self.failed} trials failed, more than --max-failed {self.sweep.max_failed}: "
+                "no new trial is started"
+            )
 
     def _finish(self) -> int:
         from operator_cli.tune.best import export_best
@@ -250,8 +274,9 @@ class _Runner:
 
     def _widths(self, trials: list[dict[str, Any]]) -> None:
         head = R.table_head(self.keys, self.sweep.metric)
-        rows = [R.row({**t, "state": "Succeeded", "metric": 0.0, "seconds": 3599, "reason": ""}, self.keys)
-                for t in trials]  # fmt: skip
+        rows = [
+            R.row({**t, "state": "Succeeded", "metric": 0.0, "seconds": 3599, "reason": ""}, self.keys) for t in trials
+        ]
         self.widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
 
     def _print(self, cells: list[Any]) -> None:

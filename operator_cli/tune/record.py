@@ -16,7 +16,17 @@ from typing import Any
 from operator_cli import show
 from operator_cli.errors import CliError
 
-__all__ = ["best_of", "duration", "finished", "local_record", "metric_of", "read_json", "record_text", "row", "table_head"]
+__all__ = [
+    "best_of",
+    "duration",
+    "finished",
+    "local_record",
+    "metric_of",
+    "read_json",
+    "record_text",
+    "row",
+    "table_head",
+]
 
 SWEEP_FILE = "sweep.json"
 TRIAL_FILE = "trial.json"
@@ -64,9 +74,17 @@ def local_record(root: Path) -> dict[str, Any]:
         metric = metric_of(output, sweep["metric"]) if state == "Succeeded" else None
         if state == "Succeeded" and metric is None:
             state, info["reason"] = "Failed", f"metrics.json reports no {sweep['metric']}"
-        trials.append({"name": t["name"], "values": t["values"], "state": state, "metric": metric,
-                       "seconds": info.get("seconds"), "reason": info.get("reason"),
-                       "output": str(output)})  # fmt: skip
+        trials.append(
+            {
+                "name": t["name"],
+                "values": t["values"],
+                "state": state,
+                "metric": metric,
+                "seconds": info.get("seconds"),
+                "reason": info.get("reason"),
+                "output": str(output),
+            }
+        )
     return {
         "name": sweep["name"],
         "engine": "local",
@@ -109,8 +127,14 @@ def table_head(keys: list[str], metric: str) -> list[str]:
 def row(trial: dict[str, Any], keys: list[str], best: str | None = None) -> list[Any]:
     metric = "" if trial.get("metric") is None else f"{trial['metric']:.4f}"
     note = "best" if trial["name"] == best else (trial.get("reason") or "")
-    return [trial["name"], trial["state"], *(_value(trial["values"].get(k, "")) for k in keys), metric,
-            duration(trial.get("seconds")), note]  # fmt: skip
+    return [
+        trial["name"],
+        trial["state"],
+        *(_value(trial["values"].get(k, "")) for k in keys),
+        metric,
+        duration(trial.get("seconds")),
+        note,
+    ]
 
 
 def record_text(record: dict[str, Any], output: str) -> str:
@@ -120,8 +144,10 @@ def record_text(record: dict[str, Any], output: str) -> str:
     keys = list(record["space"])
     best = record.get("best")
     rows = [row(t, keys, best and best["name"]) for t in record["trials"]]
-    lines = [f"sweep {record['name']} ({record['engine']}, {record['algorithm']}): {record['goal']} {record['metric']}"
-             f" over {', '.join(f'{k}={v}' for k, v in record['space'].items())}"]  # fmt: skip
+    lines = [
+        f"sweep {record['name']} ({record['engine']}, {record['algorithm']}): {record['goal']} {record['metric']}"
+        f" over {', '.join(f'{k}={v}' for k, v in record['space'].items())}"
+    ]
     lines.append(show.table(table_head(keys, record["metric"]), rows))
     if best:
         values = ", ".join(f"{k}={_value(v)}" for k, v in best["values"].items())

@@ -79,11 +79,15 @@ class SweepSpec:
         if not self.config_text:
             object.__setattr__(self, "config_text", self.job.config_text)
         if not self.params:
-            raise CliError("tune needs at least one --param KEY=SPACE", hint="e.g. --param training.learning_rate="
-                           "loguniform(1e-5,2e-4)")  # fmt: skip
+            raise CliError(
+                "tune needs at least one --param KEY=SPACE",
+                hint="e.g. --param training.learning_rate=loguniform(1e-5,2e-4)",
+            )
         if self.metric not in METRICS:
-            raise CliError(f"--metric {self.metric!r} is not a metric metrics.json reports on data.eval_beir",
-                           hint=f"one of {', '.join(METRICS)}")  # fmt: skip
+            raise CliError(
+                f"--metric {self.metric!r} is not a metric metrics.json reports on data.eval_beir",
+                hint=f"one of {', '.join(METRICS)}",
+            )
         if self.goal not in GOALS or self.algorithm not in ALGORITHMS:
             raise CliError(f"--goal must be one of {GOALS} and --algorithm one of {ALGORITHMS}")
         if self.trials is not None and self.trials < 1 or self.parallel < 1 or self.max_failed < 0:
@@ -126,8 +130,10 @@ class SweepSpec:
             if space.key == prefix or space.key.startswith(prefix + "."):
                 raise CliError(f"--param {space.key}: {why}; it cannot be searched")
         if not key_exists(space.key):
-            raise CliError(f"--param {space.key}: the config has no such key; check its spelling",
-                           hint="see README 'Training config' for every key")  # fmt: skip
+            raise CliError(
+                f"--param {space.key}: the config has no such key; check its spelling",
+                hint="see README 'Training config' for every key",
+            )
         base = load_yaml(self.config_text, "--config")
         for value in space.edges():
             data = copy.deepcopy(base)
@@ -158,8 +164,9 @@ class SweepSpec:
         try:
             dataclasses.replace(self.job, name=names[-1])
         except CliError as e:
-            raise CliError(f"--name {self.name}: its trial {names[-1]}: {e.message}",
-                           hint="pass a shorter --name") from None  # fmt: skip
+            raise CliError(
+                f"--name {self.name}: its trial {names[-1]}: {e.message}", hint="pass a shorter --name"
+            ) from None
         return names
 
     def plan(self) -> list[Trial]:
@@ -171,8 +178,10 @@ class SweepSpec:
             rows = [dict(zip((p.key for p in self.params), point)) for point in points]
         else:
             if self.algorithm == "bayesian":
-                raise CliError("--algorithm bayesian needs a cluster engine (Katib's bayesianoptimization)",
-                               hint="use --algorithm random or grid with --local")  # fmt: skip
+                raise CliError(
+                    "--algorithm bayesian needs a cluster engine (Katib's bayesianoptimization)",
+                    hint="use --algorithm random or grid with --local",
+                )
             rows = []
             for i in range(self.trial_count):
                 rng = random.Random(f"{self.seed}/{i}")

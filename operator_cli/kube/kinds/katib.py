@@ -67,8 +67,10 @@ class KatibExperiment(SweepKind):
 
     def check(self, sweep: SweepSpec) -> None:
         if sweep.job.api != self.trial_api:
-            raise CliError(f"--engine katib runs PyTorchJob trials (Katib's own kind); --api {sweep.job.api} is "
-                           "not one", hint="drop --api, or use --engine optimizationjob for TrainJob trials")  # fmt: skip
+            raise CliError(
+                f"--engine katib runs PyTorchJob trials (Katib's own kind); --api {sweep.job.api} is not one",
+                hint="drop --api, or use --engine optimizationjob for TrainJob trials",
+            )
 
     def trial_args(self, sweep: SweepSpec) -> list[str]:
         args = []
@@ -101,17 +103,29 @@ class KatibExperiment(SweepKind):
         by_name = {s.name: s.key for s in _spaces(sweep)}
         selector = f"{EXPERIMENT_LABEL}={name}"
         fn = lambda: cluster.custom.list_namespaced_custom_object(  # noqa: E731
-            self.group, self.version, cluster.ns, "trials", label_selector=selector)  # fmt: skip
+            self.group, self.version, cluster.ns, "trials", label_selector=selector
+        )
         rows = []
         for t in cluster.items(fn, "Trial"):
-            values = {by_name.get(p.get("name"), p.get("name")): p.get("value")
-                      for p in t.get("spec", {}).get("parameterAssignments", [])}  # fmt: skip
-            observed = {m.get("name"): m.get("latest") for m in
-                        (t.get("status", {}).get("observation") or {}).get("metrics", [])}  # fmt: skip
+            values = {
+                by_name.get(p.get("name"), p.get("name")): p.get("value")
+                for p in t.get("spec", {}).get("parameterAssignments", [])
+            }
+            observed = {
+                m.get("name"): m.get("latest")
+                for m in (t.get("status", {}).get("observation") or {}).get("metrics", [])
+            }
             value = observed.get(metric)
-            rows.append({"name": t["metadata"]["name"], "values": values, "state": sweep_state(t),
-                         "metric": float(value) if _number(value) else None, "seconds": None,
-                         "reason": _failure(t)})  # fmt: skip
+            rows.append(
+                {
+                    "name": t["metadata"]["name"],
+                    "values": values,
+                    "state": sweep_state(t),
+                    "metric": float(value) if _number(value) else None,
+                    "seconds": None,
+                    "reason": _failure(t),
+                }
+            )
         return sorted(rows, key=lambda r: r["name"])
 
     def best_name(self, sweep: dict[str, Any]) -> str | None:
@@ -123,8 +137,11 @@ def _spaces(sweep: dict[str, Any]) -> list[Any]:
     from types import SimpleNamespace
 
     template = sweep.get("spec", {}).get("trialTemplate", {})
-    return [SimpleNamespace(name=p.get("reference"), key=p.get("description") or p.get("reference"))
-            for p in template.get("trialParameters", []) if p.get("name") != TRIAL_NAME]  # fmt: skip
+    return [
+        SimpleNamespace(name=p.get("reference"), key=p.get("description") or p.get("reference"))
+        for p in template.get("trialParameters", [])
+        if p.get("name") != TRIAL_NAME
+    ]
 
 
 def _number(value: Any) -> bool:

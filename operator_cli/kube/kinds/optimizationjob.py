@@ -57,15 +57,21 @@ class OptimizationJob(SweepKind):
 
     def check(self, sweep: SweepSpec) -> None:
         if sweep.job.api != self.trial_api:
-            raise CliError(f"--engine optimizationjob runs TrainJob trials; --api {sweep.job.api} is not one",
-                           hint="drop --api, or use --engine katib for PyTorchJob trials")  # fmt: skip
+            raise CliError(
+                f"--engine optimizationjob runs TrainJob trials; --api {sweep.job.api} is not one",
+                hint="drop --api, or use --engine katib for PyTorchJob trials",
+            )
         if sweep.job.claim_name:
-            raise CliError("--engine optimizationjob names no trial in its template: trials on a shared claim "
-                           "(--pvc, --pvc-size) would write one output_dir", hint="drop --pvc/--pvc-size "
-                           "(each trial keeps its own emptyDir), or use --engine katib")  # fmt: skip
+            raise CliError(
+                "--engine optimizationjob names no trial in its template: trials on a shared claim "
+                "(--pvc, --pvc-size) would write one output_dir",
+                hint="drop --pvc/--pvc-size (each trial keeps its own emptyDir), or use --engine katib",
+            )
         if sweep.algorithm == "bayesian":
-            raise CliError("--engine optimizationjob offers random and grid search",
-                           hint="use --algorithm random, or --engine katib for bayesian")  # fmt: skip
+            raise CliError(
+                "--engine optimizationjob offers random and grid search",
+                hint="use --algorithm random, or --engine katib for bayesian",
+            )
         if sweep.trial_count > 100 or any(len(s.grid()) > 100 for s in sweep.params if sweep.algorithm == "grid"):
             raise CliError("an OptimizationJob runs at most 100 trials of at most 100 choices per parameter")
 
@@ -98,8 +104,16 @@ class OptimizationJob(SweepKind):
                 continue
             notes = job["metadata"].get("annotations") or {}
             values = {k.removeprefix(PARAM_ANNOTATION): v for k, v in notes.items() if k.startswith(PARAM_ANNOTATION)}
-            rows.append({"name": job["metadata"]["name"], "values": values, "state": sweep_state(job),
-                         "metric": None, "seconds": None, "reason": None})  # fmt: skip
+            rows.append(
+                {
+                    "name": job["metadata"]["name"],
+                    "values": values,
+                    "state": sweep_state(job),
+                    "metric": None,
+                    "seconds": None,
+                    "reason": None,
+                }
+            )
         return sorted(rows, key=lambda r: r["name"])
 
     def best_name(self, sweep: dict[str, Any]) -> str | None:
