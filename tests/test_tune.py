@@ -262,3 +262,52 @@ def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys, override, message):
     assert main(["--config", str(tmp_path / "train.yaml"), *sets]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+# ---- a local sweep's record: the best is the best of what the trials wrote ----------------------------------
+
+
+def _finished(root: Path, trial: str, ndcg: float, done: bool = True) -> None:
+    out = root / trial / "output" / "quickstart"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": ndcg, "mrr@10": 1 - ndcg}}))
+    if done:
+        (out / "done.json").write_text("{}")
+
+
+def test_status_names_the_best_of_the_trials_own_metrics(tmp_path):
+    from operator_cli.tune.local import _prepare, sweep_root
+
+    sweep = _sweep("grid")
+    root = sweep_root(tmp_path, "sweep")
+    _prepare(sweep, root)  # sweep.json and the trials' workspaces, as a run lays them out
+    _finished(root, "sweep-t1", 0.31)
+    _finished(root, "sweep-t2", 0.52)
+    _finished(root, "sweep-t3", 0.90, done=False)  # killed before done.json: not a result
+    (root / "sweep-t4" / "trial.json").write_text(json.dumps({"state": "Succeeded", "metric": 0.99}))  # a claim
+    res = _invoke(["tune", "status", "sweep", "--workdir", str(tmp_path), "-o", "json"])
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.output)
+    assert record["best"]["name"] == "sweep-t2" and record["best"]["metric"] == 0.52
+    states = {t["name"]: t["state"] for t in record["trials"]}
+    assert states == {"sweep-t1": "Succeeded", "sweep-t2": "Succeeded", "sweep-t3": "Pending", "sweep-t4": "Failed"}
+    min_goal = json.loads((root / "sweep.json").read_text()) | {"goal": "min"}
+    (root / "sweep.json").write_text(json.dumps(min_goal))
+    assert (
+        json.loads(_invoke(["tune", "status", "sweep", "--workdir", str(tmp_path), "-o", "json"]).output)["best"][
+            "name"
+        ]
+        == "sweep-t1"
+    )
+    table = _invoke(["tune", "status", "sweep", "--workdir", str(tmp_path)]).output
+    assert "best so far: sweep-t1 ndcg@10 0.3100" in table
+
+
+def test_a_rerun_must_ask_for_the_same_sweep(tmp_path):
+    from operator_cli.tune.local import _prepare, sweep_root
+
+    _prepare(_sweep("grid"), sweep_root(tmp_path, "sweep"))
+    other = _sweep("grid")
+    other = SweepSpec(job=other.job, params=other.params, config_text=other.config_text, algorithm="grid", seed=8)
+    with pytest.raises(CliError, match="was started with another seed"):
+        _prepare(other, sweep_root(tmp_path, "sweep"))

@@ -54,6 +54,8 @@ def _normalised(objects: list[dict]) -> list[dict]:
         for meta in _metas(obj):
             meta.get("labels", {}).pop("helm.sh/chart", None)
             meta.get("annotations", {}).pop("helm.sh/resource-policy", None)
+            if meta.get("annotations") == {}:
+                del meta["annotations"]
         if obj["kind"] == "ConfigMap":
             obj["data"] = {k: load_yaml(v) for k, v in obj["data"].items()}
         out.append(obj)

@@ -99,6 +99,8 @@ def _trial(name: str, lr: str, negatives: str, state: str, ndcg: str | None) -> 
             ]
         },
         "status": {
+            "startTime": "2026-12-02T10:00:00Z",
+            "completionTime": "2026-12-02T10:02:05Z",
             "conditions": [{"type": state, "status": "True", "message": f"trial {state.lower()}"}],
             "observation": observation,
         },
@@ -118,6 +120,7 @@ def test_status_reads_katibs_trials_and_names_the_best(api, config):
     assert res.exit_code == 0, res.output
     record = yaml.safe_load(res.output)
     assert record["best"]["name"] == "sweep-b" and record["best"]["metric"] == 0.47
+    assert record["best"]["seconds"] == 125
     assert record["best"]["values"] == {"training.learning_rate": "0.0001", "mine.negatives": "3"}
     assert [t["state"] for t in record["trials"]] == ["Succeeded", "Succeeded", "Failed", "Running"]
     table = run(api, "tune", "status", "sweep")

@@ -224,7 +224,7 @@ class SweepSpec:
 
 
 def without_export(config_text: str) -> str:
-    """The config a sweep's trials run: ``export`` removed (the sweep exports the best trial's model once).
+    r"""The config a sweep's trials run: ``export`` removed (the sweep exports the best trial's model once).
 
     >>> without_export("data: {train: {path: x}}\nexport: {destination: s3://b/p/}\n")
     'data:\n  train:\n    path: x\n'

@@ -122,7 +122,7 @@ class KatibExperiment(SweepKind):
                     "values": values,
                     "state": sweep_state(t),
                     "metric": float(value) if _number(value) else None,
-                    "seconds": None,
+                    "seconds": _seconds(t.get("status", {})),
                     "reason": _failure(t),
                 }
             )
@@ -142,6 +142,17 @@ def _spaces(sweep: dict[str, Any]) -> list[Any]:
         for p in template.get("trialParameters", [])
         if p.get("name") != TRIAL_NAME
     ]
+
+
+def _seconds(status: dict[str, Any]) -> float | None:
+    """A trial's run time, from its status' start and completion times (None while it runs)."""
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.fromisoformat(status[k].replace("Z", "+00:00")) for k in ("startTime", "completionTime"))
+    except (KeyError, AttributeError, ValueError):
+        return None
+    return (end - start).total_seconds()
 
 
 def _number(value: Any) -> bool:

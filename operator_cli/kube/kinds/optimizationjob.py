@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state
+from operator_cli.kube.kinds.trainjob import TrainJob
 
 if TYPE_CHECKING:
     from operator_cli.tune.space import Space
@@ -92,10 +93,8 @@ class OptimizationJob(SweepKind):
 
     def trials(self, cluster: Any, sweep: dict[str, Any]) -> list[dict[str, Any]]:
         """The TrainJobs the OptimizationJob owns, with the values the controller recorded on them."""
-        from operator_cli.kube.kinds import KINDS
-
         uid = sweep["metadata"].get("uid")
-        trainjob = KINDS[self.trial_api]
+        trainjob = TrainJob()
         fn = lambda: trainjob.list(cluster.custom, cluster.ns, "")  # noqa: E731
         rows = []
         for job in cluster.items(fn, trainjob.kind):
