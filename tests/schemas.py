@@ -207,6 +207,19 @@ def validate_runtime(obj: dict) -> None:
         if spec.get("podFailurePolicy"):
             policy = spec["template"]["spec"].get("restartPolicy")
             assert policy == "Never", f"{job['name']}: a podFailurePolicy needs restartPolicy Never, got {policy}"
+            for rule in spec["podFailurePolicy"]["rules"]:
+                _check_exit_codes(job["name"], rule.get("onExitCodes"))
+
+
+def _check_exit_codes(job: str, codes: dict | None) -> None:
+    """What the API server checks of ``onExitCodes`` (batch/v1 validation) and the schemas do not: 1 to 255
+    values, ordered, no duplicates, no 0 under ``In``."""
+    if codes is None:
+        return
+    values = codes["values"]
+    assert 1 <= len(values) <= 255, f"{job}: onExitCodes takes 1 to 255 values, got {len(values)}"
+    assert values == sorted(set(values)), f"{job}: onExitCodes values must be ordered, without duplicates"
+    assert not (codes["operator"] == "In" and 0 in values), f"{job}: onExitCodes In cannot hold 0"
 
 
 def validate_core(obj: dict) -> None:

@@ -50,6 +50,7 @@ BAD = [
     ("hub dataset", {"destination": "hf://datasets/org/x"}, "names a dataset or Space"),
     ("dot-dot prefix", {"destination": "s3://b/a/../c"}, "the prefix holds '.' or '..'"),
     ("revision on s3", {"destination": "s3://b/p", "revision": "dev"}, "apply to hf:// destinations only"),
+    ("replace on s3", {"destination": "s3://b/p", "replace": True}, "apply to hf:// destinations only"),
     ("unknown include", {"destination": "s3://b/p", "include": ["tokenizer"]}, "export.include"),
     ("index not built", {"destination": "s3://b/p", "include": ["index"]}, "needs an index section"),
     ("best never kept", {"destination": "s3://b/p", "include": ["best-model"]}, "needs evaluation.every_steps"),
@@ -230,6 +231,8 @@ def hub(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at import: the LFS protocol, as documented
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", server.url)  # also read at import (URLs are parsed against it)
+    template = server.url + "/{repo_id}/resolve/{revision}/{filename}"  # hf_hub_download's, read at import too
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     yield server
     server.close()
 
@@ -320,6 +323,46 @@ def test_a_hub_export_removes_an_earlier_exports_files(hub, outputs):
     assert files == _local_files(outputs)
 
 
+FOREIGN = {"LICENSE": b"Apache-2.0\n", "onnx/model.onnx": b"\0onnx" * 100, "eval/beir-results.json": b"{}\n"}
+
+
+def test_a_hub_export_keeps_the_files_no_export_wrote(hub, outputs):
+    """The owner's own files beside an earlier export: only what that export's manifest lists is removed."""
+    cfg = _cfg(outputs, "hf://my-org/shared")
+    export.preflight(cfg)
+    export.run(_cfg(outputs, "hf://my-org/shared", include=["checkpoint"]))
+    hub.files("my-org/shared").update(FOREIGN)  # added on the Hub after the first export
+    export.preflight(cfg)  # a repository with a manifest passes
+    export.run(cfg)
+    files = dict(hub.files("my-org/shared"))
+    assert {name: files.pop(name) for name in FOREIGN} == FOREIGN
+    files.pop(export.MANIFEST)
+    assert files == _local_files(outputs)  # the earlier export's checkpoint/state.pt is gone
+
+
+def test_a_hub_repository_no_export_wrote_is_refused_at_start_unless_replace(hub, outputs):
+    from tests.hub import Repo
+
+    held = {".gitattributes": b"*.onnx filter=lfs diff=lfs merge=lfs -text\n", **FOREIGN}
+    hub.repos["my-org/theirs"] = Repo(private=False, branches={"main": dict(held)})
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "hf://my-org/theirs"))
+    assert str(e.value) == (
+        "export.destination hf://my-org/theirs holds 3 file(s) that no colbert-k8s export wrote (LICENSE, "
+        "eval/beir-results.json, onnx/model.onnx) and no colbert-k8s-export.json; export to a new or empty "
+        "repository, or set export.replace: true to replace its contents"
+    )
+    with pytest.raises(export.ExportFailed, match="no colbert-k8s export wrote"):  # files that came after the start
+        export.run(_cfg(outputs, "hf://my-org/theirs"))
+    assert hub.files("my-org/theirs") == held
+    cfg = _cfg(outputs, "hf://my-org/theirs", replace=True)
+    export.preflight(cfg)
+    export.run(cfg)
+    files = dict(hub.files("my-org/theirs"))
+    assert files.pop(".gitattributes") == held[".gitattributes"] and files.pop(export.MANIFEST)
+    assert files == _local_files(outputs)
+
+
 def test_a_hub_that_stops_answering_is_a_retryable_failure(hub, outputs, monkeypatch):
     from tests.conftest import free_port
 
@@ -373,6 +416,17 @@ def test_the_card_names_a_staged_source_by_its_url(tmp_path):
     (staged / ".complete").write_text(json.dumps({"url": "s3://models/base/", "files": {}}))
     assert origin(str(staged / "files")) == "s3://models/base/"
     assert origin(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere")
+
+
+def test_the_card_names_a_staged_mining_model_by_its_url(tmp_path):
+    from trainer.card import render
+
+    staged = tmp_path / "cache" / "sources" / "abc"
+    (staged / "files").mkdir(parents=True)
+    (staged / ".complete").write_text(json.dumps({"url": "s3://models/miner/", "files": {}}))
+    cfg = parse_config({**BASE, "mine": {"negatives": 1, "model": str(staged / "files")}})  # as staging leaves it
+    text = render(cfg, {"steps": 1})
+    assert "1 mined per row by `s3://models/miner/`" in text and str(tmp_path) not in text
 
 
 # ---- a `local` job, killed during the upload ------------------------------------------------------

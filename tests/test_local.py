@@ -261,7 +261,7 @@ def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
 
 @pytest.mark.slow
 def test_trainjob_on_the_runtime_fails_a_bad_data_row_with_no_restart(tmp_path, tiny_model):
-    """--api trainjob on this tool's runtime (the default): its podFailurePolicy fails the Job on exit 2 and
+    """--api trainjob on this tool's runtime (the default): its podFailurePolicy fails the Job on exit 1-127 and
     the JobSet rule fails the TrainJob, so a bad row is one attempt, not maxRestarts of them."""
     wd = _workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')

@@ -106,13 +106,13 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("training data", f"`{metrics.get('train_data') or origin(cfg.data.train.path)}`"),
         ("loss", cfg.loss.name),
         ("steps", f"{metrics.get('steps')} optimizer steps, global batch {metrics.get('global_batch')}"),
-        ("world size", f"{metrics.get('world_size')} process(es) on {metrics.get('device', 'unknown device')}, "
-                       f"{metrics.get('precision')}"),
+        ("world size", _where_trained(metrics)),
         ("learning rate", f"{t.learning_rate:g} ({t.lr_scheduler}, warm-up {t.warmup_ratio:g})"),
         ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
     ]  # fmt: skip
     if m is not None:
-        by = f"{m.model or 'the base model'} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
+        model = f"`{origin(m.model)}`" if m.model else "the base model"  # a staged one by the URL it came from
+        by = f"{model} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
         rows.append(("negatives", f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
                                   f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
     else:
@@ -126,6 +126,25 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _where_trained(metrics: dict) -> str:
+    """This run's world size, device and precision, and each change a resized or moved job went through.
+
+    >>> _where_trained({"world_size": 1, "device": "CPU", "precision": "fp32", "history": [
+    ...     {"step": 0, "world_size": 2, "device": "CPU", "precision": "fp32"},
+    ...     {"step": 6, "world_size": 1, "device": "CPU", "precision": "fp32"}]})
+    '1 process(es) on CPU, fp32 (world size 2 -> 1 at step 6)'
+    """
+    now = f"{metrics.get('world_size')} process(es) on {metrics.get('device', 'unknown device')}, "
+    now += f"{metrics.get('precision')}"
+    history = metrics.get("history") or []
+    changes = []
+    for before, after in zip(history, history[1:]):
+        changed = [key for key in ("world_size", "device", "precision") if before.get(key) != after.get(key)]
+        what = [f"{key.replace('_', ' ')} {before.get(key)} -> {after.get(key)}" for key in changed]
+        changes.append(f"{', '.join(what)} at step {after.get('step')}")
+    return f"{now} ({'; '.join(changes)})" if changes else now
 
 
 def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:

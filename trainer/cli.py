@@ -48,12 +48,25 @@ log = logging.getLogger("trainer")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``colbert-train`` and ``python -m trainer``: the exit code follows the contract in
-    ``trainer/errors.py`` (1-127 permanent, 128-255 retryable)."""
-    code = _main(list(sys.argv[1:] if argv is None else argv))
-    if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
-        with contextlib.suppress(OSError):
-            (Path(exit_dir) / f"{os.environ.get('RANK', '0')}.code").write_text(str(code))
+    """Entry point of ``colbert-train`` and ``python -m trainer``: the exit code follows the rule in
+    ``trainer/errors.py`` (1-127 permanent, 128-255 retryable).
+
+    A torchrun child tells its launcher the code on every way out that Python sees, an exception that
+    escapes included (Python prints its traceback and exits 1): said nothing, it counted as a lost peer
+    (129, retryable), so the same bug failed a one-process pod at once and was retried under torchrun."""
+    code = 1  # Python's exit code for an exception that escapes
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:  # argparse's 2
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        raise
+    except KeyboardInterrupt:  # before _main's own handler: Python ends by SIGINT, 130 to a shell
+        code = 130
+        raise
+    finally:
+        if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
+            with contextlib.suppress(OSError):
+                (Path(exit_dir) / f"{os.environ.get('RANK', '0')}.code").write_text(str(code))
     return code
 
 

@@ -243,6 +243,11 @@ class ExportConfig(Strict):
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$", description="hf:// only: the branch to commit to."
     )
     private: bool = Field(False, description="hf:// only: create the repository private when it does not exist.")
+    replace: bool = Field(
+        False,
+        description="hf:// only: a repository that holds files but no colbert-k8s-export.json is replaced whole "
+        "(its files removed); without it, such a repository is refused at start.",
+    )
 
 
 class TrackingConfig(Strict):
@@ -380,8 +385,10 @@ class TrainConfig(Strict):
         if self.export is None:
             return
         hub = self.export.destination.startswith("hf://")
-        if not hub and (self.export.revision or self.export.private):
-            raise ValueError("export.revision and export.private apply to hf:// destinations only; remove them")
+        if not hub and (self.export.revision or self.export.private or self.export.replace):
+            raise ValueError(
+                "export.revision, export.private and export.replace apply to hf:// destinations only; remove them"
+            )
         if "index" in self.export.include and self.index is None:
             raise ValueError("export.include: index needs an index section (nothing else builds one)")
         if "best-model" in self.export.include and not self.evaluation.every_steps:

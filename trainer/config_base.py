@@ -33,6 +33,11 @@ def _location(value: str) -> str:
         parts.port  # noqa: B018 (parses the port: "host:http" raises here)
     except ValueError as e:
         raise ValueError(f"is not a valid URL ({e})") from None
+    if parts.query or parts.fragment:  # a signed URL's signature is refused before this, as a credential
+        raise ValueError(
+            "has a query string or fragment, which the stager cannot use (it fetches the path alone, so a "
+            "signed URL does not work); give the URL without it, and the store's credentials with --secret-env"
+        )
     if parts.scheme == "hf":
         if not (parts.netloc + parts.path).strip("/"):
             raise ValueError("hf:// names no repository; give hf://ORG/NAME (models) or hf://datasets/ORG/NAME")

@@ -36,6 +36,7 @@ __all__ = [
     "CheckpointError",
     "WeightsDiverged",
     "capture",
+    "carried_metrics",
     "derived_rng",
     "restore",
     "rng_state",
@@ -228,10 +229,37 @@ def restore(t: TrainState, path: Path, state: dict) -> None:
     rank = t.layout.rank
     t.rng = state["rng"][rank] if len(state["rng"]) > rank else None
     t.step = state["step"]
-    t.metrics.update(state.get("metrics", {}))  # e.g. the evaluation before training
+    t.metrics.update(carried_metrics(t.metrics, state.get("metrics", {}), t.step))  # e.g. the evaluation before
     t.skipped_nonfinite = state.get("skipped_nonfinite", 0)  # else a restart renewed the skip budget
     state.clear()
     gc.collect()
+
+
+_THIS_RUN = ("world_size", "device", "precision")  # where a run trains: always this run's, never a checkpoint's
+
+
+def carried_metrics(now: dict, saved: dict, step: int) -> dict:
+    """The metrics a run resumed at ``step`` goes on with: the checkpoint's (``saved``: the evaluation before
+    training, the best so far, fp16's skips), except where this run trains (``now``: its world size, device and
+    precision, which the checkpoint's used to overwrite). A resume where those changed adds this run to
+    ``history``, which starts with the checkpoint's own (at step 0 unless it already has one).
+
+    >>> old = {"world_size": 2, "device": "CPU", "precision": "fp32", "before": {"ndcg@10": 0.5}}
+    >>> carried_metrics({"world_size": 1, "device": "CPU", "precision": "fp32"}, old, 6)["history"]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'step': 0, 'world_size': 2, 'device': 'CPU', 'precision': 'fp32'},
+     {'step': 6, 'world_size': 1, 'device': 'CPU', 'precision': 'fp32'}]
+    """
+    merged = {**saved, **{k: now[k] for k in _THIS_RUN if k in now}}
+    if not any(k in saved for k in _THIS_RUN):  # a checkpoint that does not say where it trained
+        return merged
+    here = {k: now.get(k) for k in _THIS_RUN}
+    history = list(saved.get("history") or [{"step": 0, **{k: saved.get(k) for k in _THIS_RUN}}])
+    if {k: history[-1].get(k) for k in _THIS_RUN} != here:
+        history.append({"step": step, **here})
+    if len(history) > 1:
+        merged["history"] = history
+    return merged
 
 
 def check_same_weights(model, where: str) -> None:

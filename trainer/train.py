@@ -355,6 +355,8 @@ def _record_speed(t: TrainState, elapsed: float, done: int) -> None:
         steady_samples_per_second=round(steady, 2) if steady else None,  # after the first 3 steps
         peak_gpu_memory_mb=round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None,
     )
+    if t.scaler.is_enabled():  # fp16: the steps GradScaler skipped (trainer/step.py), and where its scale ended
+        t.metrics.update(scaler_skipped_steps=t.metrics.get("scaler_skipped_steps", 0), loss_scale=t.scaler.get_scale())
 
 
 def _finish(t: TrainState, elapsed: float) -> None:

@@ -173,8 +173,8 @@ def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
         return spec, objects
     click.echo(
         f"warning: ClusterTrainingRuntime {spec.runtime} is not installed: using the stock {C.V2_STOCK_RUNTIME}, "
-        "which retries a permanent error (a bad config or data row, exit 2) until its restarts run out instead "
-        "of failing at once; `colbert-k8s runtime install` installs it",
+        "which retries a permanent error (a bad config or data row, a traceback: exit 1-127) until its restarts "
+        "run out instead of failing at once; `colbert-k8s runtime install` installs it",
         err=True,
     )
     spec = dataclasses.replace(spec, runtime=C.V2_STOCK_RUNTIME)

@@ -29,9 +29,13 @@ def scoring_width(mask: torch.Tensor) -> int:
 
 
 class ModelRetriever:
-    """Exact MaxSim of the model being trained. The corpus is cut into fixed chunks of ``DOC_CHUNK``
-    documents, dealt round-robin to the ranks; each rank encodes its chunks once (fp16, trimmed to the
-    chunk's longest document) and scores every query against them, and the per-rank lists are merged.
+    """Exact MaxSim of the model being trained: mining's retriever and evaluation's search. The corpus is
+    cut into fixed chunks of ``DOC_CHUNK`` documents, dealt round-robin to the ranks; each rank scores every
+    query against its chunks, and the per-rank lists are merged.
+
+    ``stored=True`` (mining: many searches, one per part of the queries) encodes each chunk once, kept in
+    fp16 and trimmed to the chunk's longest document; ``stored=False`` (evaluation: one search) encodes each
+    chunk as it is scored, in float32, so memory is bounded by a chunk, not the corpus.
 
     Every chunk is encoded and scored with the same shapes on any world size, and ties go to the
     lower document index, so the mined rows are the same bytes on 1 rank or 64. ``on_chunk`` is called
@@ -41,16 +45,33 @@ class ModelRetriever:
     def build(cls, model, corpus, mcfg, show, device, on_chunk, **_) -> ModelRetriever:
         return cls(model, corpus, mcfg.batch_size, device, show, on_chunk)
 
-    def __init__(self, model, corpus: list[str], batch_size: int, device, show: bool, on_chunk=lambda: None):
-        self.model, self.batch_size, self.device = model, batch_size, device
+    def __init__(
+        self, model, corpus: list[str], batch_size: int, device, show: bool, on_chunk=lambda: None, stored=True
+    ):
+        self.model, self.corpus, self.batch_size, self.device = model, corpus, batch_size, device
         self.chunks: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.stored = stored
+        if not stored:
+            return
         model.eval()
         for start in tqdm(my_chunks(len(corpus)), desc="mine: encode corpus", disable=not show, unit="chunk"):
-            texts = corpus[start : start + DOC_CHUNK]
-            emb, mask = embed_texts(model, texts, False, batch_size, model.document_length, device)
-            width = scoring_width(mask)
-            self.chunks.append((start, emb[:, :width].half(), mask[:, :width]))
+            emb, mask = self._encode(start)
+            self.chunks.append((start, emb.half(), mask))
             on_chunk()
+
+    def _encode(self, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunk from ``start``, trimmed where no document scores any more (no MaxSim changes)."""
+        texts = self.corpus[start : start + DOC_CHUNK]
+        emb, mask = embed_texts(self.model, texts, False, self.batch_size, self.model.document_length, self.device)
+        width = scoring_width(mask)
+        return emb[:, :width], mask[:, :width]
+
+    def _chunks(self):
+        if self.stored:
+            yield from self.chunks
+        else:
+            for start in my_chunks(len(self.corpus)):
+                yield (start, *self._encode(start))
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
@@ -58,7 +79,7 @@ class ModelRetriever:
 
         q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
         best = TopK(positives, k + max(len(p) for p in positives))  # the positives may take places in the top-k
-        for start, d_emb, d_mask in self.chunks:
+        for start, d_emb, d_mask in self._chunks():
             d = d_emb.float()
             blocks = range(0, len(q_emb), QUERY_BLOCK)
             scores = [colbert_scores(q_emb[i : i + QUERY_BLOCK], d, documents_mask=d_mask.float()) for i in blocks]

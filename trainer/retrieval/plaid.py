@@ -10,7 +10,25 @@ from trainer import distributed as D
 from trainer.encode import embed_texts
 from trainer.retrieval.search import DOC_CHUNK, Candidates, merge_shards, my_chunks
 
-__all__ = ["PlaidRetriever"]
+__all__ = ["PlaidRetriever", "build_index", "search_index"]
+
+
+def build_index(folder: Path, name: str, nbits: int, ids: list[str], embeddings, seed: int):
+    """A PLAID index (PyLate's, fast-plaid backend) of ``embeddings`` under ``folder/name``: mining's per-rank
+    indexes and the job's final index (``trainer/index.py``) are built here alike. fast-plaid samples its
+    k-means points from torch's global stream: seeded, so a rebuild (a restart) is the same index."""
+    from pylate import indexes
+
+    index = indexes.PLAID(index_folder=str(folder), index_name=name, override=True, nbits=nbits, show_progress=False)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        index.add_documents(documents_ids=ids, documents_embeddings=embeddings)
+    return index
+
+
+def search_index(index, queries_embeddings, k: int) -> list[list[tuple[str, float]]]:
+    """The top ``k`` (document id, PLAID score) of each query, best first."""
+    return [[(h["id"], float(h["score"])) for h in hits] for hits in index(queries_embeddings, k=k)]
 
 
 class PlaidRetriever:
@@ -25,9 +43,9 @@ class PlaidRetriever:
     def build(cls, model, corpus, mcfg, show, device, plaid_dir, **_) -> PlaidRetriever:
         return cls(model, corpus, mcfg.batch_size, device, show, mcfg.nbits, plaid_dir)
 
-    def __init__(self, model, corpus: list[str], batch_size: int, device, show: bool, nbits: int, folder: Path):
-        from pylate import indexes
-
+    def __init__(
+        self, model, corpus: list[str], batch_size: int, device, show: bool, nbits: int, folder: Path, seed: int = 0
+    ):
         self.model, self.corpus, self.batch_size, self.device = model, corpus, batch_size, device
         self.ids = [i for s in my_chunks(len(corpus)) for i in range(s, min(s + DOC_CHUNK, len(corpus)))]
         self.index = None
@@ -35,9 +53,7 @@ class PlaidRetriever:
         if self.ids:  # a rank past the last chunk holds nothing
             docs = model.encode([corpus[i] for i in self.ids], is_query=False, batch_size=batch_size,
                                 show_progress_bar=show)  # fmt: skip
-            self.index = indexes.PLAID(index_folder=str(folder), index_name=f"rank-{D.rank()}", override=True,
-                                       nbits=nbits, show_progress=False)  # fmt: skip
-            self.index.add_documents(documents_ids=[str(i) for i in self.ids], documents_embeddings=docs)
+            self.index = build_index(folder, f"rank-{D.rank()}", nbits, [str(i) for i in self.ids], docs, seed)
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
@@ -47,8 +63,8 @@ class PlaidRetriever:
         found: list[Candidates] = [[] for _ in queries]
         if self.index is not None:
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            for qi, hits in enumerate(self.index(q, k=min(keep, len(self.ids)))):
-                found[qi] = [(int(h["id"]), float(h["score"])) for h in hits]
+            for qi, hits in enumerate(search_index(self.index, q, min(keep, len(self.ids)))):
+                found[qi] = [(int(d), s) for d, s in hits]
         positive_scores: list[dict[int, float]] = [{} for _ in queries]
         owned = set(self.ids)
         held = sorted({p for pos in positives for p in pos} & owned)
