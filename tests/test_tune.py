@@ -4,6 +4,7 @@ OptimizationJob as their APIs take them, and the trial values reaching the train
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -259,7 +260,13 @@ def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys, override, message):
 
     (tmp_path / "train.yaml").write_text(CONFIG.replace("export: {destination: s3://bucket/models/best/}\n", ""))
     sets = ["--set", override] if override != "training=3" else ["--set", "training=3", "--set", "training.x=1"]
-    assert main(["--config", str(tmp_path / "train.yaml"), *sets]) == 2
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # main() sets up the trainer's logging on this stderr
+    try:
+        assert main(["--config", str(tmp_path / "train.yaml"), *sets]) == 2
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
