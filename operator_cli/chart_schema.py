@@ -82,6 +82,7 @@ def build() -> dict[str, Any]:
             **_job_properties(),
             "config": {**train, "description": "The training config (trainer.config.TrainConfig)."},
             **_pod_properties(),
+            "tune": _tune_properties(),
             "global": {"type": "object"},
         },
         "$defs": {**defs, **_shared_defs()},
@@ -201,6 +202,32 @@ def _pod_properties() -> dict[str, Any]:
             "additionalProperties": {"$ref": "#/$defs/printable"},
         },
     }
+
+
+def _tune_properties() -> dict[str, Any]:
+    """``tune.*``: the Katib Experiment of ``colbert-k8s tune`` (the sweep options' names and rules)."""
+    from operator_cli.tune.space import KINDS as SPACES
+    from operator_cli.tune.spec import ALGORITHMS, GOALS
+    from trainer.config import METRICS
+    from trainer.overrides import KEY
+
+    space = {"type": "string", "pattern": rf"^\s*({'|'.join(SPACES)})\s*\(.*\)\s*$"}
+    param = _obj({"key": {"type": "string", "pattern": f"^{KEY.pattern}$"}, "space": space}, required=["key", "space"])
+    count = {"type": "integer", "minimum": 1}
+    return _obj(
+        {
+            "enabled": {"type": "boolean"},
+            "params": {"type": "array", "items": param},
+            "metric": {"enum": list(METRICS)},
+            "goal": {"enum": list(GOALS)},
+            "trials": count,
+            "parallel": count,
+            "algorithm": {"enum": list(ALGORITHMS)},
+            "seed": {"type": "integer"},
+            "maxFailed": {"type": "integer", "minimum": 0},
+            "allowTestSplit": {"type": "boolean"},
+        }
+    )
 
 
 def render_text() -> str:

@@ -200,6 +200,27 @@ def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
     )
 
 
+def _sweep_section(metrics: dict) -> str:
+    """Which sweep chose this model (``colbert-k8s tune``): the trial, its values, and the space they came from."""
+    sweep = metrics.get("sweep")
+    if not sweep:
+        return ""
+    rows = [
+        (
+            "sweep",
+            f"`{sweep['name']}`: {sweep['trials']} trial(s), {sweep['succeeded']} succeeded "
+            f"({sweep['engine']}, {sweep['algorithm']} search)",
+        ),
+        (
+            "chosen trial",
+            f"`{sweep['trial']}`, the best {METRICS.get(sweep['metric'], sweep['metric'])} "
+            f"({sweep['goal']}) on the {sweep['split']} split: {sweep['value']:.4f}",
+        ),
+        *((f"`{key}`", f"{sweep['values'].get(key)} from {space}") for key, space in sweep["space"].items()),
+    ]
+    return "\n## Sweep\n\n| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows) + "\n"
+
+
 _USAGE = """```python
 from pylate import indexes, models, retrieve
 {fetch}
@@ -247,6 +268,7 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 ## Evaluation
 
 {_evaluation_table(cfg, metrics)}
+{_sweep_section(metrics)}
 
 ## Use
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import trainer.clock  # noqa: F401 (first: the start that time to first step counts from)
 from trainer import export
 from trainer.config import ConfigError, TrainConfig
-from trainer.config_yaml import load_config
+from trainer.config_yaml import load_config, load_yaml, parse_config, read_config_text
 from trainer.env import EnvError, Launch, resolve
 from trainer.errors import (
     EXIT_CONFIG,
@@ -38,6 +38,8 @@ from trainer.errors import (
     peer_failure,
 )
 from trainer.export import ExportFailed
+from trainer.metrics_file import write_metrics_line
+from trainer.overrides import apply_overrides
 from trainer.preemption import EXIT_PREEMPTED, Preempted
 
 __all__ = ["main", "setup_logging", "stage", "launch_torchrun"]
@@ -77,11 +79,14 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="colbert-train", description=DESCRIPTION)
     parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (see README)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (a sweep's trial values; trainer/overrides.py)")  # fmt: skip
+    parser.add_argument("--metrics-file", help="append the final metrics here as one JSON line (Katib's collector)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
-        cfg = load_config(args.config)
+        cfg = _load(args.config, args.set)
         for key, where in (("output_dir", cfg.output_dir), ("data.cache_dir", cfg.data.cache_dir)):
             writable_dir(where, key)
         if not os.environ.get(EXIT_DIR_ENV):  # once per pod: torchrun's children were checked by their launcher
@@ -91,11 +96,16 @@ def _main(argv: list[str]) -> int:
 
         plan = resolve(os.environ, torch.cuda.device_count())
         if isinstance(plan, Launch):
-            return launch_torchrun(plan, argv)
+            code = launch_torchrun(plan, argv)
+            if code == 0 and args.metrics_file:  # the launcher, once per pod: the children are done
+                write_metrics_line(cfg.output_dir, args.metrics_file)
+            return code
         setup_logging(plan.rank)
         from trainer.rounds import run  # torch, transformers, pylate: imported once the config is good
 
         run(cfg, plan)  # the export, when asked for, is its last phase
+        if args.metrics_file and not os.environ.get(EXIT_DIR_ENV):  # a torchrun child leaves it to its launcher
+            write_metrics_line(cfg.output_dir, args.metrics_file)
         return 0
     except (ConfigError, EnvError) as e:
         return _fail(str(e), EXIT_CONFIG)
@@ -123,6 +133,16 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
         return 130
+
+
+def _load(path: str, overrides: list[str]) -> TrainConfig:
+    """The config file, with ``--set`` overrides applied before the schema reads it."""
+    if not overrides:
+        return load_config(path)
+    data = load_yaml(read_config_text(path), path)
+    if not isinstance(data, dict):
+        return parse_config(data, path)  # its one line: the top level must be a mapping
+    return parse_config(apply_overrides(data, overrides), f"{path} with --set")
 
 
 def writable_dir(path: str, key: str) -> None:

@@ -64,8 +64,9 @@ def job_options(fn):
     return fn
 
 
-def build_spec(o: dict) -> JobSpec:
-    """Options -> JobSpec: each option's value through its parser; the defaults that depend on others."""
+def build_spec(o: dict, config_text: str | None = None) -> JobSpec:
+    """Options -> JobSpec: each option's value through its parser; the defaults that depend on others.
+    ``config_text``: the config to use instead of ``--config``'s (``tune``'s trials: the file without export)."""
     if o["api"] == "auto":
         raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
     values = {opt.spec_field: opt.parse(o[opt.key]) if opt.parse and o[opt.key] is not None else o[opt.key]
@@ -77,7 +78,9 @@ def build_spec(o: dict) -> JobSpec:
     values["name"] = values["name"] if values["name"] is not None else generate_name()
     values["namespace"] = values["namespace"] if values["namespace"] is not None else default_namespace(o)
     values["runtime"] = values["runtime"] or defaults["runtime"]
-    return JobSpec(config_text=read_config(o["config"], o.get("overrides", ())), **values)
+    if config_text is None:
+        config_text = read_config(o["config"], o.get("overrides", ()))
+    return JobSpec(config_text=config_text, **values)
 
 
 def scale_line(spec: JobSpec) -> str:
