@@ -78,7 +78,7 @@ def test_submit_creates_the_dry_run_and_delete_removes_it(api, config, engine, p
         assert got["spec" if "spec" in wanted else "data"] == wanted["spec" if "spec" in wanted else "data"]
     assert cm["metadata"]["ownerReferences"][0]["kind"] == sweep["kind"]  # the ConfigMap goes with the sweep
     listed = run(api, "list", "-o", "json")
-    assert [(i["name"], i["kind"]) for i in yaml.safe_load(listed.output)["items"]] == [("sweep", sweep["kind"])]
+    assert [(i["name"], i["kind"]) for i in yaml.safe_load(listed.stdout)["items"]] == [("sweep", sweep["kind"])]
     again = run(api, *_tune(config, engine))
     assert again.exit_code != 0 and again.output.count("error:") == 1, again.output  # 409: one line
     gone = run(api, "delete", "sweep")
@@ -118,7 +118,7 @@ def test_status_reads_katibs_trials_and_names_the_best(api, config):
         api.add("kubeflow.org/v1beta1/trials", "default", trial)
     res = run(api, "tune", "status", "sweep", "-o", "json")
     assert res.exit_code == 0, res.output
-    record = yaml.safe_load(res.output)
+    record = yaml.safe_load(res.stdout)
     assert record["best"]["name"] == "sweep-b" and record["best"]["metric"] == 0.47
     assert record["best"]["seconds"] == 125
     assert record["best"]["values"] == {"training.learning_rate": "0.0001", "mine.negatives": "3"}
