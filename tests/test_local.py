@@ -188,7 +188,7 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api,
     # recreates them: test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes)
     stock = ("--runtime", "torch-distributed") if api == "trainjob" else ()
     proc = subprocess.Popen(
-        _local(wd, "--backoff-limit", "2", "--api", api, *stock),
+        _local(wd, "-v", "--backoff-limit", "2", "--api", api, *stock),  # -v: every rank counted
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
