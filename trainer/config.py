@@ -210,6 +210,11 @@ class EvalConfig(Strict):
 class IndexConfig(Strict):
     corpus: str | None = Field(None, description="A BEIR directory to index (default data.eval_beir).")
     nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits.")
+    embeddings: bool = Field(
+        False,
+        description="Also store the corpus token embeddings (float32) beside the index, for `serve --exact`: "
+        "exact MaxSim as the evaluation scores it, at 4 x dim bytes a token (PLAID's 4 bits: about an eighth).",
+    )
 
 
 def _destination(value: str) -> str:
@@ -223,7 +228,9 @@ class ExportConfig(Strict):
     destination: Annotated[str, AfterValidator(_destination)] = Field(
         description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
         "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
-        json_schema_extra={"pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"},
+        json_schema_extra={
+            "pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
+        },
     )
     include: list[Literal["best-model", "index", "checkpoint"]] = Field(
         default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
@@ -258,6 +265,7 @@ class DistributedConfig(Strict):
         description="DDP's find_unused_parameters: on when some trainable weights get no gradient in a step "
         "(a custom model); costs a graph traversal per step.",
     )
+
 
 # The cross-field rules of TrainConfig._check (and MineConfig._check) that JSON Schema can state, for the chart's
 # values.schema.json (a Helm user gets the same refusal as the CLI; tests/test_chart.py checks both).
