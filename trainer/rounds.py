@@ -95,9 +95,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
             mined = mine(cfg, layout, mined_dir, load, source, progress)
             rcfg = rcfg.model_copy(
                 update={
-                    "data": rcfg.data.model_copy(
-                        update={"train": mined_source(mined, cfg.loss.name == "distillation")}
-                    )
+                    "data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.name == "distillation")})
                 }
             )
             metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress)
@@ -106,14 +104,19 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
 
 
 def _export(cfg: TrainConfig, layout: Layout, progress: Progress) -> None:
-    """Rank 0 exports (trainer/export.py) once every phase is whole; every rank raises its failure together."""
+    """Rank 0 exports (trainer/export.py) once every phase is whole, then registers it when ``register:`` asks
+    (trainer/serve/register.py); every rank raises its failure together."""
     if cfg.export is None:
         return
     problem = None
     if layout.is_main:
         try:
             export.run(cfg, progress)
-        except export.ExportFailed as e:
+            if cfg.registration is not None:  # after the verified export, once (registered.json)
+                from trainer.serve.register import after_export
+
+                after_export(cfg)
+        except export.ExportFailed as e:  # RegisterFailed too: retryable, the restart registers once
             problem = str(e)
         except Exception as e:  # whatever it was, the other ranks must not wait for rank 0 in vain
             problem = f"export to {cfg.export.destination} failed ({type(e).__name__}: {str(e)[:200]})"
