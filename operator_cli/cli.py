@@ -10,6 +10,7 @@
     colbert-k8s runtime render     colbert-k8s runtime install   (a TrainJob runtime that fails fast)
     colbert-k8s render ... [-d DIR]  colbert-k8s local ...   (the same job, on this machine)
     colbert-k8s serve --local URI    colbert-k8s serve apply NAME|URI   (search and rerank, here or on KServe)
+    colbert-k8s register NAME|URI    (the export as a version in the Kubeflow Model Registry)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit`` sends exactly
 those objects. The commands live in :mod:`operator_cli.commands`, one module per area; this module is the
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import click
 
-from operator_cli.commands import change, job, read, runtime, serve
+from operator_cli.commands import change, job, read, register, runtime, serve
 from operator_cli.commands.base import Group, cluster_options
 from operator_cli.commands.job import build_spec, job_options
 
@@ -48,6 +49,7 @@ for command in (
     change.resume_cmd,
     runtime.runtime_group,
     serve.serve_group,
+    register.register_cmd,
 ):
     cli.add_command(command)
 

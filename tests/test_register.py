@@ -234,3 +234,42 @@ def test_a_local_job_killed_after_the_export_registers_exactly_once(tmp_path, ti
     after = json.loads((tmp_path / "output" / "metrics.json").read_text())["after"]["ndcg@10"]
     assert version["customProperties"]["ndcg_at_10_after"]["double_value"] == pytest.approx(after, abs=1e-6)
     assert "registry-token-123" not in (tmp_path / "first.log").read_text() + out
+
+
+# ---- colbert-k8s register URI ------------------------------------------------------------------------------
+
+
+def _export_dir(root: Path, tiny_model: Path) -> Path:
+    """A local copy of an export: the model at the root, its card, metrics.json, the manifest last."""
+    from trainer.export import MANIFEST, manifest_for
+
+    shutil.copytree(tiny_model, root)
+    card = "---\nlibrary_name: PyLate\n---\n\n# run-9\n\nA model, fine-tuned from\n`org/base`.\n"
+    (root / "README.md").write_text(card)
+    (root / "metrics.json").write_text(json.dumps(METRICS))
+    plan = {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
+    (root / MANIFEST).write_text(json.dumps(manifest_for(plan), indent=2, sort_keys=True) + "\n")
+    return root
+
+
+def test_the_register_command_registers_an_export_once(tmp_path, tiny_model, registry):
+    from click.testing import CliRunner
+
+    from operator_cli.cli import cli
+    from trainer.export import PARTIAL
+
+    export_dir = _export_dir(tmp_path / "export", tiny_model)
+    args = ["register", str(export_dir), "--model", "colbert-docs", "--registry-url", registry.url, "--label", "x"]
+    env = {"MODEL_REGISTRY_TOKEN": "registry-token-123"}
+    first = CliRunner().invoke(cli, args, env=env)
+    assert first.exit_code == 0, first.output
+    assert first.stdout.startswith("registered: colbert-docs version run-9-")
+    again = CliRunner().invoke(cli, args, env=env)
+    assert again.exit_code == 0 and again.stdout.startswith("already registered: colbert-docs")
+    (version,) = registry.versions.values()
+    assert version["customProperties"]["base_model"]["string_value"] == "org/base"
+    assert registry.artifacts[version["id"]][0]["uri"] == str(export_dir.resolve())
+    (export_dir / PARTIAL).write_text("")
+    half = CliRunner().invoke(cli, args, env=env)
+    assert half.exit_code != 0 and "an export is being written there" in half.output
+    assert len(half.output.strip().splitlines()) == 2 and "Traceback" not in half.output  # error + hint

@@ -238,3 +238,11 @@ def test_serve_local_refuses_what_it_cannot_serve_in_one_line(tmp_path):
         f"serve: error: {tmp_path / 'absent'} is not a directory; give an "
         "export (s3://BUCKET/PREFIX/) or a job's output_dir"
     ]
+
+
+def test_doctests():
+    import doctest
+
+    from trainer.serve import register, registry, requests
+
+    assert all(doctest.testmod(m).failed == 0 for m in (requests, registry, register))

@@ -169,7 +169,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("uri", help="an export (s3://BUCKET/PREFIX/, gs://, az://, a local copy) or a job's output_dir")
     p.add_argument("--model-name", default="colbert", help="the name in the URLs (default: colbert)")
     p.add_argument("--http-port", type=int, default=8080)
-    p.add_argument("--exact", action="store_true", help="search by exact MaxSim over the stored corpus embeddings")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        default=os.environ.get("COLBERT_SERVE_EXACT") == "1",
+        help="search by exact MaxSim over the stored corpus embeddings (or COLBERT_SERVE_EXACT=1)",
+    )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when a GPU is visible)")
     p.add_argument(
         "--cache-dir",

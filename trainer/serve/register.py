@@ -23,13 +23,25 @@ import hashlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.export import ExportFailed
 from trainer.serve.registry import Registry, RegistryError, metadata
 
-__all__ = ["MARKER", "Entry", "RegisterFailed", "after_export", "entry_for", "preflight", "register"]
+__all__ = [
+    "MARKER",
+    "Entry",
+    "RegisterFailed",
+    "after_export",
+    "entry_for",
+    "from_card",
+    "preflight",
+    "read_export",
+    "register",
+    "register_export",
+]
 
 log = logging.getLogger("trainer")
 MARKER = "registered.json"  # in output_dir, written after the registry answered
@@ -129,6 +141,74 @@ def register(registry: Registry, entry: Entry) -> dict:
         artifact = registry.add_artifact(version["id"], entry.artifact_body())
     ids = {"model_id": model["id"], "version_id": version["id"], "artifact_id": artifact.get("id")}
     return {"model": entry.model, "version": entry.version, "uri": entry.uri, **ids, "created": created}
+
+
+def read_export(uri: str) -> tuple[str, bytes, dict, str]:
+    """(the URI as registered, the manifest's bytes, metrics.json, the card) of the export at ``uri`` (an object
+    store prefix or a local copy), checked: its manifest is there, no export is being written, and metrics.json
+    is the file the manifest lists."""
+    from trainer.config_base import parse_destination
+    from trainer.export import MANIFEST, PARTIAL
+
+    if "://" in uri:
+        try:
+            dest = parse_destination(uri)
+        except ValueError as e:
+            raise RegistryError(f"{uri} {e}") from None
+        if dest.hub:
+            raise RegistryError(f"{uri}: register reads an export on s3://, gs://, az:// or a local path")
+        get, where = _store_reader(dest), str(dest)
+    else:
+        root = Path(uri).resolve()
+        get, where = (lambda name: (root / name).read_bytes() if (root / name).is_file() else None), str(root)
+    if get(PARTIAL) is not None:
+        raise RegistryError(f"{where}: an export is being written there ({PARTIAL}); wait for it, or export again")
+    manifest = get(MANIFEST)
+    if manifest is None:
+        raise RegistryError(f"{where}: no export there (no {MANIFEST}); give the export's prefix")
+    raw = get("metrics.json") or b""
+    want = json.loads(manifest).get("files", {}).get("metrics.json", {}).get("sha256")
+    if hashlib.sha256(raw).hexdigest() != want:
+        raise RegistryError(f"{where}: metrics.json is missing or not the one its {MANIFEST} lists; export again")
+    return where, manifest, json.loads(raw), (get("README.md") or b"").decode("utf-8", "replace")
+
+
+def _store_reader(dest):
+    import obstore
+
+    from trainer.stores import bucket_store, reason
+
+    store = bucket_store(dest.scheme, dest.bucket, {"timeout": "60s", "connect_timeout": "10s"})
+
+    def get(name: str) -> bytes | None:
+        try:
+            return bytes(obstore.get(store, dest.prefix + name).bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise RegistryError(f"{dest}: {name} cannot be read ({reason(e)})") from None
+
+    return get
+
+
+def from_card(card: str) -> tuple[str, str]:
+    r"""(base model, job name) as the card states them: "fine-tuned from `BASE`" and its title.
+
+    >>> from_card("---\nx: 1\n---\n\n# run-7\n\nA model, fine-tuned from\n`org/base` with colbert-k8s.")
+    ('org/base', 'run-7')
+    """
+    base = re.search(r"fine-tuned from\s+`([^`]+)`", card)
+    title = re.search(r"^# (.+)$", card, re.MULTILINE)
+    return (base.group(1) if base else "unknown"), (title.group(1).strip() if title else "unknown")
+
+
+def register_export(uri: str, rcfg, job: str | None = None) -> dict:
+    """``colbert-k8s register``: the export at ``uri`` registered as ``rcfg`` says (the base model and the job's
+    name from its card, unless ``job`` is given)."""
+    where, manifest, metrics, card = read_export(uri)
+    base, titled = from_card(card)
+    entry = entry_for(rcfg, where, manifest, metrics, base, job or titled)
+    return register(Registry.from_env(rcfg.url), entry)
 
 
 def preflight(cfg) -> None:

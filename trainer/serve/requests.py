@@ -14,10 +14,11 @@ a body (checked by the server before it parses a byte).
 Search(queries=['what is colbert?'], k=3)
 >>> parse_v1({"instances": [{"query": "q", "documents": ["a", "b"]}]})
 Rerank(query='q', documents=['a', 'b'])
->>> parse_v1({"instances": [{"query": " ", "k": 3}]})
-Traceback (most recent call last):
-...
-trainer.serve.requests.BadRequest: instances[0].query is empty; send the query text
+>>> try:
+...     parse_v1({"instances": [{"query": " ", "k": 3}]})
+... except BadRequest as e:
+...     print(e)
+instances[0].query is empty; send the query text
 """
 
 from __future__ import annotations
