@@ -1,5 +1,5 @@
 """How long and how much memory mining takes: BM25 at 10k queries x 100k documents, exact MaxSim and PLAID
-measured on a sample and scaled, all through the production retrievers of ``trainer/retrieval.py``, one process.
+measured on a sample and scaled, all through the production retrievers of ``trainer/retrieval/``, one process.
 
     python bench/mine.py --out bench/results/mine.json
 
@@ -60,7 +60,9 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
 
     import torch
 
-    from trainer.retrieval import Bm25Retriever, ModelRetriever, PlaidRetriever
+    from trainer.retrieval.bm25 import Bm25Retriever
+    from trainer.retrieval.exact import ModelRetriever
+    from trainer.retrieval.plaid import PlaidRetriever
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     docs, queries = texts(n_docs, n_queries)

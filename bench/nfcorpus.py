@@ -64,16 +64,31 @@ for _arm in ("bm25-1", "bm25-3", "model-1", "model-3", "trained-1"):
     ARMS[f"{_arm}-mask"] = {**ARMS[_arm], **MASK}
 ARMS["trained-1-mask"]["mine_with"] = "bm25-1-mask"
 
+# issue 39's levers: the base model as the bi-encoder it was trained to be mines (dense), or BM25 and it fused
+ARMS["dense-1"] = {"retriever": "dense", "negatives": 1, "rank_range": [3, 30], "max_score_ratio": 0.95}
+ARMS["dense-3"] = {**ARMS["dense-1"], "negatives": 3}
+ARMS["hybrid-1"] = {**ARMS["dense-1"], "retriever": "hybrid"}
+for _arm in ("model-1", "dense-1", "bm25-1"):  # 0.3's behaviour: rows with too few candidates dropped
+    ARMS[f"{_arm}-drop"] = {**ARMS[_arm], "fallback": "drop"}
+HEAD = {"training": {"head_learning_rate": 1e-3}}  # the new projection starts random, the encoder does not
+for _arm in ("dense-1", "model-1", "bm25-1"):
+    ARMS[f"{_arm}-head"] = {**ARMS[_arm], **HEAD}
+ARMS["dense"] = {}  # the base model as it ships: a bi-encoder, its own pooling, no training
+
 RECIPE = ROOT / "recipes" / "domain-adaptation-from-pairs.yaml"
 ARMS["recipe"] = {k: v for k, v in yaml.safe_load(RECIPE.read_text())["mine"].items() if k not in ("corpus",)}
 
 
-def prepare(data: Path, out: Path, rows_per_query: int, seed: int = 0) -> tuple[Path, Path]:
+def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", seed: int = 0) -> tuple[Path, Path]:
     """``pairs.jsonl`` (every train qrel as a row) and ``kept.jsonl`` (``rows_per_query`` of each query's,
-    seeded: the reference's input), written once under ``out``."""
+    seeded: the reference's input), written once under ``out``. ``labels="sparse"``: one positive per query,
+    its highest-graded qrel (the first in the file among equals), as most users have; both files hold those."""
     from trainer.data import document_text
 
-    pairs, kept = out / "pairs.jsonl", out / f"kept-{rows_per_query}.jsonl"
+    if labels == "sparse":
+        pairs = kept = out / "sparse.jsonl"
+    else:
+        pairs, kept = out / "pairs.jsonl", out / f"kept-{rows_per_query}.jsonl"
     if pairs.is_file() and kept.is_file():
         return pairs, kept
     out.mkdir(parents=True, exist_ok=True)
@@ -81,9 +96,14 @@ def prepare(data: Path, out: Path, rows_per_query: int, seed: int = 0) -> tuple[
     queries = {q["_id"]: q["text"] for q in map(json.loads, open(data / "queries.jsonl"))}
     by_query: dict[str, list[str]] = {}
     with open(data / "qrels" / "train.tsv") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            if int(row["score"]) > 0 and row["corpus-id"] in docs:
-                by_query.setdefault(row["query-id"], []).append(row["corpus-id"])
+        graded = [r for r in csv.DictReader(f, delimiter="\t") if int(r["score"]) > 0 and r["corpus-id"] in docs]
+    for row in sorted(graded, key=lambda r: -int(r["score"])):  # stable: file order among equal grades
+        by_query.setdefault(row["query-id"], []).append(row["corpus-id"])
+    if labels == "sparse":
+        with open(pairs, "w") as p:
+            for qid, ids in by_query.items():
+                p.write(json.dumps({"query": queries[qid], "positive": docs[ids[0]]}) + "\n")
+        return pairs, kept
     rng = random.Random(seed)
     with open(pairs, "w") as p, open(kept, "w") as k:
         for qid, ids in by_query.items():
@@ -97,8 +117,9 @@ def prepare(data: Path, out: Path, rows_per_query: int, seed: int = 0) -> tuple[
 def config(args, pairs: Path, arm: str, seed: int) -> dict:
     mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
     loss = mine.pop("loss", {"name": "contrastive"})
+    training = mine.pop("training", {})
     if teacher_arm := mine.pop("mine_with", None):
-        mine["model"] = str(args.workdir / args.split / f"{teacher_arm}-{seed}" / "out" / "final-model")
+        mine["model"] = str(run_dir(args, teacher_arm, seed) / "out" / "final-model")
     return {
         "model": {"name_or_path": minilm(), "query_length": 32, "document_length": args.document_length},
         "data": {"train": {"path": str(pairs)}, "eval_beir": str(args.data), "eval_split": args.split},
@@ -109,6 +130,7 @@ def config(args, pairs: Path, arm: str, seed: int) -> dict:
             "warmup_ratio": 0.1,
             "seed": seed,
             "log_every": 10,
+            **training,
         },
         "loss": loss,
         "checkpoint": {"every_steps": 10_000},
@@ -143,11 +165,47 @@ def evaluate_model(path: Path, args) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+_DENSE = """
+import json, sys
+from sentence_transformers import SentenceTransformer
+from trainer.evaluate import load_beir, retrieval_metrics
+path, data, split = sys.argv[1:4]
+s = load_beir(data, split)
+model = SentenceTransformer(path, device="cpu")
+d = model.encode(s.corpus, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)
+q = model.encode(s.queries, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)
+top = (q @ d.T).topk(100, dim=1)
+run = {qid: {s.corpus_ids[int(i)]: float(v) for v, i in zip(vs, ix)}
+       for qid, vs, ix in zip(s.query_ids, top.values, top.indices)}
+qrels = {q: s.qrels[q] for q in s.query_ids}
+out = retrieval_metrics(run, qrels)
+out["per_query"] = {q: retrieval_metrics({q: run[q]}, {q: qrels[q]})["ndcg@10"] for q in qrels}
+print(json.dumps(out))
+"""
+
+
+def evaluate_dense(args) -> dict:
+    """The base model as it ships, as the bi-encoder it is (its own pooling, exact cosine): the figure a
+    user gets without training, which training must beat."""
+    import subprocess
+
+    cmd = [sys.executable, "-c", _DENSE, minilm(), str(args.data), args.split]
+    res = subprocess.run(cmd, env={**ENV, "OMP_NUM_THREADS": str(args.threads)}, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(res.stderr[-2000:])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def run_dir(args, arm: str, seed: int) -> Path:
+    """One run's directory: by protocol (labels), split and budget (steps), then arm and seed."""
+    return args.workdir / f"{args.labels}-{args.split}-{args.steps}" / f"{arm}-{seed}"
+
+
 def run_arm(args, pairs: Path, kept: Path, arm: str, seed: int) -> dict:
     """One run (reused from --workdir when finished): nDCG@10 per query, wall seconds, rows kept."""
     from filelock import FileLock
 
-    wd = args.workdir / args.split / f"{arm}-{seed}"
+    wd = run_dir(args, arm, seed)
     wd.mkdir(parents=True, exist_ok=True)
     with FileLock(str(wd / ".lock")):  # a trained-* arm runs its teacher arm itself, maybe beside it
         return _run_arm(args, pairs, kept, arm, seed, wd)
@@ -159,7 +217,9 @@ def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> di
         return json.loads(done.read_text())
     env = {"OMP_NUM_THREADS": str(args.threads)}
     start = time.perf_counter()
-    if arm == "reference":
+    if arm == "dense":
+        metrics, wall, rows = evaluate_dense(args), 0.0, 0
+    elif arm == "reference":
         extra = ["--lr", str(args.lr), "--seed", str(seed), "--save", str(wd / "model")]
         run_reference(wd, 1, minilm(), kept, args.batch, args.steps, 32, args.document_length, extra=extra, env=env)
         wall = time.perf_counter() - start
@@ -176,7 +236,8 @@ def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> di
     result = {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics.get("recall@100"),
               "per_query": metrics.get("per_query", {}), "wall_seconds": round(wall, 1), "rows": rows}  # fmt: skip
     done.write_text(json.dumps(result))
-    print(f"{args.split} seed {seed} {arm:12s} nDCG@10 {result['ndcg@10']:.4f} ({result['wall_seconds']}s)", flush=True)
+    where = f"{args.labels} {args.split} {args.steps} steps seed {seed}"
+    print(f"{where} {arm:12s} nDCG@10 {result['ndcg@10']:.4f} ({result['wall_seconds']}s)", flush=True)
     return result
 
 
@@ -266,6 +327,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="the BEIR NFCorpus directory (train/dev/test qrels)")
     parser.add_argument("--split", choices=["dev", "test"], default="dev", help="choose on dev, report on test")
+    parser.add_argument(
+        "--labels",
+        choices=["full", "sparse"],
+        default="full",
+        help="full: every train qrel (NFCorpus as given); sparse: one positive per query",
+    )
     parser.add_argument("--arms", nargs="+", default=[BASELINE, "reference", "recipe"], choices=list(ARMS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=48)
@@ -282,7 +349,7 @@ def main() -> None:
     args.data, args.workdir = args.data.resolve(), args.workdir.resolve()  # the runs work in other directories
     if not (args.data / "qrels" / "train.tsv").is_file():
         raise SystemExit(f"--data {args.data}: no qrels/train.tsv; give the BEIR NFCorpus directory")
-    pairs, kept = prepare(args.data, args.workdir / "data", args.rows_per_query)
+    pairs, kept = prepare(args.data, args.workdir / "data", args.rows_per_query, args.labels)
     jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
@@ -291,15 +358,26 @@ def main() -> None:
             arm, seed = futures[f]
             runs[arm][seed] = f.result()
     runs = {arm: dict(sorted(by_seed.items())) for arm, by_seed in runs.items()}
-    result = {"commit": git_commit(), "split": args.split, "steps": args.steps, "batch": args.batch, "lr": args.lr,
-              "document_length": args.document_length, "rows_per_query": args.rows_per_query, "seeds": args.seeds,
-              "arms": {a: ARMS[a] for a in args.arms}, "runs": runs}  # fmt: skip
+    result = {
+        "commit": git_commit(),
+        "labels": args.labels,
+        "split": args.split,
+        "steps": args.steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "document_length": args.document_length,
+        "rows_per_query": args.rows_per_query,
+        "seeds": args.seeds,
+        "arms": {a: ARMS[a] for a in args.arms},
+        "runs": runs,
+    }
     result["summary"] = summarize(runs)
-    out = args.out or ROOT / "bench" / "results" / f"nfcorpus_{args.split}.json"
+    name = f"nfcorpus_{args.labels}_{args.split}_{args.steps}"
+    out = args.out or ROOT / "bench" / "results" / f"{name}.json"
     slim = {a: {s: {k: v for k, v in r.items() if k != "per_query"} for s, r in rs.items()} for a, rs in runs.items()}
     out.write_text(json.dumps({**result, "runs": slim}, indent=2) + "\n")
     print(table(result))
-    plot(result, args.plot or ROOT / "docs" / f"nfcorpus_{args.split}.png")
+    plot(result, args.plot or ROOT / "docs" / f"{name}.png")
 
 
 if __name__ == "__main__":

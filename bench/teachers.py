@@ -7,7 +7,7 @@ cost when it retrieves better than the student does after the same training. Thi
 benchmark's held-out split (the same queries and corpus ``bench/mining_quality.py`` evaluates on), every
 scorer this machine has without a model hub:
 
-* ``bm25``: BM25 through mining's own retriever (``trainer/retrieval.py: Bm25Retriever``, ``bm25s``);
+* ``bm25``: BM25 through mining's own retriever (``trainer/retrieval/: Bm25Retriever``, ``bm25s``);
 * ``dense``: all-MiniLM-L6-v2 as the bi-encoder it was trained as (mean pooling, cosine);
 * ``bm25+dense``: the two fused by reciprocal rank (k = 60), the usual hybrid;
 * ``colbert-base``: all-MiniLM-L6-v2 as ColBERT with a new projection (what ``model-3`` mines with),
@@ -65,7 +65,7 @@ def scorers(name: str, seeds: list[int]) -> dict[str, list[float]]:
     from trainer.config import ModelConfig
     from trainer.evaluate import evaluate, load_beir, retrieval_metrics
     from trainer.model import build_model
-    from trainer.retrieval import Bm25Retriever
+    from trainer.retrieval.bm25 import Bm25Retriever
 
     split = load_beir(benchmark(name).parent / "beir")
     ids = split.corpus_ids

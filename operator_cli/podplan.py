@@ -107,4 +107,3 @@ class PodPlan:
             "PET_NPROC_PER_NODE": self.nproc,
             "PET_NODE_RANK": str(index),
         }
-

@@ -89,6 +89,8 @@ def _progress_line(p: dict) -> str:
         parts.append(f"{p['samples_per_second']:.1f} samples/s")
     if p.get("loss") is not None:
         parts.append(f"loss {p['loss']:.4f}")
+    if p.get("easy_share") is not None:  # how much of the batch still teaches (trainer/losses/hardness.py)
+        parts.append(f"easy rows {100 * p['easy_share']:.0f}%, margin {p['margin']:.2f}")
     if p.get("best"):
         b = p["best"]
         parts.append(f"best {b['metric']} {b['value']:.4f} at step {b['step']}")

@@ -331,4 +331,3 @@ def parse_training_config(text: str):
     from trainer.config_yaml import load_yaml, parse_config  # pydantic: see above
 
     return parse_config(load_yaml(text, "train.yaml"), "train.yaml")
-

@@ -3,7 +3,7 @@
 
 * tokens: ``Authorization: Bearer`` checked on every call; unknown -> 401, a read token's writes -> 403,
   and so are writes outside the namespaces the user may write (its own, its orgs'); whoami-v2 says the role;
-* branches made and deleted (``main`` cannot be), the tree of a revision listed;
+* branches made and deleted (``main`` cannot be), the tree of a revision listed, a file read (``resolve``);
 * ``repos/create`` (409 when it exists), ``branch``, repository info (404 for a missing one or revision);
 * ``validate-yaml``: the card's front matter must parse, and ``model-index`` must be a list of results;
 * ``preupload``: LFS for weights and large or binary files, "regular" otherwise, with each file's id at
@@ -16,7 +16,7 @@
 
 What it does not do: Xet storage (the client uses it when ``hf_xet`` is installed; the tests set
 ``HF_HUB_DISABLE_XET=1`` so the LFS protocol is used), multipart LFS uploads, pull requests, rate limits,
-gated or private visibility checks on reads, ``.gitattributes``, and file downloads.
+gated or private visibility checks on reads, ``.gitattributes``, and redirects of file downloads to a CDN.
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._route("DELETE")
 
+    def do_HEAD(self) -> None:
+        self._route("HEAD")
+
     # ---- endpoints ----
     def get_whoami(self, hub) -> None:
         role = self._role()
@@ -178,6 +181,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def get_info_revision(self, hub, repo_id, revision) -> None:
         self.get_info(hub, repo_id, revision)
+
+    def get_resolve(self, hub, repo_id, revision, path, head: bool = False) -> None:
+        """A file's bytes (``hf_hub_download``: a HEAD for its commit, ETag and size, then a GET)."""
+        repo = hub.repos.get(repo_id)
+        data = None if repo is None else repo.branches.get(revision, {}).get(path)
+        if data is None:
+            self._error(404, "Entry not found")
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", f'"{git_sha1(data)}"')
+        self.send_header("X-Repo-Commit", repo.commits[-1] if repo.commits else "0" * 40)
+        self.end_headers()
+        if not head:
+            self.wfile.write(data)
+
+    def head_resolve(self, hub, repo_id, revision, path) -> None:
+        self.get_resolve(hub, repo_id, revision, path, head=True)
 
     def post_validate(self, hub) -> None:
         body = json.loads(self._body())
@@ -293,6 +314,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         (rf"/{_REPO}\.git/info/lfs/objects/batch", post_lfs_batch),
         (r"/lfs-upload/([0-9a-f]{64})/(\d+)", put_lfs_object),
         (rf"/api/models/{_REPO}/commit/([\w.%-]+)", post_commit),
+        (rf"/{_REPO}/resolve/([\w.%-]+)/(.+)", get_resolve),
+        (rf"/{_REPO}/resolve/([\w.%-]+)/(.+)", head_resolve),
     ]
 
 

@@ -117,6 +117,7 @@ FLAG_CASES = [
     ("node-selector-token-value", ["--node-selector", f"pool={SECRET}"], "--node-selector pool holds"),
     ("env-two-line-name-token-value", ["--env", f"A\nB={SECRET}"], "--env holds"),  # the name is not echoed
     ("image-with-userinfo", ["--image", "u:s3cr3t-pass@reg/img:1"], "--image"),
+    ("env-sas-token", ["--env", "AZURE_SAS=sv=2022-11-02&sp=r&sig=s3cr3t-pass"], "--env AZURE_SAS holds a signed"),
     # click's own usage errors come in the same two lines
     ("unknown-flag", ["--gpu", "1"], "No such option '--gpu'"),
     ("flag-not-an-integer", ["--gpus-per-node", "x"], "'--gpus-per-node'"),
@@ -241,6 +242,23 @@ CONFIG_CASES = [
     ("url-bad-ipv4", b"data: {train: {path: t.jsonl}, eval_beir: 'http://999.1.1.1/b/'}\n", "not an IPv4"),
     ("url-bad-port", GOOD_CONFIG.encode() + b"mine: {corpus: 'https://h:http/c.jsonl'}\n", "'mine.corpus'"),
     ("hf-without-name", GOOD_CONFIG.encode() + b"mine: {model: 'hf://'}\n", "hf:// names no repository"),
+    # a signed URL: its signature is a credential; any other query the stager would drop (issue 42)
+    (
+        "url-azure-sas",
+        b"data: {train: {path: 'https://a.blob.core.windows.net/c/t.jsonl?sv=1&sp=r&sig=s3cr3t-pass'}}\n",
+        "'data.train.path' holds a signed URL's signature (sig=, X-Goog-Signature=",
+    ),
+    (
+        "url-gcs-signed",
+        GOOD_CONFIG.encode() + b"model: {name_or_path: 'https://storage.googleapis.com/b/m/?X-Goog-"
+        b"Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=s3cr3t-pass'}\n",
+        "'model.name_or_path' holds a signed URL's",
+    ),
+    (
+        "url-query",
+        b"data: {train: {path: 'https://h.example/t.jsonl?versionId=s3cr3t-pass'}}\n",
+        "'data.train.path': has a query string or fragment, which the stager cannot use",
+    ),
 ]
 
 
@@ -542,6 +560,11 @@ CREDENTIALS = [
     ("AIza" + "B" * 35, "Google"),
     ("-----BEGIN OPENSSH PRIVATE KEY-----", "private key"),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "JSON web token"),
+    ("https://a.blob.core.windows.net/c/t.jsonl?sv=2022-11-02&sp=r&sig=AbC%2Bd%3D", "signed URL"),
+    ("sv=2022-11-02&ss=b&srt=o&sig=AbC%2Bd%3D", "signed URL"),  # a SAS token alone
+    ("https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=0a1b", "signed URL"),
+    ("https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=0a1b", "signed URL"),
+    ("https://b.s3.amazonaws.com/k?x-amz-security-token=FwoGZXIvYXdzE", "signed URL"),
     # lookalikes that are not credentials
     ("s3://bucket/dir@2024/train.jsonl", None),
     ("reg.io/team/img:1.0@sha256:" + "0a" * 32, None),
@@ -550,6 +573,8 @@ CREDENTIALS = [
     ("hf_cache_dir", None),
     ("AKIAABCDEFGHIJKLMNOPQRS", None),  # 23 characters: not a 20-character key id
     ("sentence-transformers/all-MiniLM-L6-v2", None),
+    ("s3://b/runs/sig=2024/t.jsonl", None),  # not a query parameter
+    ("https://h.example/x?design=1&signature_count=2", None),
 ]
 
 

@@ -96,6 +96,10 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     rows = [json.loads(line) for line in pairs.open()]
     assert [r["positive"] for r in rows] == ["T0 text 0", "T1 text 1"]  # relevance 0 is no positive
     assert len(kept.read_text().splitlines()) == 1
+    # sparse labels: one positive per query, its highest grade (the first in the file among equals)
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\nq1\td1\t2\nq1\td2\t2\n")
+    sparse, same = prepare(tmp_path, tmp_path / "sparse", rows_per_query=4, labels="sparse")
+    assert sparse == same and [json.loads(line)["positive"] for line in sparse.open()] == ["T1 text 1"]
     runs = {1: {"ndcg@10": 0.5, "per_query": {"a": 0.5, "b": 0.5}},
             2: {"ndcg@10": 0.7, "per_query": {"a": 1.0, "b": 0.4}}}  # fmt: skip
     base = {1: {"ndcg@10": 0.4, "per_query": {"a": 0.4, "b": 0.4}},

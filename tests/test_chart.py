@@ -372,6 +372,8 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         ({"annotations": {"example.com/note": "hf_SeCrEtVaLuE1234567890"}}, "annotations"),
         ({"env": {"MODEL_REVISION": "ghp_" + "a1" * 18}}, "env"),
         ({"config": {**CONFIG, "model": {"name_or_path": "https://u:p4ss@example.com/m"}}}, "name_or_path"),
+        ({"config": {**CONFIG, "data": {"train": {"path": "https://a.blob.core.windows.net/c/t?sv=1&sig=x"}}}}, "path"),
+        ({"env": {"AZURE_SAS": "sv=2022-11-02&ss=b&X-Amz-Security-Token=FwoG"}}, "env"),
     ],
     ids=[
         "label-overrides-managed-by",
@@ -389,6 +391,8 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         "token-in-an-annotation",
         "token-in-a-plain-env-value",
         "password-in-a-config-url",
+        "sas-signature-in-a-config-url",
+        "session-token-in-an-env-value",
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):

@@ -50,6 +50,7 @@ BAD = [
     ("hub dataset", {"destination": "hf://datasets/org/x"}, "names a dataset or Space"),
     ("dot-dot prefix", {"destination": "s3://b/a/../c"}, "the prefix holds '.' or '..'"),
     ("revision on s3", {"destination": "s3://b/p", "revision": "dev"}, "apply to hf:// destinations only"),
+    ("replace on s3", {"destination": "s3://b/p", "replace": True}, "apply to hf:// destinations only"),
     ("unknown include", {"destination": "s3://b/p", "include": ["tokenizer"]}, "export.include"),
     ("index not built", {"destination": "s3://b/p", "include": ["index"]}, "needs an index section"),
     ("best never kept", {"destination": "s3://b/p", "include": ["best-model"]}, "needs evaluation.every_steps"),
@@ -202,8 +203,11 @@ def test_a_new_export_removes_what_the_old_one_held_and_this_one_does_not(s3_env
     "case,setup,message",
     [
         ("no bucket", lambda env: None, "the bucket does not exist"),
-        ("no credentials", lambda env: [env.delenv(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")],
-         "--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY and --secret-env AWS_SECRET_ACCESS_KEY=SECRET/KEY"),
+        (
+            "no credentials",
+            lambda env: [env.delenv(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")],
+            "--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY and --secret-env AWS_SECRET_ACCESS_KEY=SECRET/KEY",
+        ),
     ],  # fmt: skip
 )
 def test_preflight_refuses_an_s3_destination_in_one_line(s3_env, outputs, monkeypatch, case, setup, message):
@@ -227,6 +231,8 @@ def hub(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at import: the LFS protocol, as documented
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", server.url)  # also read at import (URLs are parsed against it)
+    template = server.url + "/{repo_id}/resolve/{revision}/{filename}"  # hf_hub_download's, read at import too
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     yield server
     server.close()
 
@@ -317,6 +323,46 @@ def test_a_hub_export_removes_an_earlier_exports_files(hub, outputs):
     assert files == _local_files(outputs)
 
 
+FOREIGN = {"LICENSE": b"Apache-2.0\n", "onnx/model.onnx": b"\0onnx" * 100, "eval/beir-results.json": b"{}\n"}
+
+
+def test_a_hub_export_keeps_the_files_no_export_wrote(hub, outputs):
+    """The owner's own files beside an earlier export: only what that export's manifest lists is removed."""
+    cfg = _cfg(outputs, "hf://my-org/shared")
+    export.preflight(cfg)
+    export.run(_cfg(outputs, "hf://my-org/shared", include=["checkpoint"]))
+    hub.files("my-org/shared").update(FOREIGN)  # added on the Hub after the first export
+    export.preflight(cfg)  # a repository with a manifest passes
+    export.run(cfg)
+    files = dict(hub.files("my-org/shared"))
+    assert {name: files.pop(name) for name in FOREIGN} == FOREIGN
+    files.pop(export.MANIFEST)
+    assert files == _local_files(outputs)  # the earlier export's checkpoint/state.pt is gone
+
+
+def test_a_hub_repository_no_export_wrote_is_refused_at_start_unless_replace(hub, outputs):
+    from tests.hub import Repo
+
+    held = {".gitattributes": b"*.onnx filter=lfs diff=lfs merge=lfs -text\n", **FOREIGN}
+    hub.repos["my-org/theirs"] = Repo(private=False, branches={"main": dict(held)})
+    with pytest.raises(export.ExportError) as e:
+        export.preflight(_cfg(outputs, "hf://my-org/theirs"))
+    assert str(e.value) == (
+        "export.destination hf://my-org/theirs holds 3 file(s) that no colbert-k8s export wrote (LICENSE, "
+        "eval/beir-results.json, onnx/model.onnx) and no colbert-k8s-export.json; export to a new or empty "
+        "repository, or set export.replace: true to replace its contents"
+    )
+    with pytest.raises(export.ExportFailed, match="no colbert-k8s export wrote"):  # files that came after the start
+        export.run(_cfg(outputs, "hf://my-org/theirs"))
+    assert hub.files("my-org/theirs") == held
+    cfg = _cfg(outputs, "hf://my-org/theirs", replace=True)
+    export.preflight(cfg)
+    export.run(cfg)
+    files = dict(hub.files("my-org/theirs"))
+    assert files.pop(".gitattributes") == held[".gitattributes"] and files.pop(export.MANIFEST)
+    assert files == _local_files(outputs)
+
+
 def test_a_hub_that_stops_answering_is_a_retryable_failure(hub, outputs, monkeypatch):
     from tests.conftest import free_port
 
@@ -372,6 +418,17 @@ def test_the_card_names_a_staged_source_by_its_url(tmp_path):
     assert origin(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere")
 
 
+def test_the_card_names_a_staged_mining_model_by_its_url(tmp_path):
+    from trainer.card import render
+
+    staged = tmp_path / "cache" / "sources" / "abc"
+    (staged / "files").mkdir(parents=True)
+    (staged / ".complete").write_text(json.dumps({"url": "s3://models/miner/", "files": {}}))
+    cfg = parse_config({**BASE, "mine": {"negatives": 1, "model": str(staged / "files")}})  # as staging leaves it
+    text = render(cfg, {"steps": 1})
+    assert "1 mined per row by `s3://models/miner/`" in text and str(tmp_path) not in text
+
+
 # ---- a `local` job, killed during the upload ------------------------------------------------------
 
 
@@ -406,10 +463,30 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [
-        sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"), "--name", "exp",
-        "--nodes", "2", "--gpus-per-node", "0", "--pvc-size", "1Gi", "--workdir", str(tmp_path),
-        "--secret-env", "AWS_ACCESS_KEY_ID=s3/id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3/secret",
-        "--env", f"AWS_ENDPOINT_URL={proxy.url}", "--env", "AWS_REGION=us-east-1",
+        sys.executable,
+        "-m",
+        "operator_cli.cli",
+        "local",
+        "--config",
+        str(tmp_path / "train.yaml"),
+        "--name",
+        "exp",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "0",
+        "--pvc-size",
+        "1Gi",
+        "--workdir",
+        str(tmp_path),
+        "--secret-env",
+        "AWS_ACCESS_KEY_ID=s3/id",
+        "--secret-env",
+        "AWS_SECRET_ACCESS_KEY=s3/secret",
+        "--env",
+        f"AWS_ENDPOINT_URL={proxy.url}",
+        "--env",
+        "AWS_REGION=us-east-1",
     ]  # fmt: skip  (a claim: the job resubmitted finds what the killed one wrote)
     env = {**os.environ, **s3.env}
     try:

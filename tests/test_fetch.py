@@ -14,10 +14,11 @@ from __future__ import annotations
 import doctest
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -125,27 +126,33 @@ def _tar(*members: tuple) -> bytes:
     return buf.getvalue()
 
 
-GOOD = _member("metrics.json", data=b'{"ndcg@10": 0.5}\n')  # extracted first, then the hostile member
+GOOD = _member("metrics.json", data=b'{"ndcg@10": 0.5}\n')  # first, then the hostile member
 HOSTILE = [
     ("absolute path", _member("/tmp/evil", data=b"x"), "an absolute path"),
     ("dotdot", _member("final-model/../../evil", data=b"x"), "'..'"),
-    ("symlink escape", _member("final-model/up", tarfile.SYMTYPE, link="../../.."), "link pointing outside"),
-    ("absolute symlink", _member("final-model/passwd", tarfile.SYMTYPE, link="/etc/passwd"), "link pointing outside"),
-    ("hard link escape", _member("final-model/h", tarfile.LNKTYPE, link="../../../etc/passwd"), "link pointing"),
+    ("symlink escape", _member("final-model/up", tarfile.SYMTYPE, link="../../.."), "a link"),
+    ("absolute symlink", _member("final-model/passwd", tarfile.SYMTYPE, link="/etc/passwd"), "a link"),
+    ("in-tree symlink", _member("final-model/latest", tarfile.SYMTYPE, link="model.safetensors"), "a link"),
+    ("hard link escape", _member("final-model/h", tarfile.LNKTYPE, link="../../../etc/passwd"), "a link"),
+    ("in-tree hard link", _member("final-model/h", tarfile.LNKTYPE, link="metrics.json"), "a link"),
     ("char device", _member("final-model/null", tarfile.CHRTYPE), "a device or pipe"),
     ("fifo", _member("final-model/pipe", tarfile.FIFOTYPE), "a device or pipe"),
     ("outside the names", _member("secrets.txt", data=b"x"), "a path outside final-model, metrics.json"),
+    ("given twice", _member("metrics.json", data=b"{}"), "a name given twice"),
+    ("under a file", _member("metrics.json/x", data=b"x"), "a path under the file 'metrics.json'"),
 ]
 
 
 @pytest.mark.parametrize("member,reason", [(m, r) for _, m, r in HOSTILE], ids=[c for c, _, _ in HOSTILE])
 def test_hostile_archive_is_refused_in_one_line_and_nothing_is_written(tmp_path, member, reason):
-    to = tmp_path / "out" / "demo"
-    with pytest.raises(CliError) as e, staged(to, overwrite=False) as tmp:
-        extract(io.BytesIO(_tar(GOOD, member)), tmp, {"final-model", "metrics.json"}, "the tar")
+    """Every member is checked before any is placed: not even the good one before the hostile one lands."""
+    dest = tmp_path / "out" / "demo"
+    dest.mkdir(parents=True)
+    with pytest.raises(CliError) as e:
+        extract(io.BytesIO(_tar(GOOD, member)), dest, {"final-model", "metrics.json"}, "the tar")
     assert reason in e.value.message and "refused, nothing was written" in e.value.message
     assert "\n" not in e.value.message
-    assert list((tmp_path / "out").iterdir()) == []  # neither demo nor its temporary sibling
+    assert list(dest.iterdir()) == [] and list((tmp_path / "out").iterdir()) == [dest]
     assert not (tmp_path / "evil").exists() and not Path("/tmp/evil").exists()
 
 
@@ -158,8 +165,10 @@ def test_archive_cut_short_is_one_line_and_nothing_is_written(tmp_path):
 
 def test_whole_archive_lands_byte_for_byte_and_replaces_only_with_overwrite(tmp_path):
     weights = bytes(range(256)) * 1000
-    archive = _tar(GOOD, _member("final-model/model.safetensors", data=weights),
-                   _member("final-model/latest", tarfile.SYMTYPE, link="model.safetensors"))  # fmt: skip
+    script = _member("final-model/run.sh", data=b"#!/bin/sh\n")
+    script[0].mode, script[0].mtime = 0o4777, 1_700_000_000  # setuid and world-writable: dropped
+    archive = _tar(GOOD, _member("final-model", tarfile.DIRTYPE), _member("final-model/model.safetensors",
+                   data=weights), script)  # fmt: skip
     to = tmp_path / "demo"
     to.mkdir()
     (to / "old.txt").write_text("an older copy")
@@ -170,8 +179,36 @@ def test_whole_archive_lands_byte_for_byte_and_replaces_only_with_overwrite(tmp_
         extract(io.BytesIO(archive), tmp, {"final-model", "metrics.json"}, "the tar")
         assert (to / "old.txt").exists()  # the old copy stays until the new one is whole
     assert (to / "final-model" / "model.safetensors").read_bytes() == weights
-    assert (to / "final-model" / "latest").readlink() == Path("model.safetensors")
+    assert (to / "metrics.json").read_bytes() == GOOD[1]
+    run_sh = (to / "final-model" / "run.sh").stat()
+    assert run_sh.st_mode & 0o7777 == 0o755 and run_sh.st_mtime == 1_700_000_000
+    assert sorted(p.name for p in to.iterdir()) == ["final-model", "metrics.json"]  # no spool left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"] and not (to / "old.txt").exists()
+
+
+def chain_archive(dest: Path, victim: str) -> bytes:
+    """CPython's ``test_realpath_limit_attack`` (CVE-2025-4517), every name under ``final-model/`` and none
+    with ``..``: directories named so that the symlinks a..p nest past PATH_MAX once expanded, where
+    ``os.path.realpath(strict=False)`` (and so tarfile's ``data`` filter before 3.11.13) stops resolving;
+    a last link back up, ``escape`` through it to ``dest``'s parent, a hard link to ``victim`` there through
+    ``escape``, then the bytes written through the hard link and a new file beside the victim."""
+    steps, base = "abcdefghijklmnop", PurePosixPath("final-model")
+    dest_len = len(str(dest / "final-model")) + 1
+    component = "d" * ((os.pathconf(dest.parent, "PC_PATH_MAX") - dest_len) // (len(steps) + 1))
+    members, path = [_member("final-model", tarfile.DIRTYPE)], base
+    for step in steps:
+        members += [_member(str(path / component), tarfile.DIRTYPE), _member(str(path / step), tarfile.SYMTYPE,
+                    link=component)]  # fmt: skip
+        path = path / component
+    link = PurePosixPath(*steps, "l" * 254)
+    members += [
+        _member(str(base / link), tarfile.SYMTYPE, link="/".join([".."] * len(steps))),
+        _member("final-model/escape", tarfile.SYMTYPE, link=f"{link}/../.."),
+        _member("final-model/flaglink", tarfile.LNKTYPE, link=f"final-model/escape/{victim}"),
+        _member("final-model/flaglink", data=b"overwritten"),
+        _member("final-model/escape/newfile", data=b"new"),
+    ]
+    return _tar(*members)
 
 
 # ---- the exec stream ----------------------------------------------------------------------------------------
@@ -334,9 +371,39 @@ def test_a_failing_copy_leaves_no_pod_and_nothing_half_written(api, tmp_path, mo
     to = tmp_path / "here" / "demo"
     res = run(api, "fetch", "demo", "--to", str(to))
     assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
-    assert "'final-model/escape', a link pointing outside the fetched directory" in res.output
+    assert "'final-model/escape', a link (fetch copies files and directories only" in res.output
     assert "Traceback" not in res.output
     assert api.objects("pods") == [] and list(to.parent.iterdir()) == []
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    return {p.relative_to(root).as_posix(): str(p.readlink()) if p.is_symlink() else p.read_bytes()
+            if p.is_file() else "dir" for p in sorted(root.rglob("*"))}  # fmt: skip
+
+
+def test_fetch_of_the_cpython_symlink_chain_archive_writes_nothing_anywhere(api, tmp_path, monkeypatch):
+    """CVE-2025-4517's archive, on this interpreter whatever its patch level: the first link is refused,
+    before anything is placed; the sandboxed home the chain aims at is untouched."""
+    _add(api, _job())
+    _running(api, [])
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# mine\n")
+    to = home / "demo"
+    archive = chain_archive(home / f".demo.fetch-{'0' * 8}", ".bashrc")  # staged's name, its length exact
+
+    def open_exec(cluster, pod, command, progress=None):
+        out = archive if command[2] == F.TAR else json.dumps({"exists": True, "items": ["final-model"],
+                                                              "bytes": len(archive)}).encode()  # fmt: skip
+        return ExecStream(FrameSocket(_frames(out)), "in the pod", progress)
+
+    monkeypatch.setattr(F, "exec_stream", open_exec)
+    before = _tree(tmp_path)
+    res = run(api, "fetch", "demo", "--to", str(to))
+    assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+    assert "'final-model/a', a link (fetch copies files and directories only" in res.output
+    assert _tree(tmp_path) == before and (home / ".bashrc").read_text() == "# mine\n"
+    assert api.objects("pods") == []
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,7 @@ def small_volume(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_on_a_full_disk_is_one_line_and_an_exit_and_resumes_once_freed(
-    tmp_path, tiny_model, small_volume
-):
+def test_a_checkpoint_on_a_full_disk_is_one_line_and_an_exit_and_resumes_once_freed(tmp_path, tiny_model, small_volume):
     data = write_triplets(tmp_path / "t.jsonl", 32)
     cfg = {
         "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},

@@ -65,3 +65,28 @@ def test_distillation_is_zero_when_student_matches_teacher():
     assert loss > 0
     loss.backward()
     assert student.grad.abs().sum() > 0
+
+
+def test_hardness_equals_a_plain_reference_and_sees_stale_negatives():
+    """The margin (positive minus the hardest other document) and the share of rows with a near-zero loss,
+    against a loop over rows in plain Python; matched pairs are easier than shuffled ones."""
+    import math
+
+    from trainer.losses.contrastive import contrastive_logits
+    from trainer.losses.hardness import EASY_LOSS, hardness_sums, summarize
+
+    q, d, m = _embeddings(b=8, n_docs=3)
+    for docs, temperature in ((d, 1.0), (d, 0.05), (d[torch.roll(torch.arange(len(d)), 1)], 0.05)):
+        logits, labels = contrastive_logits(q, docs, m, temperature, gather=False)
+        got = summarize(hardness_sums(logits, labels, temperature).tolist())
+        margins, easy = [], 0
+        for row, label in zip(logits.tolist(), labels.tolist()):
+            others = [v for j, v in enumerate(row) if j != label]
+            margins.append((row[label] - max(others)) * temperature)
+            loss = -row[label] + math.log(sum(math.exp(v) for v in row))
+            easy += loss < EASY_LOSS
+        assert math.isclose(got["margin"], sum(margins) / len(margins), rel_tol=1e-5, abs_tol=1e-6)
+        assert got["easy_share"] == easy / len(margins)
+    matched = summarize(hardness_sums(*contrastive_logits(q, d, m, 0.05, gather=False), 0.05).tolist())
+    shuffled = summarize(hardness_sums(*contrastive_logits(q, d.roll(1, 0), m, 0.05, gather=False), 0.05).tolist())
+    assert matched["margin"] > 0 > shuffled["margin"] and matched["easy_share"] > shuffled["easy_share"]

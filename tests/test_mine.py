@@ -74,7 +74,7 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     from trainer.mine import Pairs, _explain_drops, _join, _part_table
 
     cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
-                     max_score_ratio=0.9, positive_within=6)  # fmt: skip
+                     max_score_ratio=0.9, positive_within=6, fallback="drop")  # fmt: skip
     pairs = Pairs(queries=["a", "b", "c"], corpus=[f"d{i}" for i in range(12)], rows=[(0, 0), (1, 1), (2, 2)],
                   positives=[{0}, {1}, {2}])  # fmt: skip
     cands = [
@@ -88,8 +88,14 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
         pq.write_table(_part_table(pairs, qs, [cands[q] for q in qs], [scores[q] for q in qs], rows_of, cfg),
                        tmp_path / f"part-{n}.parquet")  # fmt: skip
     stats = _join(sorted(tmp_path.glob("part-*.parquet")), tmp_path / "train.parquet")
-    assert stats["rows"] == 1 and stats["dropped"] == {"too_few": 1, "positive_within": 1, "no_terms": 0,
-                                                     "rows_per_query": 0, "unmatched": 0}
+    assert stats["rows"] == 1 and stats["dropped"] == {
+        "too_few": 1,
+        "positive_within": 1,
+        "no_terms": 0,
+        "rows_per_query": 0,
+        "unmatched": 0,
+    }
+    assert sum(stats["random_negatives"].values()) == 0
     assert pq.read_table(tmp_path / "train.parquet").column("row").to_pylist() == [0]
     with caplog.at_level("INFO", logger="trainer"):
         _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
@@ -97,6 +103,38 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     fix = "raise mine.top_k (now 10, at most 1000) to keep them"
     assert any("1 of 3 rows (33%) dropped" in m and fix in m for m in lines), lines
     assert any("below mine.positive_within (6)" in m for m in lines), lines
+
+
+def test_a_row_with_too_few_candidates_is_kept_with_random_negatives_by_default(tmp_path, caplog):
+    """Issue 39: mining dropped 15% of a sparse-label set's rows, and 89% of NFCorpus's, without that being
+    a choice. By default such a row keeps its (query, positive) with negatives drawn from the corpus, never
+    one of the query's positives, seeded per row; positive_within still drops, as the option it names."""
+    from trainer.mine import Pairs, _join, _part_table
+
+    cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
+                     max_score_ratio=0.9, positive_within=6)  # fmt: skip
+    pairs = Pairs(queries=["a", "b", "c", "d"], corpus=[f"d{i}" for i in range(12)],
+                  rows=[(0, 0), (1, 1), (2, 2), (3, 4)], positives=[{0}, {1, 11}, {2}, {4}])  # fmt: skip
+    cands = [
+        [(0, 10.0)] + [(i, 9.0 - i / 2) for i in range(1, 12)],  # kept by the retriever
+        [(2, 9.5), (3, 9.4), (1, 7.5), *((i, 7.4 - i / 100) for i in range(4, 12))],  # too few: random
+        [(i, 5.0) for i in range(3, 11)],  # beyond positive_within: dropped, as the option says
+        None,  # BM25 found no word: random
+    ]
+    scores = [{0: 10.0}, {1: 7.5}, {2: 1.0}, {}]
+    table = _part_table(pairs, [0, 1, 2, 3], cands, scores, {0: [0], 1: [1], 2: [2], 3: [3]}, cfg)
+    pq.write_table(table, tmp_path / "part-0.parquet")
+    stats = _join([tmp_path / "part-0.parquet"], tmp_path / "train.parquet")
+    assert stats["rows"] == 3 and stats["dropped"]["positive_within"] == 1
+    # the second query's list is short of the top_k (11 of 12): counted as unmatched, kept all the same
+    assert stats["random_negatives"] == {"too_few": 0, "positive_within": 0, "no_terms": 1, "rows_per_query": 0,
+                                         "unmatched": 1}  # fmt: skip
+    rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert [r["row"] for r in rows] == [0, 1, 3]
+    for r, positives in zip(rows[1:], ({"d1", "d11"}, {"d4"})):
+        assert len(set(r["negatives"])) == 2 and not set(r["negatives"]) & positives
+    again = _part_table(pairs, [0, 1, 2, 3], cands, scores, {0: [0], 1: [1], 2: [2], 3: [3]}, cfg)
+    assert again.column("negatives").to_pylist() == table.column("negatives").to_pylist()  # seeded per row
 
 
 def _choose(*args):
@@ -153,25 +191,33 @@ def test_pairs_without_negatives_are_enough_and_queries_group_their_positives(tm
     assert pairs.rows == [(0, 0), (1, 1), (0, 2)] and pairs.positives == [{0, 2}, {1}]
 
 
-def test_a_query_bm25_cannot_search_drops_its_row_not_the_job(tmp_path, caplog):
+@pytest.mark.parametrize("fallback", ["drop", "random"])
+def test_a_query_bm25_cannot_search_loses_its_row_at_most_not_the_job(tmp_path, caplog, fallback):
     """A query with no word bm25s keeps (stopwords, punctuation, one-letter words: "The r.h.s. of ``f(p) = s``."
     is one of the packages benchmark's 29,009) made bm25s raise IndexError, which killed the job; its row is now
-    dropped and counted like the others BM25 cannot mine."""
+    kept with random negatives (the default), or dropped and counted with mine.fallback: drop."""
     from trainer.env import Layout
     from trainer.mine import mine
 
     rows = [
         {"query": f"sort list number {i}", "positive": f"document {i} sorts a list of {i} numbers"} for i in range(12)
     ]
-    rows.insert(5, {"query": "The r.h.s. of ``f(p) = s``.", "positive": "the right-hand side of an equation"})
-    cfg = _pairs_cfg(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0)
+    odd = "The r.h.s. of ``f(p) = s``."
+    rows.insert(5, {"query": odd, "positive": "the right-hand side of an equation"})
+    cfg = _pairs_cfg(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0,
+                     fallback=fallback)  # fmt: skip
     with caplog.at_level("INFO", logger="trainer"):
         table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
-    assert table.num_rows == 12 and "The r.h.s. of ``f(p) = s``." not in table.column("query").to_pylist()
-    assert json.loads((tmp_path / "mined" / "mining.json").read_text())["dropped"]["no_terms"] == 1
-    assert any(
-        "1 of 13 rows dropped: their query holds no word BM25 can search for" in r.message for r in caplog.records
-    )
+    stats = json.loads((tmp_path / "mined" / "mining.json").read_text())
+    if fallback == "drop":
+        assert table.num_rows == 12 and odd not in table.column("query").to_pylist()
+        assert stats["dropped"]["no_terms"] == 1
+        assert any("1 of 13 rows dropped: their query holds no word BM25 can search for" in r.message
+                   for r in caplog.records)  # fmt: skip
+    else:
+        assert table.num_rows == 13 and odd in table.column("query").to_pylist()
+        assert stats["dropped"]["no_terms"] == 0 and stats["random_negatives"]["no_terms"] == 1
+        assert any("1 of 13 rows kept with random negatives" in r.message for r in caplog.records)
 
 
 def test_a_positive_missing_from_the_corpus_is_one_line(tmp_path):
@@ -326,7 +372,7 @@ def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(t
 def test_a_mining_job_that_keeps_no_row_fails_with_one_line(tmp_path, tiny_model):
     """Every candidate above the score ratio: nothing to train on, and nothing left where the trainer reads."""
     data = write_triplets(tmp_path / "t.jsonl", 24)
-    res = _trainer(_job(tmp_path, tiny_model, data, max_score_ratio=0.0001), tmp_path, world=2)
+    res = _trainer(_job(tmp_path, tiny_model, data, max_score_ratio=0.0001, fallback="drop"), tmp_path, world=2)
     assert res.returncode == 2
     errors = [line for line in res.stdout.splitlines() if "error:" in line]
     assert len(errors) == 1 and "mining kept no row" in errors[0] and "Traceback" not in res.stdout

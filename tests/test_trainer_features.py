@@ -61,18 +61,26 @@ def test_accumulation_equals_the_large_batch(tmp_path, tiny_model_no_dropout):
     assert not torch.allclose(big, small, rtol=1e-5, atol=1e-7)  # the test can tell batches apart
 
 
-def test_no_weight_decay_on_biases_and_layernorm(tiny_model):
-    from trainer.config import ModelConfig
+@pytest.mark.parametrize("head_lr", [None, 1e-3])
+def test_no_weight_decay_on_biases_and_layernorm_and_the_head_at_its_own_rate(tiny_model, head_lr):
+    from trainer.config import ModelConfig, TrainingConfig
     from trainer.model import build_model
-    from trainer.train import decay_groups
+    from trainer.train import param_groups
 
     model = build_model(ModelConfig(name_or_path=str(tiny_model)), "cpu")
-    decay, no_decay = decay_groups(model)
+    groups = param_groups(model, TrainingConfig(learning_rate=5e-5, head_learning_rate=head_lr, weight_decay=0.01))
+    decay, no_decay = groups[0]["params"], groups[1]["params"]
     names = {id(p): n for n, p in model.named_parameters()}
     assert all(p.ndim >= 2 and "norm" not in names[id(p)].lower() for p in decay)
     assert any("LayerNorm.weight" in names[id(p)] for p in no_decay)
     assert any(names[id(p)].endswith(".bias") for p in no_decay)
-    assert len(decay) + len(no_decay) == sum(1 for p in model.parameters() if p.requires_grad)
+    head = groups[2]["params"] if head_lr else []
+    assert len(groups) == (3 if head_lr else 2)
+    assert len(decay) + len(no_decay) + len(head) == sum(1 for p in model.parameters() if p.requires_grad)
+    if head_lr:  # the projection, and nothing of the encoder, at the head's rate
+        assert {names[id(p)] for p in head} == {"1.linear.weight"} and groups[2]["lr"] == head_lr
+        optimizer = torch.optim.AdamW(groups, lr=5e-5)
+        assert [g["lr"] for g in optimizer.param_groups] == [5e-5, 5e-5, head_lr]
 
 
 @pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -149,6 +150,12 @@ def test_two_process_training_end_to_end(tmp_path, tiny_model, unused_tcp_port):
     assert "= global batch 8; in-batch negatives per query 15 (gathered across ranks" in res.stderr
     eval_lines = [line for line in res.stderr.splitlines() if "eval after training" in line]
     assert len(eval_lines) == 1 and eval_lines[0].startswith("[rank 0]")  # evaluated once, not per rank
+    # how hard the negatives still are, over both ranks' rows: in the log, metrics.json and the card
+    step_lines = [line for line in res.stderr.splitlines() if " step 6/6 loss " in line and "[rank 0]" in line]
+    assert len(step_lines) == 1 and " margin " in step_lines[0] and "% " not in step_lines[0].split("easy")[0]
+    hard = metrics["hardness"]["last"]
+    assert hard["step"] == 6 and 0.0 <= hard["easy_share"] <= 1.0 and math.isfinite(hard["margin"])
+    assert "negatives' hardness" in (tmp_path / "out" / "final-model" / "README.md").read_text()
     model = models.ColBERT(str(tmp_path / "out" / "final-model"), device="cpu")
     emb = model.encode(["a query"], is_query=True)
     assert emb[0].shape[-1] == 128

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from trainer.config import METRICS, TrainConfig
+from trainer.retrieval import RETRIEVERS
 
 __all__ = ["for_job", "origin", "render", "update"]
 
@@ -111,11 +112,18 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
     ]  # fmt: skip
     if m is not None:
-        by = m.model or ("the base model" if m.retriever != "bm25" else "BM25")
+        model = f"`{origin(m.model)}`" if m.model else "the base model"  # a staged one by the URL it came from
+        by = f"{model} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
         rows.append(("negatives", f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
                                   f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
     else:
         rows.append(("negatives", "as given in the training data, plus in-batch"))
+    if hard := metrics.get("hardness"):  # trainer/losses/hardness.py: did the negatives stay hard?
+        first, last = hard["first"], hard["last"]
+        stale = f"; most rows easy from step {hard['stale_at']}" if hard.get("stale_at") else ""
+        rows.append(("negatives' hardness", f"rows with a near-zero loss {100 * first['easy_share']:.0f}% at step "
+                     f"{first['step']}, {100 * last['easy_share']:.0f}% at step {last['step']}; positive-to-hardest "
+                     f"margin {first['margin']:.2f} -> {last['margin']:.2f}{stale}"))  # fmt: skip
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -139,7 +147,7 @@ def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
     )
 
 
-_USAGE = '''```python
+_USAGE = """```python
 from pylate import indexes, models, retrieve
 
 model = models.ColBERT(model_name_or_path="{where}"{revision})
@@ -151,7 +159,7 @@ index.add_documents(
 )
 retriever = retrieve.ColBERT(index=index)
 hits = retriever.retrieve(queries_embeddings=model.encode(["how does ColBERT score?"], is_query=True), k=10)
-```'''
+```"""
 
 
 def render(cfg: TrainConfig, metrics: dict, name: str | None = None, revision: str | None = None) -> str:

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from trainer.config_base import Location, Strict, parse_destination
 from trainer.config_mine import MineConfig
+from trainer.retrieval import RETRIEVERS
 
 __all__ = [
     "METRICS",
@@ -157,6 +158,14 @@ class TrainingConfig(Strict):
         "the rest.",
     )
     learning_rate: float = Field(3e-5, gt=0, lt=1)
+    head_learning_rate: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="The learning rate of the layers after the encoder (the ColBERT projection, which starts "
+        "random on a base that is not a ColBERT), as sentence-transformers' learning_rate_mapping sets one "
+        "per module: the encoder starts trained, the projection does not. Default: training.learning_rate.",
+    )
     weight_decay: float = Field(0.0, ge=0, description="Not applied to biases and LayerNorm weights.")
     epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
     max_steps: int | None = Field(None, ge=1)
@@ -240,6 +249,11 @@ class ExportConfig(Strict):
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$", description="hf:// only: the branch to commit to."
     )
     private: bool = Field(False, description="hf:// only: create the repository private when it does not exist.")
+    replace: bool = Field(
+        False,
+        description="hf:// only: a repository that holds files but no colbert-k8s-export.json is replaced whole "
+        "(its files removed); without it, such a repository is refused at start.",
+    )
 
 
 class RegisterConfig(Strict):
@@ -329,7 +343,10 @@ _CROSS_FIELD_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "mine": {
                         "required": ["retriever", "model"],
-                        "properties": {"retriever": {"const": "bm25"}, "model": {"type": "string"}},
+                        "properties": {
+                            "retriever": {"enum": [k for k, r in RETRIEVERS.items() if not r.needs_model]},
+                            "model": {"type": "string"},
+                        },
                     }
                 },
             }
@@ -407,8 +424,10 @@ class TrainConfig(Strict):
         if self.export is None:
             return
         hub = self.export.destination.startswith("hf://")
-        if not hub and (self.export.revision or self.export.private):
-            raise ValueError("export.revision and export.private apply to hf:// destinations only; remove them")
+        if not hub and (self.export.revision or self.export.private or self.export.replace):
+            raise ValueError(
+                "export.revision, export.private and export.replace apply to hf:// destinations only; remove them"
+            )
         if "index" in self.export.include and self.index is None:
             raise ValueError("export.include: index needs an index section (nothing else builds one)")
         if "best-model" in self.export.include and not self.evaluation.every_steps:

@@ -33,6 +33,11 @@ def _location(value: str) -> str:
         parts.port  # noqa: B018 (parses the port: "host:http" raises here)
     except ValueError as e:
         raise ValueError(f"is not a valid URL ({e})") from None
+    if parts.query or parts.fragment:  # a signed URL's signature is refused before this, as a credential
+        raise ValueError(
+            "has a query string or fragment, which the stager cannot use (it fetches the path alone, so a "
+            "signed URL does not work); give the URL without it, and the store's credentials with --secret-env"
+        )
     if parts.scheme == "hf":
         if not (parts.netloc + parts.path).strip("/"):
             raise ValueError("hf:// names no repository; give hf://ORG/NAME (models) or hf://datasets/ORG/NAME")
@@ -106,8 +111,10 @@ def parse_destination(value: str) -> Destination:
         names = [p for p in (parts.netloc + parts.path).split("/") if p]
         if names and names[0] in ("datasets", "spaces"):
             raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
-        if len(names) != 2 or not all(_HUB_NAME.fullmatch(n) for n in names) or any(
-            ".." in n or "--" in n for n in names
+        if (
+            len(names) != 2
+            or not all(_HUB_NAME.fullmatch(n) for n in names)
+            or any(".." in n or "--" in n for n in names)
         ):
             raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
         return Destination("hf", "/".join(names))

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trainer.config_base import Location, Strict
+from trainer.retrieval import RETRIEVERS
 
 __all__ = ["MineConfig", "TeacherConfig"]
 
@@ -38,17 +39,18 @@ class MineConfig(Strict):
         description="The documents to mine from: a .jsonl with a `text` (and optional `title`) per line, or a "
         "BEIR directory (its corpus.jsonl). Default: every distinct positive of data.train.",
     )
-    retriever: Literal["model", "plaid", "bm25"] = Field(
+    retriever: Literal[tuple(RETRIEVERS)] = Field(  # type: ignore[valid-type]
         "model",
-        description="First round: exact MaxSim with model.name_or_path, sharded over all ranks; plaid: the same "
-        "model through a PLAID index of each rank's share (corpora beyond ~1M documents on GPUs, ~10k on CPUs: "
-        "docs/mining.md); or BM25 (bm25s). "
-        "Later rounds mine with the model trained in the round before, through PLAID if it is plaid.",
+        description="First round: "
+        + "; ".join(f"{r.key}: {r.summary}" for r in RETRIEVERS.values())
+        + " (trainer/retrieval/). Later rounds mine with the ColBERT trained in the round before (exact "
+        "MaxSim), through PLAID if this is plaid.",
     )
     model: Location | None = Field(
         None,
         min_length=1,
-        description="The ColBERT model the first round retrieves with (retriever: model or plaid), when it is not "
+        description="The model the first round retrieves with (a ColBERT for model or plaid, a sentence-"
+        "transformers bi-encoder for dense or hybrid), when it is not "
         "model.name_or_path: a model trained before on the same data, or a stronger one. Training still starts "
         "from model.name_or_path. Default: model.name_or_path.",
     )
@@ -92,6 +94,13 @@ class MineConfig(Strict):
         "mislabelled. Default: keep every row.",
     )
     negatives: int = Field(3, ge=1, le=64, description="Negatives per (query, positive) row.")
+    fallback: Literal["random", "drop"] = Field(
+        "random",
+        description="A row left with too few candidates (its positive ranks low; BM25 shares no word with its "
+        "query): random keeps it with negatives drawn at random from the corpus, as labelled data all the same; "
+        "drop drops it (0.3's behaviour, a consistency filter: docs/mining.md measures both). Counted in "
+        "mining.json either way.",
+    )
     rows_per_query: int | None = Field(
         None,
         ge=1,
@@ -124,10 +133,10 @@ class MineConfig(Strict):
                 f"mine.rank_range ends at rank {high} but mine.top_k retrieves only {self.top_k} documents; "
                 f"raise mine.top_k to at least {high} or lower the range"
             )
-        if self.model is not None and self.retriever == "bm25":
+        if self.model is not None and not RETRIEVERS[self.retriever].needs_model:
             raise ValueError(
-                f"mine.model {self.model} is set but mine.retriever is bm25, which uses no model; "
-                "set mine.retriever: model (or plaid), or remove mine.model"
+                f"mine.model {self.model} is set but mine.retriever is {self.retriever}, which uses no model; "
+                "set mine.retriever: model (or plaid, dense, hybrid), or remove mine.model"
             )
         if self.positive_within is not None and self.positive_within > self.top_k:
             raise ValueError(

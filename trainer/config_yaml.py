@@ -46,6 +46,8 @@ def _one_line(err: ValidationError, source: str) -> str:
         text = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
         given = first.get("input")
         # a section's own validator names the values it refuses: echoing the whole section adds a screenful
+        if isinstance(given, str) and "://" in given:  # a URL's query may hold a credential no pattern knows
+            given = re.sub(r"[?#].*", "?...", given, flags=re.S)
         got = "" if isinstance(given, dict) else f" (got {_clipped(repr(given))})"
         msg = f"{where}{text}{got}"
     more = len(err.errors()) - 1

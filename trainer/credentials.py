@@ -8,8 +8,9 @@ namespace), and ``operator_cli/chart_schema.py`` writes the same pattern into th
 
 Hand-written rather than taken from detect-secrets: the chart needs the rule as one regular expression
 that Go's regexp (Helm's schema validator) reads as Python does, and detect-secrets' detectors are Python
-objects. The formats are the documented token prefixes of the services a training job talks to; a
-40-hex W&B key has no prefix and is not caught here (its variable name is).
+objects. The formats are the documented token prefixes of the services a training job talks to, and the
+signature parameters of signed URLs (Azure SAS, GCS and S3); a 40-hex W&B key has no prefix and is not
+caught here (its variable name is).
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ __all__ = ["CREDENTIAL_VALUE", "credential_in"]
 # (what it looks like, pattern): no look-around, so Python and Go read each the same way
 _KINDS: tuple[tuple[str, str], ...] = (
     ("a URL with user:password@ or token@", r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]+@"),
+    # a signed URL's query (Azure SAS, GCS V4 and V2, S3 presigned, S3's session token): the signature is the secret
+    (
+        "a signed URL's signature (sig=, X-Goog-Signature=, X-Amz-Signature=, X-Amz-Security-Token=)",
+        r"(^|[?&])(sig|Signature|[Xx]-[Gg]oog-[Ss]ignature|[Xx]-[Aa]mz-[Ss]ignature|"
+        r"[Xx]-[Aa]mz-[Ss]ecurity-[Tt]oken)=[^&\s]",
+    ),
     ("a Hugging Face token (hf_...)", r"hf_[A-Za-z0-9]{20,}"),
     ("a GitHub token (ghp_..., github_pat_...)", r"(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
     ("a GitLab token (glpat-...)", r"glpat-[A-Za-z0-9_-]{20,}"),

@@ -176,6 +176,14 @@ def mean_and_any(value: torch.Tensor, flag: bool, device: torch.device) -> tuple
     return t[0] / dist.get_world_size(), bool(t[1].item() > 0)
 
 
+def sum_across(t: torch.Tensor) -> torch.Tensor:
+    """The sum of a tensor over every rank (a copy; the input is left as it is)."""
+    t = t.clone()
+    if _active():
+        dist.all_reduce(t)
+    return t
+
+
 def broadcast_object(obj):
     """Rank 0's ``obj`` on every rank (pickled; tensors inside come back on the CPU)."""
     if not _active():

@@ -1,10 +1,11 @@
 """Retrieval quality on a BEIR directory with exact MaxSim scoring (no index, no approximation).
 
-Every rank takes part: each encodes its contiguous shard of the corpus (on its device), scores every
-query against it in chunks of documents while keeping a running top 100 per query, and the small
-top lists are gathered and merged. Memory is bounded by the chunk, not the corpus; no rank idles in
-a collective while another evaluates, so evaluation cannot trip the process-group timeout; and the
-metrics, identical on every rank, do not depend on the world size (the merge keeps the exact top 100).
+The search is mining's exact retriever (``trainer/retrieval/exact.py``, one search for mining, evaluation
+and the teacher): every rank encodes its fixed chunks of the corpus as it scores them (memory bounded by a
+chunk, not the corpus), keeps a running top 100 per query, and the small top lists are gathered and merged.
+No rank idles in a collective while another evaluates, so evaluation cannot trip the process-group timeout;
+and the metrics, identical on every rank, do not depend on the world size (the merge keeps the exact top 100,
+ties to the lower document index).
 """
 
 from __future__ import annotations
@@ -14,15 +15,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from pylate.scores import colbert_scores
-
-from trainer import distributed as D
 from trainer.config import METRICS, ConfigError
 from trainer.data import DataError, document_text, iter_jsonl, text_field
-from trainer.encode import embed_texts
 
-DOC_CHUNK = 512  # documents encoded and scored at once
 TOP_K = 100
 
 __all__ = ["BeirSplit", "evaluate", "load_beir", "retrieval_metrics", "search", "trec_order"]
@@ -128,47 +123,22 @@ def retrieval_metrics(run: dict[str, dict[str, float]], qrels: dict[str, dict[st
     return {k: v / n for k, v in totals.items()}
 
 
-@torch.no_grad()
-def _local_top(model, split: BeirSplit, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's shard of the corpus against every query: (values, corpus indices) of the top 100."""
-    rank, world = D.rank(), D.world_size()
-    n = len(split.corpus)
-    lo, hi = n * rank // world, n * (rank + 1) // world
-    q_emb, _ = embed_texts(model, split.queries, True, batch_size, model.query_length, device)
-    best_v = torch.full((len(q_emb), 0), float("-inf"), device=device)
-    best_i = torch.zeros((len(q_emb), 0), dtype=torch.long, device=device)
-    for start in range(lo, hi, DOC_CHUNK):
-        stop = min(hi, start + DOC_CHUNK)
-        d_emb, d_mask = embed_texts(model, split.corpus[start:stop], False, batch_size, model.document_length, device)
-        scores = torch.cat(
-            [colbert_scores(q_emb[i : i + 64], d_emb, documents_mask=d_mask.float()) for i in range(0, len(q_emb), 64)]
-        )
-        idx = torch.arange(start, stop, device=device).expand(len(q_emb), -1)
-        vals, pos = torch.cat([best_v, scores], 1), torch.cat([best_i, idx], 1)
-        top = vals.topk(min(TOP_K, vals.shape[1]), dim=1)
-        best_v, best_i = top.values, pos.gather(1, top.indices)
-    return best_v.cpu(), best_i.cpu()
-
-
 def evaluate(model, split: BeirSplit, batch_size: int = 32) -> dict[str, float]:
     """Exact MaxSim retrieval over the whole corpus, sharded over ranks; the same metrics on every rank."""
     return retrieval_metrics(search(model, split, batch_size), {q: split.qrels[q] for q in split.query_ids})
 
 
 def search(model, split: BeirSplit, batch_size: int = 32) -> dict[str, dict[str, float]]:
-    """The top 100 documents of every query by exact MaxSim, as a run ({query id: {document id: score}})."""
+    """The top 100 documents of every query by exact MaxSim, as a run ({query id: {document id: score}}):
+    mining's own exact retriever (``trainer/retrieval/exact.py``), each chunk encoded as it is scored."""
+    from trainer.retrieval.exact import ModelRetriever
+
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
-        shards = D.gather_objects(_local_top(model, split, batch_size, device))
+        retriever = ModelRetriever(model, split.corpus, batch_size, device, show=False, stored=False)
+        found, _ = retriever.search(split.queries, [set() for _ in split.queries], TOP_K)
     finally:
         model.train(was_training)
-    values = torch.cat([v for v, _ in shards], 1)
-    indices = torch.cat([i for _, i in shards], 1)
-    run: dict[str, dict[str, float]] = {}
-    for row, qid in enumerate(split.query_ids):
-        k = min(TOP_K, values.shape[1])
-        top = values[row].topk(k)
-        run[qid] = {split.corpus_ids[int(indices[row, j])]: float(v) for v, j in zip(top.values, top.indices)}
-    return run
+    return {qid: {split.corpus_ids[d]: s for d, s in top} for qid, top in zip(split.query_ids, found)}

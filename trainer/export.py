@@ -16,6 +16,8 @@ an export back, and ``pylate.models.ColBERT("ORG/NAME")`` loads one from the Hub
   manifest (the size and sha256 of every file) is written last: a reader trusts a prefix with a manifest
   only, and checks the files against it. On the Hub, the files go in one commit (huggingface_hub's
   ``create_commit``), manifest included.
+* **Removes only what an export wrote**: the files the previous manifest lists and this export has not.
+  A Hub repository holding files but no manifest is refused at start unless ``export.replace: true``.
 * **Resumable.** A journal in ``output_dir`` records each uploaded file's sha256 and the ETag the store
   returned; after a kill, a file whose object still has that ETag is skipped. The Hub skips unchanged
   files itself (its pre-upload answer carries each file's id) and stores an LFS object once.
@@ -323,6 +325,8 @@ def _probe_hub(cfg, dest: Destination) -> None:
         step = "a probe branch"
         api.create_branch(dest.bucket, branch=probe, revision=cfg.export.revision)
         api.delete_branch(dest.bucket, branch=probe)
+        step = "its files"
+        _hub_stale(dest, *_hub_previous(api, dest, cfg.export.revision), {}, cfg.export.replace)
     except HfHubHTTPError as e:
         status = getattr(getattr(e, "response", None), "status_code", None) or 0
         if status == 429 or status >= 500:
@@ -348,24 +352,54 @@ def _hub_reason(e) -> str:
 
 
 def _upload_hub(cfg, dest: Destination, plan: dict[str, Path], manifest: dict) -> None:
-    """One commit: the files, the manifest, and the removal of files the repository holds that this export
-    has not (an earlier export's), so the revision is exactly the export."""
+    """One commit: the files, the manifest, and the removal of the files the previous export listed in its
+    manifest that this one has not (:func:`_hub_stale`), so what an export wrote is exactly this export."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
     api = _hub(cfg)
     try:
-        held = api.list_repo_files(dest.bucket, revision=cfg.export.revision, repo_type="model")
+        stale = _hub_stale(dest, *_hub_previous(api, dest, cfg.export.revision), plan, cfg.export.replace)
         ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in plan.items()]
         ops.append(CommitOperationAdd(path_in_repo=MANIFEST, path_or_fileobj=body))
-        keep = {*plan, MANIFEST, ".gitattributes"}
-        ops += [CommitOperationDelete(path_in_repo=name) for name in sorted(set(held) - keep)]
+        ops += [CommitOperationDelete(path_in_repo=name) for name in stale]
         info = api.create_commit(
             dest.bucket, ops, commit_message="colbert-k8s export", revision=cfg.export.revision, repo_type="model"
         )
+    except ExportError as e:  # files appeared since the start's check; the restart's check refuses the job
+        raise ExportFailed(str(e)) from None
     except Exception as e:  # HTTP errors, httpx's connection errors, a card the Hub refuses: one line, retryable
         raise ExportFailed(f"export to {dest}: the commit failed ({_hub_reason(e)})") from None
     log.info("export: commit %s (files the Hub already held unchanged were not sent)", info.oid)
+
+
+def _hub_previous(api, dest: Destination, revision: str | None) -> tuple[list[str], bytes | None]:
+    """The files the repository holds at ``revision``, and its previous export's manifest (None: none)."""
+    import tempfile
+
+    held = api.list_repo_files(dest.bucket, revision=revision, repo_type="model")
+    if MANIFEST not in held:
+        return held, None
+    with tempfile.TemporaryDirectory() as cache:  # not the job's HF cache: read once, then gone
+        return held, Path(api.hf_hub_download(dest.bucket, MANIFEST, revision=revision, cache_dir=cache)).read_bytes()
+
+
+def _hub_stale(dest: Destination, held: list[str], old: bytes | None, plan, replace: bool) -> list[str]:
+    """What the export removes: the files the previous export's manifest lists, the repository holds and
+    this export has not. A repository holding files but no manifest was not written by an export: refused
+    in one line, unless ``export.replace`` (then every file but this export's goes)."""
+    keep = {*plan, MANIFEST, ".gitattributes"}  # .gitattributes: the Hub's own, made with the repository
+    if replace:
+        return sorted(set(held) - keep)
+    if old is None:
+        if foreign := sorted(set(held) - {".gitattributes"}):
+            raise ExportError(
+                f"export.destination {dest} holds {len(foreign)} file(s) that no colbert-k8s export wrote "
+                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}) and no {MANIFEST}; export to a "
+                "new or empty repository, or set export.replace: true to replace its contents"
+            )
+        return []
+    return sorted((set(_files_of(old)) & set(held)) - keep)
 
 
 # ---- the entry points -----------------------------------------------------------------------------

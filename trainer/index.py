@@ -2,11 +2,12 @@
 model, and retrieval through it evaluated next to exact MaxSim.
 
 It runs on rank 0 after the process group is gone, so a long index build never holds other ranks in a
-collective (they have finished). The index is PyLate's ``PLAID`` with the ``fast-plaid`` backend,
-written to ``output_dir/index`` (built under a temporary name, its manifest last, then renamed; a failed
-build leaves nothing, a full disk is one line); ``metrics.json`` gains
-``index``: the metrics through the index, its build seconds and size on disk. With ``index.embeddings``, the
-corpus's token embeddings are stored beside it for ``serve --exact`` (``trainer/serve/corpus.py``).
+collective (they have finished). The index is PyLate's ``PLAID`` with the ``fast-plaid`` backend, built
+and searched as mining's PLAID retriever does (``trainer/retrieval/plaid.py``), written to
+``output_dir/index`` (built under a temporary name, its manifest last, then renamed; a failed build leaves
+nothing, a full disk is one line); ``metrics.json`` gains ``index``: the metrics through the index, its build
+seconds and size on disk. With ``index.embeddings``, the corpus's token embeddings are stored beside it for
+``serve --exact`` (``trainer/serve/corpus.py``).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ def _size_mb(path: Path) -> float:
 
 def build_and_evaluate(model_dir: str, cfg) -> dict:
     """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
-    import torch
-    from pylate import indexes, models
+    from pylate import models
 
     from trainer.atomic import replace_dir
     from trainer.checkpoint import write_manifest
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
+    from trainer.retrieval.plaid import build_index, search_index
 
     corpus = cfg.index.corpus or cfg.data.eval_beir
     split = load_beir(corpus, cfg.data.eval_split)
@@ -46,17 +47,12 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
     started = time.perf_counter()
     try:  # whole or absent: a failed build leaves no temporary; a full disk is DiskFull's one line
         docs = model.encode(split.corpus, is_query=False, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
-        index = indexes.PLAID(
-            index_folder=str(tmp), index_name="colbert", override=True, nbits=cfg.index.nbits, show_progress=False
-        )
-        with torch.random.fork_rng():  # fast-plaid samples k-means points from the global stream: seeded, the
-            torch.manual_seed(cfg.training.seed)  # index of a rebuild (a restart) is the uninterrupted run's
-            index.add_documents(documents_ids=split.corpus_ids, documents_embeddings=docs)
+        index = build_index(tmp, "colbert", cfg.index.nbits, split.corpus_ids, docs, cfg.training.seed)
         build_seconds = time.perf_counter() - started
         queries = model.encode(split.queries, is_query=True, batch_size=cfg.evaluation.batch_size,
                                show_progress_bar=False)  # fmt: skip
-        hits = index(queries, k=min(TOP_K, len(split.corpus_ids)))
-        run = {qid: {h["id"]: float(h["score"]) for h in found} for qid, found in zip(split.query_ids, hits)}
+        hits = search_index(index, queries, min(TOP_K, len(split.corpus_ids)))
+        run = {qid: dict(found) for qid, found in zip(split.query_ids, hits)}
         del index
         if cfg.index.embeddings:  # for serve --exact (trainer/serve/corpus.py): the evaluation's embeddings
             from trainer.serve.corpus import write_corpus

@@ -20,7 +20,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,10 @@ from trainer.config_mine import MineConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.env import Layout
 from trainer.errors import JobVerdict
+from trainer.negatives import FALLS_BACK, Dropped, choose_negatives, random_negatives
 from trainer.progress import Progress
-from trainer.retrieval import Candidates, build_retriever
+from trainer.retrieval import RETRIEVERS, round_retriever
+from trainer.retrieval.search import build_retriever
 from trainer.teacher import Teacher
 from trainer.tracking import flatten
 
@@ -58,6 +59,7 @@ log = logging.getLogger("trainer")
 MINED_COLUMNS = Columns(query="query", positive="positive", negatives=["negatives"])
 TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores")  # with mine.teacher
 _DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
+_FALLBACK_KEY = "colbert_k8s.fallback"  # and rows it kept with random negatives (mine.fallback), by reason
 _FINGERPRINT = "fingerprint.json"  # what the parts beside it were mined from (mining_fingerprint)
 
 
@@ -132,45 +134,6 @@ def _read_corpus(path: str) -> list[str]:
 # ---- choice ----------------------------------------------------------------------------------------
 
 
-class Dropped(str, Enum):
-    """Why a row got no negatives; mining.json and the log count each reason."""
-
-    TOO_FEW = "too_few"  # fewer than mine.negatives candidates left in rank_range within the top_k
-    POSITIVE_WITHIN = "positive_within"  # the retriever ranks the positive below mine.positive_within
-    NO_TERMS = "no_terms"  # BM25 keeps no word of the query (stopwords, punctuation, one-letter words)
-    ROWS_PER_QUERY = "rows_per_query"  # past mine.rows_per_query rows of one query (their positives still count)
-    UNMATCHED = "unmatched"  # too few left because BM25 scored too few documents above 0 for the query
-
-
-def choose_negatives(
-    candidates: Candidates, positives: set[int], positive_score: float, cfg: MineConfig, rng: random.Random
-) -> list[tuple[int, float]] | Dropped:
-    """``cfg.negatives`` (document, score) pairs sampled (or the first, ``sampling: top``) from ranks
-    ``cfg.rank_range`` of ``candidates`` once the positives, the likely false negatives (above
-    ``max_score_ratio`` x the positive's score, or above it minus ``margin``) and those below ``min_score``
-    are removed; why not, when the row is dropped.
-
-    The filter comes before the ranks (NV-Retriever's TopK-PercPos, arXiv:2407.15831). Ranks counted
-    before it drop every row whose positive the retriever ranks below the window: the queries the model
-    gets wrong, which are the ones it has most to learn from (41% of the packages benchmark's rows with
-    the base model, ``docs/mining.md``)."""
-    others = [c for c in candidates[: cfg.top_k + len(positives)] if c[0] not in positives]
-    if cfg.positive_within is not None and sum(s > positive_score for _, s in others) >= cfg.positive_within:
-        return Dropped.POSITIVE_WITHIN  # consistency filtering
-    threshold = cfg.max_score_ratio * positive_score if positive_score > 0 else float("inf")  # a ratio of a
-    # non-positive score says nothing about false negatives
-    if cfg.margin is not None:
-        threshold = min(threshold, positive_score - cfg.margin)
-    floor = cfg.min_score if cfg.min_score is not None else float("-inf")
-    ranked = [c for c in others if floor <= c[1] <= threshold]
-    low, high = cfg.rank_range
-    window = ranked[low - 1 : high]
-    if len(window) < cfg.negatives:
-        return Dropped.TOO_FEW
-    chosen = window[: cfg.negatives] if cfg.sampling == "top" else rng.sample(window, cfg.negatives)
-    return sorted(chosen, key=lambda c: -c[1])
-
-
 # ---- the phase -------------------------------------------------------------------------------------
 
 
@@ -225,7 +188,9 @@ def mine(
     if not todo:
         progress.skip("encode", "search", "teacher")
     else:
-        _mine_parts(cfg, layout, pairs, [(i, chunks[i], parts[i]) for i in todo], len(parts), load_model, progress)
+        key = round_retriever(mcfg.retriever, 2 if retriever.startswith("round") else 1)
+        work = [(i, chunks[i], parts[i]) for i in todo]
+        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key)
     shutil.rmtree(out_dir / f".plaid-{layout.rank}", ignore_errors=True)  # also one a killed run left behind
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
@@ -239,18 +204,24 @@ def mine(
         write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
         log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
         _explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
+        if drawn := sum(stats["random_negatives"].values()):
+            log.info("mine: %d of %d rows kept with random negatives: the retriever left them too few candidates "
+                     "(mine.fallback: drop drops them instead)", drawn, len(pairs.rows))  # fmt: skip
     return final
 
 
-def _mine_parts(cfg: TrainConfig, layout: Layout, pairs: Pairs, todo: list, total: int, load_model, progress) -> None:
+def _mine_parts(
+    cfg: TrainConfig, layout: Layout, pairs: Pairs, todo: list, total: int, load_model, progress, key: str
+) -> None:
     """Retrieve, choose and (with ``mine.teacher``) score each of ``todo``'s (part number, queries, path);
-    each node's first process writes the part whole. The model is loaded here, only when some part is to do."""
+    each node's first process writes the part whole. The model is loaded here, only when some part is to do;
+    ``key`` names the retriever (trainer/retrieval/)."""
     mcfg, show, writes = cfg.mine, layout.is_main, layout.local_rank == 0
     plaid_dir = todo[0][2].parent / f".plaid-{layout.rank}"  # this rank's index of its share (retriever: plaid)
     before = total - len(todo)  # parts an earlier run wrote
     progress.begin("encode")
     on_chunk = lambda: progress.advance("encode")
-    retriever = build_retriever(load_model(), pairs.corpus, mcfg, show, plaid_dir, on_chunk)
+    retriever = build_retriever(key, load_model(), pairs.corpus, mcfg, show, plaid_dir, on_chunk)
     progress.advance("encode", None)
     rows_of = _rows_by_query(pairs)
     teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
@@ -283,7 +254,7 @@ def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
     if cfg.mine.corpus:
         file = _corpus_file(cfg.mine.corpus)
         corpus = [file.stat().st_size, file.stat().st_mtime_ns] if file.is_file() else None
-    uses_model = cfg.mine.retriever != "bm25" or (retriever or "").startswith("round")
+    uses_model = RETRIEVERS[cfg.mine.retriever].needs_model or (retriever or "").startswith("round")
     return {
         "format": 1,
         "data.train": rows.identity(),  # by content: the same file staged again is the same
@@ -359,14 +330,12 @@ def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
 
 def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.Table:
     """The mined rows of one chunk of queries, in data.train's row order."""
-    out: list[tuple[int, str, str, list[str], list[float]]] = []
+    out: list[tuple[int, str, str, list[str], list[float | None]]] = []
     dropped = dict.fromkeys((d.value for d in Dropped), 0)
+    fallback = dict.fromkeys((d.value for d in Dropped), 0)  # rows kept with random negatives, by why
     for q, found, scores in zip(qs, cands, pos_scores):
-        if found is None:
-            dropped[Dropped.NO_TERMS.value] += len(rows_of[q])
-            continue
         # the retriever returned fewer than it was asked for (BM25 scores 0 for documents sharing no word)
-        short = len(found) < min(cfg.mine.top_k + len(pairs.positives[q]), len(pairs.corpus))
+        short = found is not None and len(found) < min(cfg.mine.top_k + len(pairs.positives[q]), len(pairs.corpus))
         rows = rows_of[q]
         if cfg.mine.rows_per_query is not None and len(rows) > cfg.mine.rows_per_query:
             rows = sorted(random.Random(f"rows-{cfg.training.seed}-{q}").sample(rows, cfg.mine.rows_per_query))
@@ -374,9 +343,17 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
         for row in rows:
             positive = pairs.rows[row][1]
             rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
-            chosen = choose_negatives(found, pairs.positives[q], scores.get(positive, 0.0), cfg.mine, rng)
+            if found is None:
+                chosen = Dropped.NO_TERMS
+            else:
+                chosen = choose_negatives(found, pairs.positives[q], scores.get(positive, 0.0), cfg.mine, rng)
             if chosen is Dropped.TOO_FEW and short:
                 chosen = Dropped.UNMATCHED
+            if isinstance(chosen, Dropped) and chosen in FALLS_BACK and cfg.mine.fallback == "random":
+                drawn = random_negatives(len(pairs.corpus), pairs.positives[q], cfg.mine.negatives, rng)
+                if drawn is not None:
+                    fallback[chosen.value] += 1
+                    chosen = [(d, None) for d in drawn]  # no retriever score: drawn at random
             if isinstance(chosen, Dropped):
                 dropped[chosen.value] += 1
                 continue
@@ -391,7 +368,8 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
             "negatives": pa.array([r[3] for r in out], pa.list_(pa.string())),
             "scores": pa.array([r[4] for r in out], pa.list_(pa.float32())),
         },
-        metadata={_DROPPED_KEY: json.dumps(dropped)},  # so a resumed job still counts the parts done before
+        # so a resumed job still counts the parts done before
+        metadata={_DROPPED_KEY: json.dumps(dropped), _FALLBACK_KEY: json.dumps(fallback)},
     )
 
 
@@ -406,17 +384,19 @@ def _taught(table: pa.Table, teacher: Teacher) -> pa.Table:
 
 def _join(parts: list[Path], final: Path) -> dict:
     """Every part, in data.train's row order, into one file renamed into place last (none when empty), and
-    the rows kept and dropped (by reason) over all parts."""
+    the rows kept, dropped and kept with random negatives (by reason) over all parts."""
     tables = [pq.read_table(p) for p in parts]
-    dropped = dict.fromkeys((d.value for d in Dropped), 0)
+    counts = {key: dict.fromkeys((d.value for d in Dropped), 0) for key in (_DROPPED_KEY, _FALLBACK_KEY)}
     for t in tables:
-        for reason, n in json.loads((t.schema.metadata or {}).get(_DROPPED_KEY.encode(), b"{}")).items():
-            dropped[reason] = dropped.get(reason, 0) + n
+        for key, total in counts.items():
+            for reason, n in json.loads((t.schema.metadata or {}).get(key.encode(), b"{}")).items():
+                total[reason] = total.get(reason, 0) + n
     table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables]).sort_by("row")
     if table.num_rows:
         with replacing(final, table.nbytes) as tmp:
             pq.write_table(table, tmp)
-    return {"rows": table.num_rows, "parts": len(parts), "dropped": dropped}
+    dropped, fallback = counts[_DROPPED_KEY], counts[_FALLBACK_KEY]
+    return {"rows": table.num_rows, "parts": len(parts), "dropped": dropped, "random_negatives": fallback}
 
 
 def _explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:

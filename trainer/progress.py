@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trainer.config import TrainConfig
+from trainer.retrieval import RETRIEVERS
 from trainer.scale import job_scale
 
 __all__ = ["LOG_PREFIX", "Phase", "Progress", "endpoint", "job_plan", "with_export"]
@@ -154,7 +155,7 @@ def job_plan(cfg: TrainConfig, world_size: int, rows: int, queries: int, documen
     plan = []
     for r in range(1, total + 1):
         head = f"mining round {r}/{total}: "
-        if r == 1 and m.retriever == "bm25":
+        if r == 1 and not RETRIEVERS[m.retriever].needs_model:
             plan.append(Phase(r, "encode", head + "index corpus (BM25)", 1, 0))
         else:  # PLAID encodes rank 0's share in one call
             chunks = 1 if m.retriever == "plaid" else own_chunks
@@ -266,10 +267,12 @@ class Progress:
         """The round's training starts (or resumes) at ``step`` of ``total_steps``."""
         return self.begin("train", items=total_steps, done=step)
 
-    def step(self, step: int, loss: float, lr: float, samples_per_second: float) -> None:
+    def step(self, step: int, loss: float, lr: float, samples_per_second: float, hardness: dict | None = None) -> None:
+        """A log step: the loss, the rate, and how hard the negatives still are (margin, easy share)."""
         if not self.enabled:
             return
         self.latest = {**self.latest, "loss": loss, "lr": lr, "samples_per_second": samples_per_second}
+        self.latest.update(hardness or {})
         self._at_step(step)
         self._publish()
 

@@ -187,13 +187,21 @@ def apply_changed_hyperparameters(state_config: dict, cfg, optimizer, scheduler,
     changes = []
     old_lr = _dig(state_config, ("training", "learning_rate"))
     new_lr = cfg.training.learning_rate
-    if old_lr is not None and old_lr != new_lr:
-        ratio = new_lr / old_lr
-        scheduler.base_lrs = [lr * ratio for lr in scheduler.base_lrs]
-        for group in optimizer.param_groups:
+    old_head = _dig(state_config, ("training", "head_learning_rate")) or old_lr
+    new_head = cfg.training.head_learning_rate or new_lr
+    for key, old, new, groups in (
+        ("learning_rate", old_lr, new_lr, range(min(2, len(optimizer.param_groups)))),
+        ("head_learning_rate", old_head, new_head, range(2, len(optimizer.param_groups))),  # the head's group
+    ):
+        if old is None or old == new or not groups:
+            continue
+        ratio = new / old
+        for i in groups:
+            scheduler.base_lrs[i] *= ratio
+            group = optimizer.param_groups[i]
             group["lr"] *= ratio
-            group["initial_lr"] = group.get("initial_lr", old_lr) * ratio
-        changes.append(f"training.learning_rate {old_lr} -> {new_lr} (the schedule goes on at the new peak)")
+            group["initial_lr"] = group.get("initial_lr", old) * ratio
+        changes.append(f"training.{key} {old} -> {new} (the schedule goes on at the new peak)")
     old_wd = _dig(state_config, ("training", "weight_decay"))
     if old_wd is not None and old_wd != cfg.training.weight_decay:
         optimizer.param_groups[decay_group]["weight_decay"] = cfg.training.weight_decay

@@ -43,7 +43,8 @@ from trainer.mine import (
 )
 from trainer.model import build_model
 from trainer.progress import Phase, Progress, job_plan, with_export
-from trainer.retrieval import DOC_CHUNK
+from trainer.retrieval import RETRIEVERS
+from trainer.retrieval.search import DOC_CHUNK
 from trainer.watchdog import watching
 
 __all__ = ["round_config", "run"]
@@ -203,8 +204,13 @@ def _mining_model(cfg: TrainConfig, layout: Layout, device: torch.device, previo
 
     Rank 0 reads those weights and broadcasts them, since with per-pod storage only its pod has them.
     ``mine.model``, like ``model.name_or_path``, is read by every pod from where the user put it."""
-    if previous is None and cfg.mine.retriever == "bm25":
+    first = RETRIEVERS[cfg.mine.retriever]
+    if previous is None and not first.needs_model:
         return None
+    if previous is None and first.uses == "dense":  # the base model's own pooling, not a ColBERT
+        from trainer.retrieval.dense import load_bi_encoder
+
+        return load_bi_encoder(cfg.mine.model or cfg.model.name_or_path, device)
     torch.manual_seed(cfg.training.seed)  # the same new projection layer as training builds
     if previous is None and cfg.mine.model:
         path, key = cfg.mine.model, "mine.model"

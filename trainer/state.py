@@ -53,6 +53,7 @@ class TrainState:
     step: int = 0
     rng: dict | None = None  # a checkpoint's RNG streams, set as the last thing before the next step
     loss: torch.Tensor | None = None  # the last step's global loss, on the device: read back at log steps
+    hardness: torch.Tensor | None = None  # this rank's hardness sums since the last log step (losses/hardness.py)
     metrics: dict = field(default_factory=dict)  # in checkpoints: e.g. the evaluation before training
     step_times: list[float] = field(default_factory=list)  # perf_counter at the end of each step of this run
     skipped_nonfinite: int = 0  # skipped so far by the job (in checkpoints: the budget is per job)

@@ -38,6 +38,8 @@ def accumulate_gradients(t: TrainState, feed: Iterator) -> torch.Tensor:
             if out.replay is not None:  # GradCache: the cached gradients go through the encoder now
                 out.replay(lambda: deferred(t.forward))
         local_loss += out.loss.detach().double() / t.accumulation  # float64, as the host sum was
+        if out.hardness is not None:  # summed on the device until a log step reads it
+            t.hardness = out.hardness if t.hardness is None else t.hardness + out.hardness
     return local_loss
 
 

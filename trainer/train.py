@@ -38,6 +38,7 @@ from trainer.env import Layout
 from trainer.errors import NO_SPACE, DiskFull, no_space
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
+from trainer.losses.hardness import STALE_SHARE, summarize
 from trainer.model import autocast_for, build_model, choose_precision
 from trainer.preemption import Preempted, StopRequest
 from trainer.progress import Progress
@@ -47,7 +48,7 @@ from trainer.step import optimizer_step
 from trainer.tracking import Tracker
 from trainer.watchdog import watching
 
-__all__ = ["run", "build", "decay_groups"]
+__all__ = ["run", "build", "param_groups"]
 
 log = logging.getLogger("trainer")
 
@@ -113,12 +114,7 @@ def build(
     log.info("steps=%d (%d/epoch) mode=%s master=%s:%s", total_steps, data.steps_per_epoch, layout.mode,
              layout.master_addr, layout.master_port)  # fmt: skip
 
-    decay, no_decay = decay_groups(model)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=tcfg.learning_rate,
-        fused=device.type == "cuda",
-    )
+    optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
     log.info("precision %s on %s", precision, device)
     return TrainState(
@@ -150,13 +146,22 @@ def build(
     )
 
 
-def decay_groups(model: torch.nn.Module) -> tuple[list, list]:
-    """Trainable parameters with weight decay (matrices) and without (biases, LayerNorm weights)."""
-    decay, no_decay = [], []
+def param_groups(model: torch.nn.Module, tcfg) -> list[dict]:
+    """The encoder's trainable parameters with weight decay (matrices) and without (biases, LayerNorm
+    weights), then the layers after the encoder (the projection: module 1 on) at ``head_learning_rate``.
+    The groups are this order on every run, so a checkpoint's optimizer state fits them."""
+    decay, no_decay, head = [], [], []
     for name, p in model.named_parameters():
-        if p.requires_grad:
+        if not p.requires_grad:
+            continue
+        if tcfg.head_learning_rate is not None and not name.startswith("0."):
+            head.append(p)
+        else:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    return decay, no_decay
+    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if head:
+        groups.append({"params": head, "weight_decay": tcfg.weight_decay, "lr": tcfg.head_learning_rate})
+    return groups
 
 
 @contextlib.contextmanager
@@ -263,12 +268,39 @@ def _note_time(t: TrainState) -> None:
 def _report(t: TrainState, grad_norm: float) -> float:
     """Log and track the step; returns the loss, read back from the device here (a host sync)."""
     loss, lr = float(t.loss), t.scheduler.get_last_lr()[0]
-    log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e", t.step, t.total_steps, loss, grad_norm, lr)
+    hard = _hardness(t)
+    shown = f" margin {hard['margin']:.3f} easy {100 * hard['easy_share']:.0f}%" if hard else ""
+    log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e%s", t.step, t.total_steps, loss, grad_norm, lr, shown)
     recent = t.step_times[-11:]
     speed = (len(recent) - 1) * t.data.global_batch / (recent[-1] - recent[0]) if len(recent) > 1 else 0.0
-    t.tracker.log(t.step, {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed}, "train/")
-    t.progress.step(t.step, loss, lr, speed)
+    figures = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed, **hard}
+    t.tracker.log(t.step, figures, "train/")
+    t.progress.step(t.step, loss, lr, speed, hard)
     return loss
+
+
+def _hardness(t: TrainState) -> dict[str, float]:
+    """The negatives' hardness since the last log step, over every rank (losses/hardness.py); kept in
+    ``metrics.json`` as first and last seen, for the card; one warning the first time most rows are easy."""
+    if t.hardness is None:  # a loss that does not measure it: the same on every rank, so no collective
+        return {}
+    hard = summarize(D.sum_across(t.hardness).tolist())
+    t.hardness = None
+    if not hard:
+        return {}
+    seen = t.metrics.setdefault("hardness", {})
+    seen.setdefault("first", {"step": t.step, **hard})
+    seen["last"] = {"step": t.step, **hard}
+    if hard["easy_share"] > STALE_SHARE and "stale_at" not in seen:
+        seen["stale_at"] = t.step
+        if t.layout.is_main:
+            log.warning(
+                "step %d: %.0f%% of rows have a near-zero loss (the positive beats the hardest negative by %.2f): "
+                "the negatives have gone stale and teach little; mine again with the trained model "
+                "(mine.rounds: 2) or from a stronger retriever (mine.retriever: dense)",
+                t.step, 100 * hard["easy_share"], hard["margin"],
+            )  # fmt: skip
+    return hard
 
 
 def _keep_if_best(t: TrainState, result: dict) -> None:

@@ -182,8 +182,13 @@ def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
 
 @click.command("local", cls=Command)
 @job_options
-@click.option("--workdir", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.")
+@click.option(
+    "--workdir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.",
+)
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
 def local_cmd(workdir: str, isolate_network: bool, **o) -> None:  # fmt: skip
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""

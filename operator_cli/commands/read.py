@@ -154,8 +154,13 @@ def doctor_cmd(api: str, output: str, **o) -> None:
 @cluster_options
 @click.option("--to", type=click.Path(file_okay=False), help="Directory to copy into. Default: ./NAME.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --to, once the new copy is whole.")
-@click.option("--timeout", default=3600, show_default=True, type=click.IntRange(min=60, max=7 * 24 * 3600),
-              help="Seconds the fetch pod may live (its activeDeadlineSeconds); raise it for large outputs.")
+@click.option(
+    "--timeout",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(min=60, max=7 * 24 * 3600),
+    help="Seconds the fetch pod may live (its activeDeadlineSeconds); raise it for large outputs.",
+)
 def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> None:  # fmt: skip
     """Copy a finished job's final-model, metrics.json, best-model and index off its claim.
 

@@ -19,10 +19,10 @@ Refused in one line, before any pod is created:
   may be replaced mid-copy, and a ReadWriteOnce claim is still attached to its node;
 * an ``output_dir`` outside ``/workspace``; an existing non-empty ``--to`` unless ``--overwrite``.
 
-Extraction (:mod:`.archive`) trusts nothing in the archive: every member must lie under one of the names
-asked for, with no absolute path and no ``..``; tarfile's ``data`` filter refuses links that leave the
-directory and device files. It is written into a temporary sibling of ``--to`` and renamed into place only
-once whole: a failure leaves nothing half-written.
+Extraction (:mod:`.archive`) trusts nothing in the archive: every member must be a plain file or directory
+under one of the names asked for, with no absolute path and no ``..``; links of any kind (the trainer
+writes none) and devices are refused, and every member is checked before any is placed. It is written into
+a temporary sibling of ``--to`` and renamed into place only once whole: a failure leaves nothing written.
 """
 
 from __future__ import annotations

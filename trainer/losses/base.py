@@ -16,3 +16,5 @@ class LossOutput:
     # GradCache: run after that backward, under the same autocast; its argument makes a context in which
     # a backward only accumulates gradients (DDP's no_sync), used for every replay but the last
     replay: Callable[..., None] | None = None
+    # (sum of margins, easy rows, rows) on the device, no graph (losses/hardness.py); None where not measured
+    hardness: torch.Tensor | None = None

@@ -12,8 +12,9 @@ from trainer.data.labelled import labelled_mask
 from trainer.distributed import all_gather_no_grad, all_gather_with_grad, rank
 from trainer.encode import encode_batch
 from trainer.losses.base import LossOutput
+from trainer.losses.hardness import hardness_sums
 
-__all__ = ["Contrastive", "contrastive_from_embeddings"]
+__all__ = ["Contrastive", "contrastive_from_embeddings", "contrastive_logits"]
 
 SCORE_CHUNK = 16  # queries scored at once
 
@@ -26,7 +27,19 @@ def contrastive_from_embeddings(
     gather: bool,
     labelled: Callable[[list[int]], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Cross-entropy of each query against every document in the (global) batch.
+    """Cross-entropy of each query against every document in the (global) batch (:func:`contrastive_logits`)."""
+    return F.cross_entropy(*contrastive_logits(queries, documents, documents_mask, temperature, gather, labelled))
+
+
+def contrastive_logits(
+    queries: torch.Tensor,  # (b, q_tokens, dim)
+    documents: torch.Tensor,  # (b, n_docs, d_tokens, dim): positive first, then negatives
+    documents_mask: torch.Tensor,  # (b, n_docs, d_tokens)
+    temperature: float,
+    gather: bool,
+    labelled: Callable[[list[int]], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each query's logits over every document in the (global) batch, and the index of its positive.
 
     Returns the *mean over this rank's queries*. Averaging that over ranks gives the global-batch
     mean, and its gradient is exactly the single-process gradient of the same W*b examples:
@@ -51,7 +64,7 @@ def contrastive_from_embeddings(
     logits = scores.float() / temperature
     if labelled is not None:  # documents labelled relevant to the query leave its softmax (its positive stays)
         logits = logits.masked_fill(labelled(labels.tolist()).to(logits.device), float("-inf"))
-    return F.cross_entropy(logits, labels, reduction="mean")
+    return logits, labels
 
 
 class Contrastive:
@@ -64,9 +77,8 @@ class Contrastive:
 
     def __call__(self, model, batch) -> LossOutput:
         queries, docs, mask = encode_batch(model, batch)
-        return LossOutput(
-            contrastive_from_embeddings(queries, docs, mask, self.temperature, self.gather, self._mask(batch))
-        )
+        logits, labels = contrastive_logits(queries, docs, mask, self.temperature, self.gather, self._mask(batch))
+        return LossOutput(F.cross_entropy(logits, labels), hardness=hardness_sums(logits, labels, self.temperature))
 
     def _mask(self, batch) -> Callable[[list[int]], torch.Tensor] | None:
         if self.labelled is None:

@@ -3,14 +3,15 @@
 ``index.embeddings: true`` makes the index phase write, into the index's folder (under its manifest):
 
 * ``corpus.safetensors``: ``embeddings`` (tokens, dim) float32, the scoring tokens of every document one after
-  another, and ``offsets`` (documents + 1,) int64, where each document's tokens start;
+  another; ``offsets`` (documents + 1,), where each document's tokens start; ``widths`` (chunks,), the width
+  each chunk of ``DOC_CHUNK`` documents is scored at;
 * ``corpus-ids.json``: the document ids, in that order.
 
-They are computed exactly as the trainer's evaluation computes them (``trainer/evaluate.py``: the same
-``embed_texts``, chunks of ``DOC_CHUNK`` documents, the same batch size), so ``serve --exact`` ranks a query
-as the evaluation did, bit for bit on the same device. float32, 4 x dim bytes a token: about 50 KB a
-100-token document at dim 128, which is why it is asked for, not the default (PLAID's 4-bit residuals are
-about an eighth of it).
+They are the embeddings the trainer's evaluation scores (``trainer/evaluate.py`` through
+``trainer/retrieval/exact.py``: the same ``embed_texts``, the same chunks, float32, trimmed at the same
+column), and :func:`load_corpus` gives them back in those chunks, so ``serve --exact`` ranks a query as the
+evaluation did. 4 x dim bytes a token: about 50 KB a 100-token document at dim 128, which is why it is asked
+for, not the default (PLAID's 4-bit residuals are about an eighth of it).
 """
 
 from __future__ import annotations
@@ -21,56 +22,52 @@ from pathlib import Path
 import torch
 
 from trainer.encode import embed_texts
+from trainer.retrieval.exact import scoring_width
+from trainer.retrieval.search import DOC_CHUNK
 
-__all__ = ["EMBEDDINGS", "IDS", "Corpus", "load_corpus", "write_corpus"]
+__all__ = ["EMBEDDINGS", "IDS", "load_corpus", "write_corpus"]
 
 EMBEDDINGS = "corpus.safetensors"
 IDS = "corpus-ids.json"
-DOC_CHUNK = 512  # as trainer/evaluate.py: the same chunks give the same embeddings
-
-
-class Corpus:
-    """Document ids and their embeddings padded to the longest document, ``(documents, tokens, dim)``, with the
-    ``(documents, tokens)`` mask of the tokens that score."""
-
-    def __init__(self, ids: list[str], embeddings: torch.Tensor, mask: torch.Tensor):
-        self.ids, self.embeddings, self.mask = ids, embeddings, mask
 
 
 @torch.no_grad()
 def write_corpus(folder: Path, model, ids: list[str], texts: list[str], batch_size: int) -> None:
-    """Encode ``texts`` as the evaluation does and write them (only the scoring tokens) into ``folder``."""
+    """Encode ``texts`` as the evaluation does and write their scoring tokens, and each chunk's width, into
+    ``folder``."""
     from safetensors.torch import save_file
 
     device = next(model.parameters()).device
     model.eval()  # as the evaluation encodes: no dropout
-    parts, lengths = [], []
+    parts, lengths, widths = [], [], []
     for start in range(0, len(texts), DOC_CHUNK):
-        emb, mask = embed_texts(
-            model, texts[start : start + DOC_CHUNK], False, batch_size, model.document_length, device
-        )
+        chunk = texts[start : start + DOC_CHUNK]
+        emb, mask = embed_texts(model, chunk, False, batch_size, model.document_length, device)
+        widths.append(scoring_width(mask))
         for e, m in zip(emb, mask):  # (tokens, dim), (tokens,)
-            parts.append(e[m].cpu())
+            parts.append(e[m].float().cpu())
             lengths.append(int(m.sum()))
     offsets = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
-    save_file({"embeddings": torch.cat(parts).contiguous(), "offsets": offsets}, str(folder / EMBEDDINGS))
+    tensors = {"embeddings": torch.cat(parts).contiguous(), "offsets": offsets, "widths": torch.tensor(widths)}
+    save_file(tensors, str(folder / EMBEDDINGS))
     (folder / IDS).write_text(json.dumps(ids))
 
 
-def load_corpus(folder: Path, length: int, device: torch.device | str = "cpu") -> Corpus:
-    """The stored corpus, padded back to ``length`` tokens (the model's document length) with zeros where the mask
-    is off, as the evaluation pads: a document with fewer scoring tokens than ``length`` then has a masked
-    position, which MaxSim counts as a similarity of 0 there too."""
+def load_corpus(folder: Path, device: torch.device | str = "cpu") -> tuple[list[str], list[tuple]]:
+    """The ids, and the chunks as the evaluation scores them: ``(first document, embeddings (documents, width,
+    dim), mask (documents, width))``, zeros where the mask is off."""
     from safetensors.torch import load_file
 
     stored = load_file(str(folder / EMBEDDINGS))
-    flat, offsets = stored["embeddings"], stored["offsets"]
+    flat, offsets, widths = stored["embeddings"], stored["offsets"].tolist(), stored["widths"].tolist()
     ids = json.loads((folder / IDS).read_text())
-    lengths = (offsets[1:] - offsets[:-1]).tolist()
-    width = max([length, *lengths])
-    embeddings = torch.zeros(len(lengths), width, flat.shape[1], dtype=flat.dtype)
-    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
-    for i, (start, n) in enumerate(zip(offsets[:-1].tolist(), lengths)):
-        embeddings[i, :n] = flat[start : start + n]
-        mask[i, :n] = True
-    return Corpus(ids, embeddings.to(device), mask.to(device))
+    chunks = []
+    for c, width in enumerate(widths):
+        first, last = c * DOC_CHUNK, min(len(ids), (c + 1) * DOC_CHUNK)
+        emb = torch.zeros(last - first, width, flat.shape[1], dtype=flat.dtype)
+        mask = torch.zeros(last - first, width, dtype=torch.bool)
+        for row, doc in enumerate(range(first, last)):
+            n = offsets[doc + 1] - offsets[doc]
+            emb[row, :n], mask[row, :n] = flat[offsets[doc] : offsets[doc + 1]], True
+        chunks.append((first, emb.to(device), mask.to(device)))
+    return ids, chunks

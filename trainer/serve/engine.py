@@ -19,15 +19,24 @@ from pathlib import Path
 
 import torch
 
+from trainer.retrieval.exact import ModelRetriever
 from trainer.serve import ServeError
-from trainer.serve.corpus import DOC_CHUNK, EMBEDDINGS, load_corpus
+from trainer.serve.corpus import EMBEDDINGS, load_corpus
 from trainer.serve.requests import BadRequest
 
 __all__ = ["Engine", "ServeError", "locate"]
 
 log = logging.getLogger("trainer.serve")
 _INDEX_NAME = "colbert"  # trainer/index.py's
-_QUERY_BLOCK = 64
+
+
+class _StoredCorpus(ModelRetriever):
+    """The evaluation's exact retriever (``trainer/retrieval/exact.py``) over the chunks stored with the index,
+    float32 as the evaluation encodes them: its query encoding, its scoring, its top-k."""
+
+    def __init__(self, model, chunks: list[tuple], batch_size: int, device):
+        super().__init__(model, [], batch_size, device, show=False, stored=False)
+        self.chunks, self.stored = chunks, True
 
 
 def _check_export(root: Path) -> None:
@@ -100,8 +109,9 @@ class Engine:
                     f"--exact needs the corpus embeddings beside the index ({EMBEDDINGS}); train with index: "
                     "{embeddings: true} and export.include: [index], or serve without --exact (the PLAID index)"
                 )
-            self.corpus = load_corpus(index_dir, self.model.document_length, self.device)
-            self.documents = len(self.corpus.ids)
+            self.ids, chunks = load_corpus(index_dir, self.device)
+            self.corpus = _StoredCorpus(self.model, chunks, batch_size, self.device)
+            self.documents = len(self.ids)
         elif index_dir is not None:
             self.index = indexes.PLAID(
                 index_folder=str(index_dir), index_name=_INDEX_NAME, override=False, show_progress=False
@@ -123,40 +133,17 @@ class Engine:
                 "(export.include: [index] exports one)"
             )
         k = min(k, self.documents)
-        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then the index
+        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then its search
+            from trainer.retrieval.plaid import search_index
+
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            return [([h["id"] for h in hits], [float(h["score"]) for h in hits]) for hits in self.index(q, k=k)]
+            return [([d for d, _ in hits], [s for _, s in hits]) for hits in search_index(self.index, q, k)]
         return self._exact(queries, k)
 
     def _exact(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
-        """The evaluation's MaxSim (``trainer/evaluate.py``): the same query encoding, the same document chunks."""
-        from pylate.scores import colbert_scores
-
-        from trainer.encode import embed_texts
-
-        q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
-        c = self.corpus
-        scores = torch.cat(  # (queries, documents)
-            [
-                torch.cat(
-                    [
-                        colbert_scores(
-                            q_emb[i : i + _QUERY_BLOCK],
-                            c.embeddings[s : s + DOC_CHUNK],
-                            documents_mask=c.mask[s : s + DOC_CHUNK].float(),
-                        )
-                        for i in range(0, len(q_emb), _QUERY_BLOCK)
-                    ]
-                )
-                for s in range(0, self.documents, DOC_CHUNK)
-            ],
-            dim=1,
-        )
-        top = scores.topk(k, dim=1)
-        return [
-            ([c.ids[int(j)] for j in idx], [float(v) for v in vals])
-            for vals, idx in zip(top.values.cpu(), top.indices.cpu())
-        ]
+        """The evaluation's search (``trainer/evaluate.py``): the same retriever over the same chunks."""
+        found, _ = self.corpus.search(queries, [set() for _ in queries], k)
+        return [([self.ids[d] for d, _ in top], [s for _, s in top]) for top in found]
 
     @torch.no_grad()
     def rerank(self, query: str, documents: list[str]) -> list[float]:

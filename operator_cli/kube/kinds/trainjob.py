@@ -109,8 +109,9 @@ class TrainJob(JobKind):
         if runtime is None:
             note = f"runtime {runtime_name} is not known here: replaying the stock one's restarts (up to 3, any exit)"
         elif failure.permanent:
-            note = (f"runtime {runtime_name}'s failure policy replayed ({failure.rule}; "
-                    f"else {failure.restarts} restarts)")
+            note = (
+                f"runtime {runtime_name}'s failure policy replayed ({failure.rule}; else {failure.restarts} restarts)"
+            )
         else:
             note = f"runtime {runtime_name} has no failure policy: every failure restarts (up to {failure.restarts})"
         return PodPlan(

@@ -1,0 +1,87 @@
+"""Exact MaxSim with the ColBERT being trained: the reference every other ColBERT search is measured against."""
+
+from __future__ import annotations
+
+import torch
+from tqdm import tqdm
+
+from trainer.encode import embed_texts
+from trainer.retrieval.search import DOC_CHUNK, Candidates, TopK, my_chunks
+
+__all__ = ["QUERY_BLOCK", "ModelRetriever", "scoring_width"]
+
+QUERY_BLOCK = 64  # queries scored at once against a document chunk
+
+
+def scoring_width(mask: torch.Tensor) -> int:
+    """Columns up to the last one any document scores with: trimming there changes no MaxSim.
+
+    Not the largest *count* of scoring tokens: the mask drops punctuation inside a document, so a
+    document's last scoring token can sit past that count.
+
+    >>> scoring_width(torch.tensor([[1, 0, 1, 0], [1, 1, 0, 0]], dtype=torch.bool))
+    3
+    >>> scoring_width(torch.zeros(2, 4, dtype=torch.bool))
+    1
+    """
+    columns = mask.any(0).nonzero()
+    return int(columns.max()) + 1 if len(columns) else 1
+
+
+class ModelRetriever:
+    """Exact MaxSim of the model being trained: mining's retriever and evaluation's search. The corpus is
+    cut into fixed chunks of ``DOC_CHUNK`` documents, dealt round-robin to the ranks; each rank scores every
+    query against its chunks, and the per-rank lists are merged.
+
+    ``stored=True`` (mining: many searches, one per part of the queries) encodes each chunk once, kept in
+    fp16 and trimmed to the chunk's longest document; ``stored=False`` (evaluation: one search) encodes each
+    chunk as it is scored, in float32, so memory is bounded by a chunk, not the corpus.
+
+    Every chunk is encoded and scored with the same shapes on any world size, and ties go to the
+    lower document index, so the mined rows are the same bytes on 1 rank or 64. ``on_chunk`` is called
+    after each chunk this rank encoded (the job's progress)."""
+
+    @classmethod
+    def build(cls, model, corpus, mcfg, show, device, on_chunk, **_) -> ModelRetriever:
+        return cls(model, corpus, mcfg.batch_size, device, show, on_chunk)
+
+    def __init__(
+        self, model, corpus: list[str], batch_size: int, device, show: bool, on_chunk=lambda: None, stored=True
+    ):
+        self.model, self.corpus, self.batch_size, self.device = model, corpus, batch_size, device
+        self.chunks: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.stored = stored
+        if not stored:
+            return
+        model.eval()
+        for start in tqdm(my_chunks(len(corpus)), desc="mine: encode corpus", disable=not show, unit="chunk"):
+            emb, mask = self._encode(start)
+            self.chunks.append((start, emb.half(), mask))
+            on_chunk()
+
+    def _encode(self, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunk from ``start``, trimmed where no document scores any more (no MaxSim changes)."""
+        texts = self.corpus[start : start + DOC_CHUNK]
+        emb, mask = embed_texts(self.model, texts, False, self.batch_size, self.model.document_length, self.device)
+        width = scoring_width(mask)
+        return emb[:, :width], mask[:, :width]
+
+    def _chunks(self):
+        if self.stored:
+            yield from self.chunks
+        else:
+            for start in my_chunks(len(self.corpus)):
+                yield (start, *self._encode(start))
+
+    @torch.no_grad()
+    def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
+        from pylate.scores import colbert_scores
+
+        q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
+        best = TopK(positives, k + max(len(p) for p in positives))  # the positives may take places in the top-k
+        for start, d_emb, d_mask in self._chunks():
+            d = d_emb.float()
+            blocks = range(0, len(q_emb), QUERY_BLOCK)
+            scores = [colbert_scores(q_emb[i : i + QUERY_BLOCK], d, documents_mask=d_mask.float()) for i in blocks]
+            best.add(start, torch.cat(scores).cpu())
+        return best.merged()
