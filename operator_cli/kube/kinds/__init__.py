@@ -3,7 +3,9 @@
 live job's ``kind`` (:func:`kind_of`), and asks it; none tests which one it has.
 
 Adding a kind: a :class:`JobKind` subclass in a module of this package, listed in :data:`KINDS`, and its
-template (``operator_cli/templates/<api>.yaml.j2``), plus the chart's.
+template (``operator_cli/templates/<api>.yaml.j2``), plus the chart's. KServe's InferenceService
+(``inferenceservice.py``, ``colbert-k8s serve``) sits beside them: a served model, reached the same way, but no
+job (nothing to resize or replay), so it is not in :data:`KINDS`.
 """
 
 from __future__ import annotations
