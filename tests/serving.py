@@ -54,7 +54,7 @@ class Predictor:
     """``colbert-k8s serve --local URI`` (the CLI of the main venv, which runs the predictor in .venv-serve) on a
     free port, waited for until it is ready."""
 
-    def __init__(self, uri: str, *args: str, name: str = "colbert", env: dict | None = None, timeout: float = 240):
+    def __init__(self, uri: str, *args: str, name: str = "colbert", env: dict | None = None, timeout: float = 900):
         self.port, self.name = free_port(), name
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [

@@ -29,8 +29,12 @@ def apply(cluster: Cluster, runtime: dict[str, Any], isvc: dict[str, Any]) -> li
     get = lambda: RUNTIME.get(cluster.custom, cluster.ns, name)
     if cluster.read(get, "get", RUNTIME.kind, name, namespace=None) is None:
         create = lambda: RUNTIME.create(cluster.custom, cluster.ns, runtime)
-        cluster.request(create, "create", RUNTIME.kind, name, namespace=None)
-        made.append(f"{RUNTIME.kind} {name}")
+        try:
+            cluster.request(create, "create", RUNTIME.kind, name, namespace=None)
+            made.append(f"{RUNTIME.kind} {name}")
+        except CliError as e:
+            if e.status != 409:  # 409: another apply made it meanwhile, which is all this needs
+                raise
     isvc_name = isvc["metadata"]["name"]
     try:
         cluster.request(lambda: ISVC.create(cluster.custom, cluster.ns, isvc), "create", ISVC.kind, isvc_name)
