@@ -74,6 +74,13 @@ HEAD = {"training": {"head_learning_rate": 1e-3}}  # the new projection starts r
 for _arm in ("dense-1", "model-1", "bm25-1"):
     ARMS[f"{_arm}-head"] = {**ARMS[_arm], **HEAD}
 ARMS["dense"] = {}  # the base model as it ships: a bi-encoder, its own pooling, no training
+# colbert-train on the kept pairs with in-batch negatives only (no mining), as PyLate's script trains
+ARMS["inbatch"] = {"inbatch": True}
+ARMS["inbatch-head"] = {"inbatch": True, **HEAD}
+# deeper ranks: with sparse labels the top ranks are often unlabelled positives (NFCorpus: ~40 per query)
+ARMS["dense-1-far"] = {**ARMS["dense-1"], "rank_range": [30, 100]}
+ARMS["dense-1-far-head"] = {**ARMS["dense-1-far"], **HEAD}
+ARMS["bm25-1-far-head"] = {**ARMS["bm25-1-far"], **HEAD}
 
 RECIPE = ROOT / "recipes" / "domain-adaptation-from-pairs.yaml"
 ARMS["recipe"] = {k: v for k, v in yaml.safe_load(RECIPE.read_text())["mine"].items() if k not in ("corpus",)}
@@ -114,15 +121,18 @@ def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", se
     return pairs, kept
 
 
-def config(args, pairs: Path, arm: str, seed: int) -> dict:
+def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> dict:
     mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
     loss = mine.pop("loss", {"name": "contrastive"})
     training = mine.pop("training", {})
-    if teacher_arm := mine.pop("mine_with", None):
+    train: dict = {"path": str(pairs)}
+    if mine.pop("inbatch", False):  # no mining: the kept pairs, in-batch negatives only
+        train, mine = {"path": str(kept), "columns": {"negatives": []}}, None
+    if mine and (teacher_arm := mine.pop("mine_with", None)):
         mine["model"] = str(run_dir(args, teacher_arm, seed) / "out" / "final-model")
     return {
         "model": {"name_or_path": minilm(), "query_length": 32, "document_length": args.document_length},
-        "data": {"train": {"path": str(pairs)}, "eval_beir": str(args.data), "eval_split": args.split},
+        "data": {"train": train, "eval_beir": str(args.data), "eval_split": args.split},
         "training": {
             "per_device_batch_size": args.batch,
             "max_steps": args.steps,
@@ -135,7 +145,7 @@ def config(args, pairs: Path, arm: str, seed: int) -> dict:
         "loss": loss,
         "checkpoint": {"every_steps": 10_000},
         "evaluation": {"after_training": False},  # evaluated by evaluate_model, per query
-        "mine": mine,
+        **({"mine": mine} if mine else {}),
     }
 
 
@@ -228,11 +238,11 @@ def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> di
     else:
         if teacher_arm := ARMS[arm].get("mine_with"):  # that run first: its model mines
             before = run_arm(args, pairs, kept, teacher_arm, seed)["wall_seconds"]
-        m = run_colbert_train(wd, 1, config(args, pairs, arm, seed), env)
+        m = run_colbert_train(wd, 1, config(args, pairs, arm, seed, kept), env)
         wall = m["wall_seconds"] + (before if teacher_arm else 0.0)
         metrics = evaluate_model(wd / "out" / "final-model", args)
         mined = sorted((wd / "out" / "mined").glob("round-*/mining.json"))
-        rows = json.loads(mined[-1].read_text())["rows"]
+        rows = json.loads(mined[-1].read_text())["rows"] if mined else sum(1 for _ in open(kept))
     result = {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics.get("recall@100"),
               "per_query": metrics.get("per_query", {}), "wall_seconds": round(wall, 1), "rows": rows}  # fmt: skip
     done.write_text(json.dumps(result))
