@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -146,7 +147,7 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
         finally:
             server.close()
-    machine = f"{platform.machine()}, {subprocess.getoutput('nproc')} cores, Python {platform.python_version()}"
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     result = {
         "date": str(date.today()),
         "commit": git_commit(),
