@@ -83,7 +83,10 @@ ARMS["dense-1-far-head"] = {**ARMS["dense-1-far"], **HEAD}
 ARMS["bm25-1-far-head"] = {**ARMS["bm25-1-far"], **HEAD}
 
 RECIPE = ROOT / "recipes" / "domain-adaptation-from-pairs.yaml"
-ARMS["recipe"] = {k: v for k, v in yaml.safe_load(RECIPE.read_text())["mine"].items() if k not in ("corpus",)}
+_SHIPPED = yaml.safe_load(RECIPE.read_text())
+ARMS["recipe"] = {k: v for k, v in _SHIPPED["mine"].items() if k not in ("corpus",)}
+if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own training lever travels with it
+    ARMS["recipe"]["training"] = {"head_learning_rate": _SHIPPED["training"]["head_learning_rate"]}
 
 
 def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", seed: int = 0) -> tuple[Path, Path]:

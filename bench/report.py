@@ -138,18 +138,20 @@ def speed_plot(r: dict, out: Path) -> None:
 
 def data_scale_table(r: dict) -> str:
     lines = [
-        "| rows | docs/query | path | file MiB | one-time conversion s | first step s (whole process) "
-        "| peak RSS MiB per rank | worker peak RSS MiB | steady samples/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rows | docs/query | path | file MiB | one-time conversion s | of which the row hash s "
+        "| first step s (whole process) | peak RSS MiB per rank | worker peak RSS MiB | steady samples/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    num = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
     for run in r["runs"]:
         path = "pretokenize (in memory)" if run["pretokenize"] else "streaming (Arrow)"
-        conv = "-" if run["convert_seconds"] is None else f"{run['convert_seconds']:.1f}"
-        rss = " / ".join(f"{x:.0f}" for x in run["peak_rss_mb"])
+        conv, hashing = num(run["convert_seconds"], ".1f"), num(run.get("hash_seconds"), ".1f")
+        rss = " / ".join(f"{x:.0f}" for x in run["peak_rss_mb"] or [])
         workers = " / ".join(f"{x:.0f}" for x in run["worker_peak_rss_mb"] or [])
         lines.append(
-            f"| {run['rows']:,} | {run['documents_per_query']} | {path} | {run['file_mib']} | {conv} "
-            f"| {run['first_step_seconds']:.1f} | {rss} | {workers} | {run['steady_samples_per_second']:.2f} |"
+            f"| {run['rows']:,} | {run['documents_per_query']} | {path} | {run['file_mib']} | {conv} | {hashing} "
+            f"| {num(run['first_step_seconds'], '.1f')} | {rss} | {workers} "
+            f"| {num(run['steady_samples_per_second'], '.2f')} |"
         )
     return "\n".join(lines)
 

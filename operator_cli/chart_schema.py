@@ -1,5 +1,9 @@
 """Generate ``charts/colbert-train/values.schema.json``; its ``config`` part is the trainer's own schema.
 
+One rule is the templates' (``_helpers.tpl``: ``colbert-train.exportCredentials``), not the schema's: an
+export destination's credentials, which a schema can only refuse as a nest of ``anyOf`` lines where the
+CLI gives one line naming the fix.
+
 python -m operator_cli.chart_schema            # rewrite the file
 python -m operator_cli.chart_schema --check    # exit 1 if the file is out of date (a test runs this)
 """
@@ -18,7 +22,6 @@ from operator_cli.kube.kinds import KINDS
 from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
 from trainer.config import json_schema
 from trainer.credentials import CREDENTIAL_VALUE
-from trainer.export import CREDENTIALS
 
 __all__ = ["build", "main", "render_text"]
 
@@ -79,9 +82,9 @@ def build() -> dict[str, Any]:
             **_job_properties(),
             "config": {**train, "description": "The training config (trainer.config.TrainConfig)."},
             **_pod_properties(),
+            "tune": _tune_properties(),
             "global": {"type": "object"},
         },
-        "allOf": _export_credentials(),
         "$defs": {**defs, **_shared_defs()},
     }
     return _no_credentials(schema)
@@ -201,24 +204,30 @@ def _pod_properties() -> dict[str, Any]:
     }
 
 
-def _export_credentials() -> list[dict[str, Any]]:
-    """JobSpec._check_export's rule: a config.export.destination of scheme S needs one of S's credential sets
-    in secretEnv (trainer/export.py's CREDENTIALS), or, for an object store, a service account (workload
-    identity)."""
-    rules_ = []
-    named = {"required": ["serviceAccount"], "properties": {"serviceAccount": {"required": ["name"],
-             "properties": {"name": {"minLength": 1}}}}}  # fmt: skip
-    for scheme, sets in CREDENTIALS.items():
-        ways = [{"required": ["secretEnv"], "properties": {"secretEnv": {"required": list(one)}}} for one in sets]
-        export = {"required": ["destination"], "properties": {"destination": {"pattern": f"^{scheme}://"}}}
-        config = {"required": ["export"], "properties": {"export": export}}
-        rules_.append(
-            {
-                "if": {"required": ["config"], "properties": {"config": config}},
-                "then": {"anyOf": ways + ([] if scheme == "hf" else [named])},
-            }
-        )
-    return rules_
+def _tune_properties() -> dict[str, Any]:
+    """``tune.*``: the Katib Experiment of ``colbert-k8s tune`` (the sweep options' names and rules)."""
+    from operator_cli.tune.space import KINDS as SPACES
+    from operator_cli.tune.spec import ALGORITHMS, GOALS
+    from trainer.config import METRICS
+    from trainer.overrides import KEY
+
+    space = {"type": "string", "pattern": rf"^\s*({'|'.join(SPACES)})\s*\(.*\)\s*$"}
+    param = _obj({"key": {"type": "string", "pattern": f"^{KEY.pattern}$"}, "space": space}, required=["key", "space"])
+    count = {"type": "integer", "minimum": 1}
+    return _obj(
+        {
+            "enabled": {"type": "boolean"},
+            "params": {"type": "array", "items": param},
+            "metric": {"enum": list(METRICS)},
+            "goal": {"enum": list(GOALS)},
+            "trials": count,
+            "parallel": count,
+            "algorithm": {"enum": list(ALGORITHMS)},
+            "seed": {"type": "integer"},
+            "maxFailed": {"type": "integer", "minimum": 0},
+            "allowTestSplit": {"type": "boolean"},
+        }
+    )
 
 
 def render_text() -> str:

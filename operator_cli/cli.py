@@ -9,6 +9,7 @@
     colbert-k8s suspend NAME       colbert-k8s resume NAME
     colbert-k8s runtime render     colbert-k8s runtime install   (a TrainJob runtime that fails fast)
     colbert-k8s render ... [-d DIR]  colbert-k8s local ...   (the same job, on this machine)
+    colbert-k8s tune ... --param KEY=SPACE [--local]   colbert-k8s tune status NAME   (a sweep of jobs)
     colbert-k8s serve --local URI    colbert-k8s serve apply NAME|URI   (search and rerank, here or on KServe)
     colbert-k8s register NAME|URI    (the export as a version in the Kubeflow Model Registry)
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import click
 
-from operator_cli.commands import change, job, read, register, runtime, serve
+from operator_cli.commands import change, job, read, register, runtime, serve, tune
 from operator_cli.commands.base import Group, cluster_options
 from operator_cli.commands.job import build_spec, job_options
 
@@ -48,6 +49,7 @@ for command in (
     change.suspend_cmd,
     change.resume_cmd,
     runtime.runtime_group,
+    tune.tune_group,
     serve.serve_group,
     register.register_cmd,
 ):

@@ -126,7 +126,7 @@ def _controller(cluster: Cluster, key: str) -> Check:
 
 @_guarded("torch runtime")
 def _runtime(cluster: Cluster) -> Check:
-    """This tool's runtime (fails fast on exit 2) if it is there, else the stock one that submit falls back to."""
+    """This tool's runtime (fails fast on exit 1-127) if it is there, else the stock one that submit falls back to."""
     if cluster.runtime_exists(C.V2_SHIPPED_RUNTIME):
         cluster.check_runtime(C.V2_SHIPPED_RUNTIME)
         return Check("torch runtime", "OK", f"ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME} runs torch and fails "

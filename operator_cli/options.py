@@ -141,7 +141,8 @@ JOB_OPTIONS: tuple[Option, ...] = (
     Option("--gpus-per-node", "GPUs and processes per pod; 0 = CPU job, 1 process per pod.", type=int,
            show_default=True, rule=_within(0, C.MAX_GPUS_PER_NODE),
            must=f"must be between 0 and {C.MAX_GPUS_PER_NODE}"),
-    Option("--image", show_default=True, rule=_full("image"), must="must be an image reference like REGISTRY/NAME:TAG"),
+    Option("--image", "The trainer image (built from this repository's Dockerfile).", show_default=True,
+           rule=_full("image"), must="must be an image reference like REGISTRY/NAME:TAG"),
     Option("--cpu", "CPU request and limit per pod, e.g. 8.", rule=_full("quantity"), must=QUANTITY),
     Option("--memory", "Memory request and limit per pod, e.g. 64Gi.", rule=_full("quantity"), must=QUANTITY),
     Option("--shm-size", "Memory-backed /dev/shm size; 0 disables it.", show_default=True,
@@ -155,15 +156,19 @@ JOB_OPTIONS: tuple[Option, ...] = (
     Option("--termination-grace-period", "Seconds from SIGTERM (eviction, preemption) to SIGKILL; the trainer "
            "checkpoints in them.", field="termination_grace", type=int, show_default=True,
            rule=_within(0, 24 * 3600), must="must be 0..86400 seconds"),
-    Option("--node-selector", metavar="K=V", multiple=True, parse=_pairs("--node-selector"), checker=_labels),
-    Option("--toleration", metavar="KEY[=VALUE]:EFFECT", multiple=True, field="tolerations",
+    Option("--node-selector", "Node label the pods must match (repeatable), e.g. nvidia.com/gpu.product=H100.",
+           metavar="K=V", multiple=True, parse=_pairs("--node-selector"), checker=_labels),
+    Option("--toleration", "Tolerate a node taint (repeatable), e.g. nvidia.com/gpu:NoSchedule; without =VALUE "
+           "it tolerates any value (Exists).", metavar="KEY[=VALUE]:EFFECT", multiple=True, field="tolerations",
            parse=lambda values: [parse_toleration(t) for t in values]),
-    Option("--priority-class", rule=_full("dns1123"), must=DNS1123),
+    Option("--priority-class", "PriorityClass of the pods (PyTorchJob only; for a TrainJob use a runtime that sets "
+           "it, or --label kueue.x-k8s.io/priority-class=NAME).", rule=_full("dns1123"), must=DNS1123),
     Option("--queue", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name).", rule=_full("label_value"),
            must="must be a valid label value"),
-    Option("--service-account", rule=_full("dns1123"), must=DNS1123),
-    Option("--image-pull-secret", multiple=True, field="image_pull_secrets", parse=list, rule=_full("dns1123"),
-           must=DNS1123),
+    Option("--service-account", "An existing ServiceAccount the pods run as (e.g. bound to a cloud role for "
+           "object-store access: workload identity).", rule=_full("dns1123"), must=DNS1123),
+    Option("--image-pull-secret", "A docker-registry Secret for pulling --image (repeatable).", multiple=True,
+           field="image_pull_secrets", parse=list, rule=_full("dns1123"), must=DNS1123),
     Option("--env", "Plain environment variable (never a credential).", metavar="K=V", multiple=True,
            parse=_pairs("--env"), checker=_env),
     Option("--secret-env", "Variable from a Secret key (secretKeyRef).", metavar="VAR=SECRET/KEY", multiple=True,
@@ -184,8 +189,10 @@ JOB_OPTIONS: tuple[Option, ...] = (
     Option("--runtime", f"The ClusterTrainingRuntime a TrainJob uses (--api trainjob). Default: {C.V2_SHIPPED_RUNTIME} "
            f"(`colbert-k8s runtime install`); submit falls back to the stock {C.V2_STOCK_RUNTIME} without it.",
            rule=_full("dns1123"), must="must be a ClusterTrainingRuntime name (DNS-1123)"),
-    Option("--label", metavar="K=V", multiple=True, field="labels", parse=_pairs("--label"), checker=_labels),
-    Option("--annotation", metavar="K=V", multiple=True, field="annotations", parse=_pairs("--annotation"),
+    Option("--label", "Extra label on every object and pod (repeatable).", metavar="K=V", multiple=True,
+           field="labels", parse=_pairs("--label"), checker=_labels),
+    Option("--annotation", "Extra annotation on every object and pod (repeatable); never a credential.",
+           metavar="K=V", multiple=True, field="annotations", parse=_pairs("--annotation"),
            checker=_annotations),
     # scheduling on shared clusters: their rules are operator_cli/scheduling.py's (they involve each other)
     Option("--topology-required", "Kueue topology-aware scheduling: all pods in one domain of this node label "

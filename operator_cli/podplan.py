@@ -26,10 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainer.errors import PERMANENT_EXIT_CODES
+
 if TYPE_CHECKING:
     from operator_cli.kube.kinds.base import JobKind
 
-__all__ = ["FailurePolicy", "PodPlan", "operator_policy"]
+__all__ = ["FailurePolicy", "PodPlan", "code_ranges", "operator_policy"]
 
 
 @dataclass(frozen=True)
@@ -54,14 +56,31 @@ class FailurePolicy:
         return any(low <= code <= high for low, high in self.permanent)
 
 
+def code_ranges(codes: list[int]) -> tuple[tuple[int, int], ...]:
+    """Exit codes as inclusive ranges of consecutive codes, for :attr:`FailurePolicy.permanent`.
+
+    >>> code_ranges([5, 1, 2, 3, 9])
+    ((1, 3), (5, 5), (9, 9))
+    """
+    ranges: list[tuple[int, int]] = []
+    for code in sorted(set(codes)):
+        if ranges and code == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return tuple(ranges)
+
+
 def operator_policy(restart_policy: str, backoff_limit: int) -> FailurePolicy:
-    """The Training Operator's rule for a PyTorchJob replica: ``ExitCode`` fails the job at once on 1-127 (the
-    trainer's permanent failures) and restarts on 128-255 and signals; ``OnFailure`` restarts on any failure;
-    ``Never`` on none; all within ``runPolicy.backoffLimit``."""
+    """The Training Operator's rule for a PyTorchJob replica: ``ExitCode`` fails the job at once on 1-127 and
+    restarts on 128-255 and signals (the operator's fixed rule, which is why it is the trainer's too:
+    ``trainer/errors.PERMANENT_EXIT_CODES``); ``OnFailure`` restarts on any failure; ``Never`` on none; all
+    within ``runPolicy.backoffLimit``."""
     if restart_policy == "Never":
         return FailurePolicy(restarts=0)
     if restart_policy == "ExitCode":
-        return FailurePolicy(backoff_limit, ((1, 127),), rule="restartPolicy ExitCode (1-127)")
+        low, high = PERMANENT_EXIT_CODES
+        return FailurePolicy(backoff_limit, (PERMANENT_EXIT_CODES,), rule=f"restartPolicy ExitCode ({low}-{high})")
     return FailurePolicy(backoff_limit)
 
 

@@ -313,13 +313,15 @@ class JobSpec:
         return NCCL_PRESETS[self.nccl] if self.nccl else {}
 
 
-def read_config(path: str | Path) -> str:
-    """Read ``--config`` and validate it with the trainer's schema (pydantic only, no torch)."""
+def read_config(path: str | Path, overrides: tuple[str, ...] = ()) -> str:
+    """Read ``--config``, apply ``--set KEY=VALUE`` (trainer/config_set.py), and validate the result with the
+    trainer's schema (pydantic only, no torch): the text the job ships."""
     from trainer.config import ConfigError  # pydantic: see above
+    from trainer.config_set import with_overrides
     from trainer.config_yaml import load_yaml, parse_config, read_config_text
 
     try:
-        text = read_config_text(path)
+        text = with_overrides(read_config_text(path), overrides, str(path))
         parse_config(load_yaml(text, str(path)), str(path))
     except ConfigError as e:
         raise CliError(str(e), hint="see README 'Training config' for every key") from None

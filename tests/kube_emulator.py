@@ -119,6 +119,7 @@ class Emulator:
         storage_classes: tuple[dict, ...] = (),
         denied: tuple[str, ...] = (),
         with_kueue: bool = False,
+        with_sweeps: bool = False,
     ):
         """``with_crd``: serve PyTorchJobs (Training Operator v1); ``with_v2``: serve TrainJobs (Trainer v2),
         with ``runtimes`` as its ClusterTrainingRuntimes (get by name; kmock routes no cluster-scoped reads)."""
@@ -128,6 +129,7 @@ class Emulator:
         self.with_v2 = with_v2
         self.runtimes = runtimes
         self.nodes, self.storage_classes, self.denied, self.with_kueue = nodes, storage_classes, denied, with_kueue
+        self.with_sweeps = with_sweeps  # Katib's Experiments and Trials, Trainer's OptimizationJobs (tune)
         self.namespaces = namespaces
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
         self.thread.start()
@@ -199,6 +201,11 @@ class Emulator:
                 return {**req.data, "status": {"allowed": allowed, **({} if allowed else {"reason": "RBAC: denied"})}}
 
             emu["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << 201 << review
+            if self.with_sweeps:
+                for res, kind in (("kubeflow.org/v1beta1/experiments", "Experiment"),
+                                  ("kubeflow.org/v1beta1/trials", "Trial"),
+                                  ("trainer.kubeflow.org/v1alpha1/optimizationjobs", "OptimizationJob")):  # fmt: skip
+                    emu.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True)
             if self.with_kueue:
                 emu.resources["kueue.x-k8s.io/v1beta1/localqueues"] = kmock.ResourceInfo(
                     kind="LocalQueue", namespaced=True

@@ -207,6 +207,19 @@ def validate_runtime(obj: dict) -> None:
         if spec.get("podFailurePolicy"):
             policy = spec["template"]["spec"].get("restartPolicy")
             assert policy == "Never", f"{job['name']}: a podFailurePolicy needs restartPolicy Never, got {policy}"
+            for rule in spec["podFailurePolicy"]["rules"]:
+                _check_exit_codes(job["name"], rule.get("onExitCodes"))
+
+
+def _check_exit_codes(job: str, codes: dict | None) -> None:
+    """What the API server checks of ``onExitCodes`` (batch/v1 validation) and the schemas do not: 1 to 255
+    values, ordered, no duplicates, no 0 under ``In``."""
+    if codes is None:
+        return
+    values = codes["values"]
+    assert 1 <= len(values) <= 255, f"{job}: onExitCodes takes 1 to 255 values, got {len(values)}"
+    assert values == sorted(set(values)), f"{job}: onExitCodes values must be ordered, without duplicates"
+    assert not (codes["operator"] == "In" and 0 in values), f"{job}: onExitCodes In cannot hold 0"
 
 
 def validate_core(obj: dict) -> None:
@@ -224,5 +237,77 @@ def validate_all(objects: list[dict]) -> None:
             validate_trainjob(obj)
         elif obj["kind"] == "ClusterTrainingRuntime":
             validate_runtime(obj)
+        elif obj["kind"] == "Experiment":
+            validate_experiment(obj)
+        elif obj["kind"] == "OptimizationJob":
+            validate_optimizationjob(obj)
         else:
             validate_core(obj)
+
+
+# ---- sweeps (colbert-k8s tune) --------------------------------------------------------------------------
+
+_KATIB_TYPES = {"double": ("min", "max"), "int": ("min", "max"), "discrete": ("list",), "categorical": ("list",)}
+
+
+def _katib_webhook(spec: dict) -> None:
+    """What Katib's validating webhook checks and its CRD (preserve-unknown-fields) does not: objective, counts,
+    parameter types and their feasible spaces, the File collector, and that the trial template uses exactly the
+    trial parameters it declares (katib pkg/webhook/v1beta1/experiment/validator)."""
+    objective = spec["objective"]
+    assert objective["type"] in ("maximize", "minimize"), objective
+    assert objective["objectiveMetricName"] not in objective.get("additionalMetricNames", []), objective
+    assert spec["algorithm"]["algorithmName"] in ("random", "grid", "bayesianoptimization", "tpe", "cmaes")
+    assert 0 < spec["parallelTrialCount"] <= spec["maxTrialCount"] and spec["maxFailedTrialCount"] >= 0
+    for p in spec["parameters"]:
+        space = p["feasibleSpace"]
+        assert set(space) - {"distribution"} == set(_KATIB_TYPES[p["parameterType"]]), p
+        assert space.get("distribution", "uniform") in ("uniform", "logUniform", "normal", "logNormal"), p
+        for bound in ("min", "max"):
+            if bound in space:
+                float(space[bound])  # Katib parses them with strconv.ParseFloat
+    collector = spec["metricsCollectorSpec"]
+    path = collector["source"]["fileSystemPath"]
+    assert collector["collector"]["kind"] == path["kind"] == "File" and path["format"] in ("TEXT", "JSON")
+    assert path["path"].startswith("/"), path
+    template = spec["trialTemplate"]
+    declared = {p["name"] for p in template["trialParameters"]}
+    used = set(re.findall(r"\$\{trialParameters\.([^}]+)\}", str(template["trialSpec"])))
+    assert used == declared, f"trial parameters declared {sorted(declared)}, used {sorted(used)}"
+    names = {p["name"] for p in spec["parameters"]}
+    for p in template["trialParameters"]:
+        assert p["reference"] in names or re.fullmatch(r"\$\{trialSpec\.\w+\}", p["reference"]), p
+
+
+def validate_experiment(obj: dict) -> None:
+    """A Katib Experiment: kubeflow-katib-api 0.19's models (round trip), the webhook's rules, its (permissive)
+    CRD, and the trial template as the PyTorchJob it is."""
+    from kubeflow_katib_api.models import V1beta1Experiment
+
+    try:
+        model = V1beta1Experiment.from_dict(obj)
+    except Exception as e:
+        raise TypedModelError(f"Experiment: {str(e).splitlines()[0:3]}") from None
+    if diff := _first_difference(obj, model.to_dict()):
+        raise TypedModelError(f"Experiment {diff}")
+    _katib_webhook(obj["spec"])
+    check_crd(obj, "kubeflow.org_experiments.katib.yaml")
+    trial = copy.deepcopy(obj["spec"]["trialTemplate"]["trialSpec"])
+    trial["metadata"]["name"] = "trial-name"  # Katib names each trial's job
+    validate_pytorchjob(trial)
+
+
+def validate_optimizationjob(obj: dict) -> None:
+    """A Trainer OptimizationJob: its CRD (from Trainer's main branch; there are no released models), the CEL
+    rules it states, and the trial template as the TrainJob it is."""
+    check_crd(obj, "trainer.kubeflow.org_optimizationjobs.yaml")
+    spec = obj["spec"]
+    assert spec["parallelTrials"] <= spec["numTrials"], "parallelTrials cannot exceed numTrials"
+    assert len(spec["searchAlgorithm"]) == 1, "exactly one of random, grid"
+    if "grid" in spec["searchAlgorithm"]:
+        assert all("categorical" in p["searchSpace"] for p in spec["parameters"]), "grid takes categorical only"
+    template = spec["trainJobTemplate"]
+    assert "name" not in template.get("metadata", {}), "name and namespace cannot be set in a template"
+    meta = {"name": "trial", **template["metadata"]}
+    trainjob = {"apiVersion": obj["apiVersion"], "kind": "TrainJob", "metadata": meta, "spec": template["spec"]}
+    validate_trainjob(trainjob)

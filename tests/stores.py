@@ -72,6 +72,17 @@ class MotoS3:
         )
         obstore.put(store, key, data)
 
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
+        """Every object under ``prefix``, by its key after the prefix."""
+        import obstore
+        from obstore.store import S3Store
+
+        store = S3Store(bucket, endpoint=self.url, region="us-east-1", access_key_id="testing-key",
+                        secret_access_key="testing-secret", virtual_hosted_style_request=False,
+                        client_options={"allow_http": True})  # fmt: skip
+        found = [o["path"] for batch in obstore.list(store, prefix=prefix) for o in batch]
+        return {p[len(prefix) :]: bytes(obstore.get(store, p).bytes()) for p in found}
+
     def put_dir(self, bucket: str, prefix: str, directory: Path) -> None:
         for path in sorted(directory.rglob("*")):
             if path.is_file():

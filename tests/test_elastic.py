@@ -114,6 +114,63 @@ def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resu
     assert "global batch 8" in log
     diff = _close(_weights(again[0]), _weights(reference[0]))
     assert diff < 1e-5, diff
+    metrics = json.loads((again[0] / "out" / "metrics.json").read_text())  # this run's, and the job's history
+    assert metrics["world_size"] == resume_on and [h["world_size"] for h in metrics["history"]] == [2, resume_on]
+    card = (again[0] / "out" / "final-model" / "README.md").read_text()
+    assert f"| world size | {resume_on} process(es) on CPU, fp32 (world size 2 -> {resume_on} at step " in card
+
+
+def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, step: int = 0):
+    """The state of a run of a linear model on ``world_size`` ranks (this process is rank 0), as build makes it."""
+    from trainer.env import Layout
+    from trainer.state import TrainState
+
+    cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 20, "global_batch_size": 8},
+                        "output_dir": str(tmp_path / "out")})  # fmt: skip
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    return TrainState(
+        cfg=cfg, layout=Layout(world_size=world_size), model=model, forward=model, params=list(model.parameters()),
+        optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=None, data=None, loss_fn=None, total_steps=20,
+        step=step, metrics={"world_size": world_size, "device": device, "precision": precision, "global_batch": 8},
+    )  # fmt: skip
+
+
+def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its_history(tmp_path):
+    """Issue 42: resuming a 2-rank checkpoint on 1 rank overwrote this run's world size, device and precision
+    with the checkpoint's, so metrics.json and the card said 2. Driven through the trainer's own resume."""
+    from trainer import resume
+    from trainer.card import render
+    from trainer.train import _resume
+
+    def checkpoint(t) -> None:
+        resume.save(t.ckpt_dir, resume.capture(t), keep_last=1)
+
+    checkpoint(_run_state(tmp_path, 2, "NVIDIA A100", "bf16", step=6))
+    same = _run_state(tmp_path, 2, "NVIDIA A100", "bf16")
+    _resume(same)  # the same shape: nothing to tell
+    assert same.step == 6 and "history" not in same.metrics and same.metrics["world_size"] == 2
+    one = _run_state(tmp_path, 1, "CPU", "fp32")
+    _resume(one)
+    assert (one.step, one.metrics["world_size"], one.metrics["device"], one.metrics["precision"]) == (
+        6,
+        1,
+        "CPU",
+        "fp32",
+    )
+    assert one.metrics["history"] == [
+        {"step": 0, "world_size": 2, "device": "NVIDIA A100", "precision": "bf16"},
+        {"step": 6, "world_size": 1, "device": "CPU", "precision": "fp32"},
+    ]
+    one.step = 9
+    checkpoint(one)
+    four = _run_state(tmp_path, 4, "CPU", "fp32")
+    _resume(four)
+    assert four.metrics["world_size"] == 4 and [h["step"] for h in four.metrics["history"]] == [0, 6, 9]
+    card = render(four.cfg, four.metrics)
+    assert ("| world size | 4 process(es) on CPU, fp32 (world size 2 -> 1, device NVIDIA A100 -> CPU, precision "
+            "bf16 -> fp32 at step 6; world size 1 -> 4 at step 9) |") in card  # fmt: skip
 
 
 def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Popen, Path]:
@@ -125,7 +182,7 @@ def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Po
     _workdir(tmp_path, model, 120, over)
     cmd = [sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"),
            "--name", "tiny", "--elastic", "1:3", "--gpus-per-node", "0", "--pvc-size", "1Gi",
-           "--workdir", str(tmp_path)]  # fmt: skip
+           "--workdir", str(tmp_path), "-v"]  # fmt: skip  (-v: every rank's lines, counted below)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, tmp_path / "output" / "checkpoints"
 

@@ -509,6 +509,7 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     out = again.stdout + again.stderr
     assert again.returncode == 0, out[-3000:]
     assert "the job: done before" in out and "step 1/3" not in out, out[-5000:]  # no training step
+    assert "export: s3://e2e-export/tiny/ (" in again.stdout  # local's summary names where the model went
     assert "testing-secret" not in text + out
     output = tmp_path / "output"
     remote = _remote(s3, "e2e-export", "tiny/")

@@ -126,8 +126,15 @@ def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
     wd = _workdir(tmp_path, tiny_model, 32)
     res = subprocess.run(_local(wd), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    assert "[master-0] [rank 0]" in res.stdout and "[worker-0] [rank 1]" in res.stdout
+    # one line per event: rank 0's lines once (rank 1 logs the same and has nothing to warn of), progress
+    # as one readable line, no bar glued to a log line; the "done" line last, the summary naming the model
+    assert "[master-0] [rank 0]" in res.stdout and "[worker-0] [rank 1]" not in res.stdout
+    assert "progress {" not in res.stdout and "train step 4/4 · " in res.stdout and "it/s]" not in res.stdout
+    lines = res.stdout.splitlines()
+    done = next(i for i, line in enumerate(lines) if "INFO done: model at output/final-model" in line)
+    assert done > max(i for i, line in enumerate(lines) if "final model saved" in line)
     assert "job tiny succeeded: 4 steps" in res.stdout
+    assert res.stdout.splitlines()[-1] == f"model: {_pod(wd, 'master-0') / 'output' / 'final-model'}"
     assert "not honoured here" in res.stderr and "world size 2" in res.stderr
     assert "each replica has its own /workspace (an emptyDir)" in res.stderr
     assert "copied into each from" in res.stderr and "data/train.jsonl" in res.stderr
@@ -261,7 +268,7 @@ def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
 
 @pytest.mark.slow
 def test_trainjob_on_the_runtime_fails_a_bad_data_row_with_no_restart(tmp_path, tiny_model):
-    """--api trainjob on this tool's runtime (the default): its podFailurePolicy fails the Job on exit 2 and
+    """--api trainjob on this tool's runtime (the default): its podFailurePolicy fails the Job on exit 1-127 and
     the JobSet rule fails the TrainJob, so a bad row is one attempt, not maxRestarts of them."""
     wd = _workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')
@@ -319,7 +326,7 @@ def _netns_reason() -> str | None:
 @pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
 def test_isolated_network_namespaces(tmp_path, tiny_model):
     wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
-    res = subprocess.run(_local(wd, "--isolate-network"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(_local(wd, "--isolate-network", "-v"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     addrs = dict(pair.split("=") for pair in res.stderr.split("network namespaces: ")[1].splitlines()[0].split(", "))
     assert set(addrs) == {"tiny-master-0", "tiny-worker-0"} and not addrs["tiny-master-0"].startswith("127.")
@@ -360,7 +367,7 @@ def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny
     digests = {}
     for api in ("pytorchjob", "trainjob"):
         wd = _workdir(tmp_path / api, tiny_model, 32, {"training.max_steps": 4})
-        res = subprocess.run(_local(wd, "--api", api), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        res = subprocess.run(_local(wd, "--api", api, "-v"), cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         master = wd / "pods" / ("tiny-master-0" if api == "pytorchjob" else "tiny-node-0-0")
         assert json.loads((master / "output" / "metrics.json").read_text())["world_size"] == 2

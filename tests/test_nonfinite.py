@@ -196,3 +196,79 @@ def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_th
     _Faults({2, 5}).install(monkeypatch)
     with pytest.raises(NonFinite, match="step 5: the gradient is not finite"):
         run(tight, Layout())
+
+
+def test_fp16_steps_the_scaler_skips_are_logged_counted_and_stop_the_job_below_the_scale_floor(caplog):
+    """Issue 42: under GradScaler a NaN loss at every step was skipped without end, log or count: 40 of 40
+    steps "done", the scale down to 6e-8, the base weights published. Driven here with a real (CPU)
+    GradScaler through the production step."""
+    from trainer.step import MIN_LOSS_SCALE
+
+    t = _state()
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)  # 4 halvings to 1, the 5th goes below
+
+    def backward(value: float) -> None:
+        t.scaler.scale(t.model(torch.ones(1, 3)).sum() * value).backward()
+
+    backward(1.0)
+    apply_update(t)  # a good step: applied, nothing counted
+    assert t.metrics.get("scaler_skipped_steps", 0) == 0
+    good = [p.detach().clone() for p in t.params]
+    with caplog.at_level("WARNING", logger="trainer"):
+        for n in range(1, 5):
+            backward(float("nan"))
+            apply_update(t)
+            assert t.metrics["scaler_skipped_steps"] == n and t.step == 1 + n
+            assert t.scaler.get_scale() == 2.0 ** (4 - n) >= MIN_LOSS_SCALE
+    assert all(torch.equal(a, b) for a, b in zip(good, t.params))  # nothing reached the weights
+    warned = [r.getMessage() for r in caplog.records if "GradScaler skipped" in r.getMessage()]
+    assert len(warned) == 4 and warned[0].startswith("step 2: fp16 gradient not finite at loss scale 16")
+    backward(float("nan"))
+    with pytest.raises(NonFinite, match=r"step 6: the gradient is not finite even at fp16 loss scale 1 ") as e:
+        apply_update(t)
+    assert "\n" not in str(e.value) and "skipped 5 step(s)" in str(e.value)
+    assert all(torch.equal(a, b) for a, b in zip(good, t.params))
+
+
+@pytest.mark.slow
+def test_fp16_skips_reach_metrics_json_survive_a_restart_and_a_nan_at_every_step_stops_the_job(
+    tmp_path, tiny_model, monkeypatch
+):
+    """The production loop with fp16's real GradScaler (on CPU, fp32 arithmetic): the skips are in metrics.json,
+    a restart from a checkpoint keeps the count, and a NaN loss at every step ends the job (exit 2's error)
+    instead of publishing the base weights after a full run."""
+    import trainer.train as train
+    from tests.conftest import write_triplets
+    from trainer.config_yaml import parse_config
+    from trainer.env import Layout
+    from trainer.train import run
+
+    monkeypatch.setattr(train, "choose_precision", lambda requested, device: "fp16")  # fp16 needs CUDA otherwise
+    monkeypatch.setattr(train, "autocast_for", lambda precision, device: contextlib.nullcontext)
+    data = write_triplets(tmp_path / "t.jsonl", 32)
+
+    def config(name: str, steps: int = 6):
+        return parse_config({
+            "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
+            "data": {"train": {"path": str(data)}, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
+            "training": {"per_device_batch_size": 4, "max_steps": steps, "seed": 3},
+            "checkpoint": {"every_steps": 2},
+            "evaluation": {"after_training": False},
+            "tracking": {"report_to": []},
+            "output_dir": str(tmp_path / name),
+        })  # fmt: skip
+
+    _Faults({2, 5}).install(monkeypatch)
+    whole = run(config("whole"), Layout())
+    written = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    assert written["scaler_skipped_steps"] == whole["scaler_skipped_steps"] == 2 and written["precision"] == "fp16"
+    assert written["loss_scale"] == 2.0**14 and written["skipped_nonfinite_steps"] == 0
+    _Faults({2, 5}, kill=5).install(monkeypatch)
+    with pytest.raises(_Killed):
+        run(config("out"), Layout())
+    _Faults({2, 5}).install(monkeypatch)
+    assert run(config("out"), Layout())["scaler_skipped_steps"] == 2  # one before the checkpoint at 4, one after
+    _Faults(set(range(1, 41))).install(monkeypatch)
+    with pytest.raises(NonFinite, match="step 17: the gradient is not finite even at fp16 loss scale 1 "):
+        run(config("nan", steps=40), Layout())
+    assert not (tmp_path / "nan" / "final-model").exists() and not (tmp_path / "nan" / "metrics.json").exists()

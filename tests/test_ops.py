@@ -54,7 +54,7 @@ def test_runtime_render_is_crd_valid_with_the_fail_fast_rules(opts):
     job = node["template"]["spec"]
     assert node["name"] == "node" and job["backoffLimit"] == 0
     assert job["podFailurePolicy"]["rules"] == [
-        {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [2]}}
+        {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": list(range(1, 128))}}
     ]
     pod = job["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
@@ -67,7 +67,8 @@ def test_runtime_render_is_crd_valid_with_the_fail_fast_rules(opts):
     assert mounts == ([] if "shm_size" in opts else ["/dev/shm"])
     # the policy local replays is read back from this very object
     policy = runtime_policy(rt)
-    assert policy.is_permanent(2) and not policy.is_permanent(129) and not policy.is_permanent(-9)
+    assert policy.is_permanent(1) and policy.is_permanent(2) and policy.is_permanent(127)
+    assert not policy.is_permanent(128) and not policy.is_permanent(129) and not policy.is_permanent(-9)
     assert policy.restarts == opts.get("max_restarts", 3) and policy.recreates_pods
 
 

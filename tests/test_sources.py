@@ -218,7 +218,7 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [
         sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"), "--name", "remote",
-        "--nodes", "2", "--gpus-per-node", "0", "--pod-local-storage", "--workdir", str(tmp_path / "wd"),
+        "--nodes", "2", "--gpus-per-node", "0", "--pod-local-storage", "--workdir", str(tmp_path / "wd"), "-v",
         "--secret-env", "AWS_ACCESS_KEY_ID=s3/id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3/secret",
         "--env", f"AWS_ENDPOINT_URL={s3.url}", "--env", "AWS_REGION=us-east-1",
     ]  # fmt: skip

@@ -90,7 +90,8 @@ def test_bad_config_is_one_line(name, over, message, tmp_path, tiny_model):
 
 BAD_ROWS = [
     ("empty-dataset", "", "the dataset is empty"),
-    ("missing-column", '{"query": "q", "positive": "p"}\n', "row 1: column 'negative' is missing"),
+    # plain (query, positive) pairs train with in-batch negatives (issue 43); a missing positive is an error
+    ("missing-column", '{"query": "q", "negative": "n"}\n', "row 1: column 'positive' is missing"),
     (
         "empty-column",
         '{"query": "q", "positive": "p", "negative": "n"}\n{"query": " ", "positive": "p", "negative": "n"}\n',

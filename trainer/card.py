@@ -7,7 +7,8 @@ metrics. The body: how it was trained (the config's summary, world size, steps, 
 mining rounds, time, device), the evaluation before and after training and through the PLAID index, and
 how to load the model and search with PyLate.
 
-It is made from ``metrics.json`` and the config alone. The config holds no credentials (``config.py``
+It is made from ``metrics.json`` and the config (and the base model's own card, for its ``license`` when
+the config sets none: :func:`license_of`). The config holds no credentials (``config.py``
 refuses them), and a staged source is named by the URL it came from (its staging manifest), without user
 information. Written into the model's temporary directory before the rename (``train._save_model``), and
 again, atomically, once the index figures exist.
@@ -23,7 +24,7 @@ from pathlib import Path
 from trainer.config import METRICS, TrainConfig
 from trainer.retrieval import RETRIEVERS
 
-__all__ = ["for_job", "origin", "render", "update"]
+__all__ = ["dataset_name", "for_job", "license_of", "origin", "render", "update"]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _ROWS = ("ndcg@10", "mrr@10", "recall@100", "map@100")
@@ -66,6 +67,39 @@ def _hub_name(value: str, datasets: bool = False) -> str | None:
     return value if _HUB_ID.fullmatch(value) else None
 
 
+_GENERIC = {"beir", "data", "dataset", "datasets", "eval", "evaluation", "test", "dev", "files"}
+
+
+def dataset_name(path: str) -> str:
+    """A BEIR directory's dataset name: its last folder that says more than "beir" or "eval".
+
+    >>> dataset_name("data/quickstart/beir"), dataset_name("s3://bucket/beir/nfcorpus/"), dataset_name("beir")
+    ('quickstart', 'nfcorpus', 'beir')
+    """
+    parts = [p for p in path.replace("\\", "/").split("/") if p and not p.endswith(":")]
+    return next((p for p in reversed(parts) if p.lower() not in _GENERIC), parts[-1] if parts else path)
+
+
+def license_of(cfg: TrainConfig) -> str | None:
+    """The card's ``license``: ``model.license``, else the base model's, from its own card's front matter
+    when it is at hand (a local or staged directory, the packaged MiniLM, the Hub cache); else none."""
+    if cfg.model.license:
+        return cfg.model.license
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.repocard import metadata_load
+
+    from trainer.model import resolve_model_path
+
+    local = Path(resolve_model_path(cfg.model.name_or_path)) / "README.md"
+    hub = _hub_name(cfg.model.name_or_path)
+    found = local if local.is_file() else try_to_load_from_cache(hub, "README.md") if hub else None
+    try:
+        value = (metadata_load(Path(found)) or {}).get("license") if isinstance(found, (str, Path)) else None
+    except (OSError, ValueError):  # an unreadable card: no license rather than no model
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def _metadata(cfg: TrainConfig, metrics: dict, name: str):
     from huggingface_hub import EvalResult, ModelCardData
 
@@ -73,7 +107,7 @@ def _metadata(cfg: TrainConfig, metrics: dict, name: str):
     data = [metrics.get("train_data") or origin(cfg.data.train.path)]
     data += [origin(cfg.data.eval_beir)] if cfg.data.eval_beir else []
     datasets = sorted({d for d in (_hub_name(v, datasets=True) for v in data) if d})
-    eval_name = Path(origin(cfg.data.eval_beir)).name if cfg.data.eval_beir else None
+    eval_name = dataset_name(origin(cfg.data.eval_beir)) if cfg.data.eval_beir else None
     results = [
         EvalResult(
             task_type="retrieval",
@@ -89,6 +123,7 @@ def _metadata(cfg: TrainConfig, metrics: dict, name: str):
         if key in METRICS and eval_name
     ]
     return ModelCardData(
+        license=license_of(cfg),
         library_name="PyLate",
         base_model=_hub_name(base),
         tags=["ColBERT", "PyLate", "sentence-transformers", "colbert-k8s", "late-interaction", "retrieval"],
@@ -106,8 +141,7 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("training data", f"`{metrics.get('train_data') or origin(cfg.data.train.path)}`"),
         ("loss", cfg.loss.name),
         ("steps", f"{metrics.get('steps')} optimizer steps, global batch {metrics.get('global_batch')}"),
-        ("world size", f"{metrics.get('world_size')} process(es) on {metrics.get('device', 'unknown device')}, "
-                       f"{metrics.get('precision')}"),
+        ("world size", _where_trained(metrics)),
         ("learning rate", f"{t.learning_rate:g} ({t.lr_scheduler}, warm-up {t.warmup_ratio:g})"),
         ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
     ]  # fmt: skip
@@ -129,6 +163,25 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
+def _where_trained(metrics: dict) -> str:
+    """This run's world size, device and precision, and each change a resized or moved job went through.
+
+    >>> _where_trained({"world_size": 1, "device": "CPU", "precision": "fp32", "history": [
+    ...     {"step": 0, "world_size": 2, "device": "CPU", "precision": "fp32"},
+    ...     {"step": 6, "world_size": 1, "device": "CPU", "precision": "fp32"}]})
+    '1 process(es) on CPU, fp32 (world size 2 -> 1 at step 6)'
+    """
+    now = f"{metrics.get('world_size')} process(es) on {metrics.get('device', 'unknown device')}, "
+    now += f"{metrics.get('precision')}"
+    history = metrics.get("history") or []
+    changes = []
+    for before, after in zip(history, history[1:]):
+        changed = [key for key in ("world_size", "device", "precision") if before.get(key) != after.get(key)]
+        what = [f"{key.replace('_', ' ')} {before.get(key)} -> {after.get(key)}" for key in changed]
+        changes.append(f"{', '.join(what)} at step {after.get('step')}")
+    return f"{now} ({'; '.join(changes)})" if changes else now
+
+
 def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
     columns = [("before training", metrics.get("before")), ("after training", metrics.get("after")),
                ("through the PLAID index", metrics.get("index"))]  # fmt: skip
@@ -141,15 +194,36 @@ def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
         if any(key in figures for _, figures in columns):
             cells = [f"{figures[key]:.4f}" if key in figures else "" for _, figures in columns]
             lines.append(f"| {METRICS[key]} | " + " | ".join(cells) + " |")
-    where = Path(origin(cfg.data.eval_beir)).name
+    where = dataset_name(origin(cfg.data.eval_beir))
     return f"On `{where}` ({cfg.data.eval_split} split), exact MaxSim over the whole corpus unless noted.\n\n" + (
         head + "\n" + "\n".join(lines)
     )
 
 
+def _sweep_section(metrics: dict) -> str:
+    """Which sweep chose this model (``colbert-k8s tune``): the trial, its values, and the space they came from."""
+    sweep = metrics.get("sweep")
+    if not sweep:
+        return ""
+    rows = [
+        (
+            "sweep",
+            f"`{sweep['name']}`: {sweep['trials']} trial(s), {sweep['succeeded']} succeeded "
+            f"({sweep['engine']}, {sweep['algorithm']} search)",
+        ),
+        (
+            "chosen trial",
+            f"`{sweep['trial']}`, the best {METRICS.get(sweep['metric'], sweep['metric'])} "
+            f"({sweep['goal']}) on the {sweep['split']} split: {sweep['value']:.4f}",
+        ),
+        *((f"`{key}`", f"{sweep['values'].get(key)} from {space}") for key, space in sweep["space"].items()),
+    ]
+    return "\n## Sweep\n\n| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows) + "\n"
+
+
 _USAGE = """```python
 from pylate import indexes, models, retrieve
-
+{fetch}
 model = models.ColBERT(model_name_or_path="{where}"{revision})
 index = indexes.PLAID(index_folder="my-index", index_name="docs", override=True)
 documents = {{"d1": "ColBERT scores a query against every document token.", "d2": "Another document."}}
@@ -162,14 +236,24 @@ hits = retriever.retrieve(queries_embeddings=model.encode(["how does ColBERT sco
 ```"""
 
 
-def render(cfg: TrainConfig, metrics: dict, name: str | None = None, revision: str | None = None) -> str:
-    """The card's text. ``name``: how a user loads it (the Hub id when exported there, else a path), from
-    the branch ``revision`` when it is not the default one."""
+def render(
+    cfg: TrainConfig,
+    metrics: dict,
+    name: str | None = None,
+    revision: str | None = None,
+    load_from: str | None = None,
+    fetch_from: str = "",
+) -> str:
+    """The card's text. ``name``: the Hub id when exported there (how a user loads it), from the branch
+    ``revision`` when it is not the default one; else ``load_from``, the path the snippet loads, copied
+    first from ``fetch_from`` (the object-store prefix it was exported to) when given."""
     from huggingface_hub import ModelCard
 
     from trainer import __version__
 
-    where = name or "path/to/final-model"
+    where = name or load_from or "path/to/final-model"
+    fetch = f"\n# exported to {fetch_from}: copy that prefix to {where}/ first (rclone, or the store's CLI)"
+    fetch = fetch if fetch_from else ""
     data = _metadata(cfg, metrics, name or cfg.tracking.run_name or Path(cfg.output_dir).name)
     body = f"""
 # {data.model_name}
@@ -184,20 +268,25 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 ## Evaluation
 
 {_evaluation_table(cfg, metrics)}
+{_sweep_section(metrics)}
 
 ## Use
 
-{_USAGE.format(where=where, revision=f', revision="{revision}"' if revision else "")}
+{_USAGE.format(where=where, revision=f', revision="{revision}"' if revision else "", fetch=fetch)}
 """
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n{body}"))
 
 
 def for_job(cfg: TrainConfig, metrics: dict) -> str:
-    """The card of ``cfg``'s final model, named as users will load it: the Hub id when exported there."""
-    hub = cfg.export is not None and cfg.export.destination.startswith("hf://")
-    if not hub:
-        return render(cfg, metrics)
-    return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/"), cfg.export.revision)
+    """The card of ``cfg``'s final model, named as users will load it: the Hub id when exported there; the
+    exported prefix, copied to ``final-model/``, on an object store; else ``output_dir/final-model`` (relative
+    to the job's volume as the config gives it: no absolute local path goes into a card)."""
+    if cfg.export is not None and cfg.export.destination.startswith("hf://"):
+        return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/"), cfg.export.revision)
+    if cfg.export is not None:
+        return render(cfg, metrics, load_from="final-model", fetch_from=cfg.export.destination)
+    local = Path(cfg.output_dir) / "final-model"
+    return render(cfg, metrics, load_from=None if local.is_absolute() else local.as_posix())
 
 
 def update(model_dir: Path, cfg: TrainConfig, metrics: dict) -> None:

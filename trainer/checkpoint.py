@@ -13,7 +13,7 @@ Layout under ``<output_dir>/checkpoints/``::
         rng                every rank's RNG streams, in rank order (CPU, Python, its own CUDA device)
         config             the config that wrote it (keys that must match, ``resume._MUST_MATCH``)
         metrics            metrics so far (the evaluation before training, the best so far)
-        data               the identity of the rows trained on (``Rows.identity``), checked on resume
+        data               the identity of the rows trained on (``Rows.identity``: every row), checked on resume
         skipped_nonfinite  non-finite steps skipped so far (training.skip_nonfinite_steps is per job)
     step-00000100/manifest.json  the format version, and the size and sha256 of state.pt: written last
     .tmp-step-00000200/          being written; never read
@@ -22,10 +22,13 @@ Rank 0 writes into a hidden temporary directory on the same volume, fsyncs, then
 place, so a directory named ``step-*`` is always complete. Before loading, the manifest is checked:
 a checkpoint whose bytes are not what was written (a flipped bit, a truncated copy) is renamed
 ``corrupt-step-*``, one that fails to deserialise ``unreadable-step-*`` (both kept, never deleted, out
-of the way of pruning), and the previous one is tried; when none is good, that is an error. A
-checkpoint of another ``CHECKPOINT_FORMAT`` is refused in one line; one written before manifests
-existed is loaded unverified, with a warning. The state carries the format too (checked by
-``resume.check_compatible``), so a state.pt copied without its manifest is refused alike.
+of the way of pruning), and the previous one is tried; when none is good, that is an error. A damaged
+manifest (not JSON, another shape, a key missing) makes its checkpoint corrupt alike, and so does a
+manifest of another format beside a state.pt of this one (a flipped bit in "format": the job was refused,
+its good previous checkpoint never tried). A checkpoint whose state.pt is of another ``CHECKPOINT_FORMAT``
+too is refused in one line; one written before manifests existed is loaded unverified, with a warning.
+The state carries the format too (checked by ``resume.check_compatible``), so a state.pt copied without
+its manifest is refused alike.
 
 The same manifest proves the final model, ``best-model`` and the index whole (``trainer/phases.py``):
 there, :func:`verify` with ``required=True`` treats a missing manifest as not whole.
@@ -39,7 +42,7 @@ import logging
 import os
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -90,20 +93,23 @@ def write_manifest(directory: Path, files: list[str] | None = None, name: str = 
 
 def verify(directory: Path, required: bool = False, name: str = _MANIFEST) -> str | None:
     """Why ``directory`` is not what its manifest says (None: it is, or it has no manifest and none is
-    ``required``). A manifest of another format raises :class:`CheckpointError`."""
+    ``required``); a damaged manifest is such a reason, never a crash. A manifest of another format raises
+    :class:`CheckpointError` (``latest_checkpoint`` tells a newer trainer's from a flipped bit)."""
     try:
         manifest = json.loads((directory / name).read_text())
     except FileNotFoundError:
         return f"it has no {name} (its writer did not finish)" if required else None
-    except (OSError, ValueError) as e:
-        return f"its {name} is unreadable ({e})"
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        return f"its {name} lists no files"
+    except (OSError, ValueError, RecursionError) as e:
+        return f"its {name} is unreadable ({type(e).__name__}: {str(e)[:80]})"
+    if not isinstance(manifest, dict):
+        return f"its {name} is not a manifest (a JSON {type(manifest).__name__})"
     if manifest.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(
             f"{directory} has format {manifest.get('format')!r}, this trainer reads format "
             f"{CHECKPOINT_FORMAT}; resume it with the colbert-k8s version that wrote it, or use a new output_dir"
         )
+    if problem := _damaged(manifest, name):
+        return problem
     for file, want in manifest["files"].items():
         path = directory / file
         if not path.is_file():
@@ -112,6 +118,21 @@ def verify(directory: Path, required: bool = False, name: str = _MANIFEST) -> st
             return f"{file} holds {path.stat().st_size} bytes, the manifest says {want['size']}"
         if sha256_of(path) != want["sha256"]:
             return f"{file} does not match its sha256 (the bytes changed after they were written)"
+    return None
+
+
+def _damaged(manifest: dict, name: str) -> str | None:
+    """Why a manifest of this format is not one that :func:`write_manifest` could have written (a flipped bit
+    in a key: "rize" for "size"), or None. A KeyError here crashed every start."""
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return f"its {name} lists no files"
+    for file, want in files.items():
+        relative = PurePosixPath(file)
+        if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+            return f"its {name} names {file[:60]!r}, not a file inside the directory"
+        if not isinstance(want, dict) or type(want.get("size")) is not int or not isinstance(want.get("sha256"), str):
+            return f"its {name} gives no size and sha256 for {file[:60]!r}"
     return None
 
 
@@ -187,12 +208,32 @@ def _aside(path: Path, why: str) -> Path:
     return aside
 
 
+def _own_format(path: Path) -> object:
+    """The ``format`` state.pt holds itself (memory-mapped: its tensors are not read), or None when it does not load."""
+    try:
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # what a damaged or foreign file raises is anyone's guess
+        return None
+    return state.get("format", CHECKPOINT_FORMAT) if isinstance(state, dict) else None
+
+
+def _verified(path: Path) -> str | None:
+    """:func:`verify` for a checkpoint: a manifest of another format beside a state.pt of this one is a flipped bit
+    in the manifest (corrupt: the previous checkpoint is tried), not a newer trainer's checkpoint (refused)."""
+    try:
+        return verify(path)
+    except CheckpointError:
+        if _own_format(path) != CHECKPOINT_FORMAT:
+            raise
+        return f"its {_MANIFEST} names another format than its state.pt's, {CHECKPOINT_FORMAT} (a damaged manifest)"
+
+
 def latest_checkpoint(root: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that is what was written and loads; a damaged one is set aside (renamed,
-    never deleted) and the one before it is tried."""
+    """The newest checkpoint that is what was written and loads; a damaged one (its manifest included) is set
+    aside (renamed, never deleted) and the one before it is tried."""
     unreadable = []
     for _step, path in reversed(list_checkpoints(root)):
-        if problem := verify(path):
+        if problem := _verified(path):
             aside = _aside(path, "corrupt")
             os.replace(path, aside)
             log.warning("checkpoint %s is corrupt (%s); kept as %s, trying the previous one", path, problem, aside)

@@ -22,7 +22,7 @@ from pathlib import Path
 import trainer.clock  # noqa: F401 (first: the start that time to first step counts from)
 from trainer import export
 from trainer.config import ConfigError, TrainConfig
-from trainer.config_yaml import load_config
+from trainer.config_yaml import load_config, load_yaml, parse_config, read_config_text
 from trainer.env import EnvError, Launch, resolve
 from trainer.errors import (
     EXIT_CONFIG,
@@ -38,31 +38,55 @@ from trainer.errors import (
     peer_failure,
 )
 from trainer.export import ExportFailed
+from trainer.metrics_file import write_metrics_line
+from trainer.overrides import apply_overrides
 from trainer.preemption import EXIT_PREEMPTED, Preempted
 
 __all__ = ["main", "setup_logging", "stage", "launch_torchrun"]
 
 log = logging.getLogger("trainer")
 
+DESCRIPTION = (
+    "Train a ColBERT model as the config says: read and check the config, stage the data, then train in this "
+    "process or start torchrun with one process per GPU. Every known failure is one line and an exit code "
+    "(1-127 permanent, 128-255 retryable)."
+)
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``colbert-train`` and ``python -m trainer``: the exit code follows the contract in
-    ``trainer/errors.py`` (1-127 permanent, 128-255 retryable)."""
-    code = _main(list(sys.argv[1:] if argv is None else argv))
-    if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
-        with contextlib.suppress(OSError):
-            (Path(exit_dir) / f"{os.environ.get('RANK', '0')}.code").write_text(str(code))
+    """Entry point of ``colbert-train`` and ``python -m trainer``: the exit code follows the rule in
+    ``trainer/errors.py`` (1-127 permanent, 128-255 retryable).
+
+    A torchrun child tells its launcher the code on every way out that Python sees, an exception that
+    escapes included (Python prints its traceback and exits 1): said nothing, it counted as a lost peer
+    (129, retryable), so the same bug failed a one-process pod at once and was retried under torchrun."""
+    code = 1  # Python's exit code for an exception that escapes
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:  # argparse's 2
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        raise
+    except KeyboardInterrupt:  # before _main's own handler: Python ends by SIGINT, 130 to a shell
+        code = 130
+        raise
+    finally:
+        if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
+            with contextlib.suppress(OSError):
+                (Path(exit_dir) / f"{os.environ.get('RANK', '0')}.code").write_text(str(code))
     return code
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="colbert-train", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the training YAML (see README)")
+    parser = argparse.ArgumentParser(prog="colbert-train", description=DESCRIPTION)
+    parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (see README)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (a sweep's trial values; trainer/overrides.py)")  # fmt: skip
+    parser.add_argument("--metrics-file", help="append the final metrics here as one JSON line (Katib's collector)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
     try:
-        cfg = load_config(args.config)
+        cfg = _load(args.config, args.set)
         for key, where in (("output_dir", cfg.output_dir), ("data.cache_dir", cfg.data.cache_dir)):
             writable_dir(where, key)
         if not os.environ.get(EXIT_DIR_ENV):  # once per pod: torchrun's children were checked by their launcher
@@ -76,11 +100,16 @@ def _main(argv: list[str]) -> int:
 
         plan = resolve(os.environ, torch.cuda.device_count())
         if isinstance(plan, Launch):
-            return launch_torchrun(plan, argv)
+            code = launch_torchrun(plan, argv)
+            if code == 0 and args.metrics_file:  # the launcher, once per pod: the children are done
+                write_metrics_line(cfg.output_dir, args.metrics_file)
+            return code
         setup_logging(plan.rank)
         from trainer.rounds import run  # torch, transformers, pylate: imported once the config is good
 
         run(cfg, plan)  # the export, when asked for, is its last phase
+        if args.metrics_file and not os.environ.get(EXIT_DIR_ENV):  # a torchrun child leaves it to its launcher
+            write_metrics_line(cfg.output_dir, args.metrics_file)
         return 0
     except (ConfigError, EnvError) as e:
         return _fail(str(e), EXIT_CONFIG)
@@ -108,6 +137,16 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
         return 130
+
+
+def _load(path: str, overrides: list[str]) -> TrainConfig:
+    """The config file, with ``--set`` overrides applied before the schema reads it."""
+    if not overrides:
+        return load_config(path)
+    data = load_yaml(read_config_text(path), path)
+    if not isinstance(data, dict):
+        return parse_config(data, path)  # its one line: the top level must be a mapping
+    return parse_config(apply_overrides(data, overrides), f"{path} with --set")
 
 
 def writable_dir(path: str, key: str) -> None:
@@ -146,11 +185,12 @@ def stage(cfg: TrainConfig) -> TrainConfig:
     """Fetch remote sources into the cache and convert the training rows to Arrow (once per pod);
     torchrun's children then find everything in the cache."""
     from trainer.data import load_rows  # pyarrow: not needed to report a bad config
-    from trainer.sources import stage_config
+    from trainer.sources import check_present, stage_config
     from trainer.tracking import check_sinks
 
     check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)
+    check_present(cfg)  # every section's files, before any mining or training
     if cfg.mine:  # mining reads (query, positive) pairs; it writes the rows training reads
         load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
     else:

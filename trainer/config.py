@@ -71,6 +71,14 @@ class ModelConfig(Strict):
         le=4096,
         description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own.",
     )
+    license: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9.+-]*$",
+        description="The trained model's license on its card (a Hub license id, e.g. apache-2.0 or mit). Unset: "
+        "the base model's, read from its own card when that is at hand (a local directory, the Hub cache).",
+    )
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = Field(
         None,
         description="transformers' attention kernel: eager, sdpa (fused, PyTorch's own), or flash_attention_2 "

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from trainer.config import ConfigError, TrainConfig
 from trainer.credentials import credential_in
 
-__all__ = ["MAX_CONFIG_BYTES", "load_config", "load_yaml", "parse_config", "read_config_text"]
+__all__ = ["FLOAT_1_2", "MAX_CONFIG_BYTES", "load_config", "load_yaml", "parse_config", "read_config_text"]
 
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a page of YAML; a megabyte is already suspicious
 MAX_DEPTH = 24
@@ -98,9 +98,8 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 _ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
-_ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789.")
-)
+FLOAT_1_2 = re.compile(r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")  # 3e-05: YAML 1.1 has no such float
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_1_2, list("-+0123456789."))
 
 
 _SILENT_BREAKS = re.compile("[\x85\u2028\u2029]")  # YAML 1.1 line breaks: a value would change, not fail

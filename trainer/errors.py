@@ -12,6 +12,7 @@ __all__ = [
     "EXIT_PEER",
     "EXIT_EXPORT",
     "EXIT_DIR_ENV",
+    "PERMANENT_EXIT_CODES",
     "JobVerdict",
     "DiskFull",
     "NO_SPACE",
@@ -19,12 +20,17 @@ __all__ = [
     "NonFinite",
     "PhaseNotWhole",
     "WeightsDiverged",
+    "is_permanent",
     "job_exit_code",
     "peer_failure",
 ]
 
-# The exit-code contract, read by PyTorchJob's `restartPolicy: ExitCode` (and by `colbert-k8s local`):
-# 1-127 are permanent (the job fails at once: restarting cannot fix a bad config), 128-255 retryable.
+# The exit-code rule, written here once: 1-127 are permanent (the job fails at once: a restart would meet the
+# same config, row or bug), 128-255 and signals are retryable (a restart resumes from the newest checkpoint).
+# It is the Training Operator's own `restartPolicy: ExitCode` rule, which a PyTorchJob cannot change; the
+# `colbert-torch` runtime's podFailurePolicy lists these codes (operator_cli/kube/runtime.py) and
+# `colbert-k8s local` replays both from here (operator_cli/podplan.py). A traceback is 1: permanent everywhere.
+PERMANENT_EXIT_CODES = (1, 127)  # inclusive
 EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment: permanent
 EXIT_PEER = 129  # a peer died or froze, a collective failed, ranks diverged: retryable from the checkpoint
 # (SIGTERM's checkpoint-and-stop is 143 = 128 + SIGTERM, trainer/preemption.py: retryable as well.)
@@ -117,16 +123,27 @@ def peer_failure(e: BaseException) -> str | None:
     return None
 
 
+def is_permanent(code: int) -> bool:
+    """Whether exit ``code`` fails the job at once (``Popen.returncode``: a negative one is a signal: retryable).
+
+    >>> [is_permanent(c) for c in (0, 1, 2, 127, 128, 129, 143, -9)]
+    [False, True, True, True, False, False, False, False]
+    """
+    low, high = PERMANENT_EXIT_CODES
+    return low <= code <= high
+
+
 def job_exit_code(torchrun_code: int, child_codes: list[int]) -> int:
     """The code a pod reports when torchrun ran its processes: torchrun itself says 1 for any failure.
 
     A permanent code of any child wins (it is the cause; its peers then fail on the broken collective
-    with a retryable one); else the worst retryable one; a child killed before it could say (OOM,
-    SIGKILL) counts as retryable."""
+    with a retryable one); else the worst retryable one. Every child that Python ends says its code, a
+    traceback's 1 included (``trainer/cli.main``); only a child killed before it could (OOM, SIGKILL) says
+    none, and counts as retryable."""
     if torchrun_code == 0:
         return 0
-    permanent = sorted(c for c in child_codes if 1 <= c <= 127)
+    permanent = sorted(c for c in child_codes if is_permanent(c))
     if permanent:
         return permanent[0]
-    retryable = [c for c in child_codes if c >= 128]
+    retryable = [c for c in child_codes if c > PERMANENT_EXIT_CODES[1]]
     return max(retryable) if retryable else EXIT_PEER

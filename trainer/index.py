@@ -70,7 +70,7 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
         "build_seconds": round(build_seconds, 2),
         "size_mb": _size_mb(out / "index"),
         "documents": len(split.corpus_ids),
-        "path": str((out / "index").resolve()),
+        "path": str(out / "index"),  # as output_dir gives it: metrics.json holds no absolute local path
     }
     log.info(
         "PLAID index of %d documents built in %.1fs (%.1f MiB): %s",

@@ -98,3 +98,5 @@ def finish(cfg, metrics: dict) -> None:
         card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the figures through the index
         write_text(Path(cfg.output_dir) / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     mark_done(cfg)
+    index = f"; PLAID index at {metrics['index']['path']}" if "index" in metrics else ""
+    log.info("done: model at %s%s", metrics["model_dir"], index)  # last: after the index, not before it

@@ -36,6 +36,7 @@ __all__ = [
     "CheckpointError",
     "WeightsDiverged",
     "capture",
+    "carried_metrics",
     "derived_rng",
     "restore",
     "rng_state",
@@ -113,7 +114,7 @@ def capture(t: TrainState) -> dict | None:
         "rng": all_rng,
         "config": t.cfg.model_dump(mode="json"),
         "metrics": t.metrics,
-        "data": t.data_identity,  # the identity of the rows trained on (Rows.identity: by content)
+        "data": t.data_identity,  # the identity of the rows trained on (Rows.identity: every row's content)
         "skipped_nonfinite": t.skipped_nonfinite,  # training.skip_nonfinite_steps' budget is per job, not per restart
     }
 
@@ -133,9 +134,13 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
     return d
 
 
-def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | None = None) -> None:
-    """Refuse a checkpoint of another config, or of another world size unless the config fixes the global
-    batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one line."""
+def check_compatible(
+    path: Path, state: dict, cfg, world_size: int, data: str | None = None, data_sampled: str | None = None
+) -> None:
+    """Refuse a checkpoint of another config, of other rows (``data``: ``Rows.identity``; ``data_sampled``:
+    ``Rows.sampled_identity``, for a checkpoint 0.3 wrote), or of another world size unless the config fixes the
+    global batch (``training.global_batch_size``: the same batches and mathematics on any world size), with one
+    line."""
     if state.get("format", CHECKPOINT_FORMAT) != CHECKPOINT_FORMAT:  # none: written before the key existed
         raise CheckpointError(
             f"checkpoint {path} has format {state['format']!r}, this trainer reads format {CHECKPOINT_FORMAT}; "
@@ -148,10 +153,12 @@ def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | 
             f"its per-device batch is per rank; run with {saved_ws} processes, set training.global_batch_size "
             "(an elastic job), or start over with a new output_dir (or checkpoint.resume: false)"
         )
-    if data is not None and state.get("data") not in (None, data):
+    saved = state.get("data")
+    want = data if str(saved).startswith("sha256:") else data_sampled  # 0.3's had no prefix: 64 rows sampled
+    if None not in (saved, want) and saved != want:
         raise CheckpointError(
             f"checkpoint {path} was trained on other rows than data.train holds now ({cfg.data.train.path}: "
-            "another file, rows added, or rows mined with other mine: settings); "
+            "another file, rows edited or added, or rows mined with other mine: settings); "
             "resuming would train on two data sets: use a new output_dir, or put the old data back"
         )
     now = cfg.model_dump(mode="json")
@@ -164,14 +171,17 @@ def check_compatible(path: Path, state: dict, cfg, world_size: int, data: str | 
             )
 
 
-def load_for_job(ckpt_dir: Path, cfg, world_size: int, data: str | None = None) -> tuple[Path, dict] | None:
-    """Rank 0 picks and checks the checkpoint (or none); every rank receives the same answer."""
+def load_for_job(
+    ckpt_dir: Path, cfg, world_size: int, data: str | None = None, data_sampled: str | None = None
+) -> tuple[Path, dict] | None:
+    """Rank 0 picks and checks the checkpoint (or none; ``data``, ``data_sampled``: see :func:`check_compatible`);
+    every rank receives the same answer."""
     answer: tuple[Path, dict] | None | CheckpointError = None
     if D.rank() == 0 and cfg.checkpoint.resume:
         try:
             answer = latest_checkpoint(ckpt_dir)
             if answer:
-                check_compatible(answer[0], answer[1], cfg, world_size, data)
+                check_compatible(answer[0], answer[1], cfg, world_size, data, data_sampled)
         except CheckpointError as e:
             answer = e
     answer = D.broadcast_object(answer)
@@ -228,10 +238,37 @@ def restore(t: TrainState, path: Path, state: dict) -> None:
     rank = t.layout.rank
     t.rng = state["rng"][rank] if len(state["rng"]) > rank else None
     t.step = state["step"]
-    t.metrics.update(state.get("metrics", {}))  # e.g. the evaluation before training
+    t.metrics.update(carried_metrics(t.metrics, state.get("metrics", {}), t.step))  # e.g. the evaluation before
     t.skipped_nonfinite = state.get("skipped_nonfinite", 0)  # else a restart renewed the skip budget
     state.clear()
     gc.collect()
+
+
+_THIS_RUN = ("world_size", "device", "precision")  # where a run trains: always this run's, never a checkpoint's
+
+
+def carried_metrics(now: dict, saved: dict, step: int) -> dict:
+    """The metrics a run resumed at ``step`` goes on with: the checkpoint's (``saved``: the evaluation before
+    training, the best so far, fp16's skips), except where this run trains (``now``: its world size, device and
+    precision, which the checkpoint's used to overwrite). A resume where those changed adds this run to
+    ``history``, which starts with the checkpoint's own (at step 0 unless it already has one).
+
+    >>> old = {"world_size": 2, "device": "CPU", "precision": "fp32", "before": {"ndcg@10": 0.5}}
+    >>> carried_metrics({"world_size": 1, "device": "CPU", "precision": "fp32"}, old, 6)["history"]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'step': 0, 'world_size': 2, 'device': 'CPU', 'precision': 'fp32'},
+     {'step': 6, 'world_size': 1, 'device': 'CPU', 'precision': 'fp32'}]
+    """
+    merged = {**saved, **{k: now[k] for k in _THIS_RUN if k in now}}
+    if not any(k in saved for k in _THIS_RUN):  # a checkpoint that does not say where it trained
+        return merged
+    here = {k: now.get(k) for k in _THIS_RUN}
+    history = list(saved.get("history") or [{"step": 0, **{k: saved.get(k) for k in _THIS_RUN}}])
+    if {k: history[-1].get(k) for k in _THIS_RUN} != here:
+        history.append({"step": step, **here})
+    if len(history) > 1:
+        merged["history"] = history
+    return merged
 
 
 def check_same_weights(model, where: str) -> None:

@@ -42,7 +42,7 @@ from trainer.config import ConfigError
 from trainer.config_base import OBJECT_SCHEMES
 from trainer.stores import bucket_store, reason
 
-__all__ = ["SourceError", "is_remote", "stage", "stage_config"]
+__all__ = ["SourceError", "check_present", "is_remote", "stage", "stage_config"]
 
 log = logging.getLogger(__name__)
 _CHUNK = 8 << 20
@@ -278,3 +278,34 @@ def stage_config(cfg):
         staged = stage(_as_prefix(mine.teacher.name_or_path), cache)
         mine = mine.model_copy(update={"teacher": mine.teacher.model_copy(update={"name_or_path": str(staged)})})
     return cfg.model_copy(update={"data": data, "model": model, "mine": mine})
+
+
+def _looks_local(value: str) -> bool:
+    """A model value that can only be a path: absolute, ./ or ../, or more than a Hub name's ORG/NAME."""
+    return "://" not in value and (value.startswith(("/", "./", "../", "~")) or value.strip("/").count("/") >= 2)
+
+
+def check_present(cfg) -> None:
+    """Every local file and directory the config names, found now, once per pod, before any mining,
+    training or model load: a missing ``data.eval_beir`` was met only after mining had run. Remote
+    sources are staged by then (:func:`stage_config`); a Hub name is the hub client's to find. Not
+    ``index.corpus``: only rank 0's pod builds the index, and with per-pod storage only it holds that corpus."""
+    wanted: list[tuple[str, Path]] = []
+    if beir := cfg.data.eval_beir:
+        wanted += [("data.eval_beir", Path(beir) / name) for name in ("corpus.jsonl", "queries.jsonl")]
+        wanted.append(("data.eval_split", Path(beir) / "qrels" / f"{cfg.data.eval_split}.tsv"))
+    mine = cfg.mine
+    if mine and mine.corpus and "://" not in mine.corpus:
+        corpus = Path(mine.corpus)
+        wanted.append(("mine.corpus", corpus / "corpus.jsonl" if corpus.is_dir() else corpus))
+    models = [("model.name_or_path", cfg.model.name_or_path)]
+    if mine:
+        models.append(("mine.model", mine.model))
+        models.append(("mine.teacher.name_or_path", mine.teacher.name_or_path if mine.teacher else None))
+    wanted += [(key, Path(value)) for key, value in models if value and _looks_local(value)]
+    for key, path in wanted:
+        if not path.exists():
+            raise SourceError(
+                f"{key}: {path} not found (relative paths resolve under the job's volume, here {Path.cwd()}); "
+                "put it there, or name an s3://, gs://, az://, https:// or hf:// source"
+            )

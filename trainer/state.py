@@ -49,6 +49,7 @@ class TrainState:
     max_grad_norm: float | None = None
     skip_nonfinite: int = 0  # training.skip_nonfinite_steps: non-finite steps to skip before stopping
     data_identity: str | None = None  # Rows.identity() of the rows trained on (checked on resume)
+    data_sampled: str | None = None  # Rows.sampled_identity(): checks a checkpoint 0.3 wrote, as 0.3 did
     # progress, carried in checkpoints where it says so
     step: int = 0
     rng: dict | None = None  # a checkpoint's RNG streams, set as the last thing before the next step

@@ -19,6 +19,7 @@ import random
 import resource
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -100,6 +101,7 @@ def build(
     distill = cfg.loss.name == "distillation"
     rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
     scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
+    scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
     data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed)
@@ -135,6 +137,7 @@ def build(
         max_grad_norm=tcfg.max_grad_norm,
         skip_nonfinite=tcfg.skip_nonfinite_steps,
         data_identity=rows.identity(),  # once: checked on resume, saved with every checkpoint
+        data_sampled=rows.sampled_identity(),
         metrics={
             "world_size": layout.world_size,
             "global_batch": scale.global_batch,
@@ -183,7 +186,7 @@ def _resume(t: TrainState) -> None:
     if layout.is_main:
         remove_stale_temporaries(t.out_dir)
         phases.started(cfg)  # the final model and metrics.json are written again: no marker vouches for a mix
-    found = resume.load_for_job(t.ckpt_dir, cfg, layout.world_size, t.data_identity)
+    found = resume.load_for_job(t.ckpt_dir, cfg, layout.world_size, t.data_identity, t.data_sampled)
     if found:
         path, state = found
         written_by, saved_config = state.get("world_size"), state.get("config", {})
@@ -355,6 +358,8 @@ def _record_speed(t: TrainState, elapsed: float, done: int) -> None:
         steady_samples_per_second=round(steady, 2) if steady else None,  # after the first 3 steps
         peak_gpu_memory_mb=round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None,
     )
+    if t.scaler.is_enabled():  # fp16: the steps GradScaler skipped (trainer/step.py), and where its scale ended
+        t.metrics.update(scaler_skipped_steps=t.metrics.get("scaler_skipped_steps", 0), loss_scale=t.scaler.get_scale())
 
 
 def _finish(t: TrainState, elapsed: float) -> None:
@@ -369,9 +374,11 @@ def _finish(t: TrainState, elapsed: float) -> None:
     def save() -> None:
         if t.layout.is_main:
             card = for_job(cfg, t.metrics)
-            t.metrics["model_dir"] = str(_save_model(t.model, t.out_dir, "final-model", card).resolve())
+            # as output_dir gives it (relative to the job's volume): metrics.json is exported, and an absolute
+            # path of this machine says nothing where it is read
+            t.metrics["model_dir"] = str(_save_model(t.model, t.out_dir, "final-model", card))
             write_text(t.out_dir / "metrics.json", json.dumps(t.metrics, indent=2) + "\n")
-            log.info("done: %d steps in %.1fs; model at %s", t.step, elapsed, t.metrics["model_dir"])
+            log.info("final model saved after %d steps in %.1fs: %s", t.step, elapsed, t.metrics["model_dir"])
 
     _on_every_rank(save)
     t.progress.finish(t.step)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import click
 
 from operator_cli.commands.base import Command, cluster_of, cluster_options, job_name, namespace_option
+from operator_cli.errors import CliError
 from operator_cli.resize import resize
 from operator_cli.spec import check_shape
+from operator_cli.tune.cluster import delete_sweep
 
 __all__ = ["delete_cmd", "resize_cmd", "resume_cmd", "suspend_cmd"]
 
@@ -42,10 +44,21 @@ def resize_cmd(name: str, nodes: int, gpus_per_node: int | None, **o) -> None:
     "--keep-storage", is_flag=True, help="Keep the PVC created by --pvc-size (it holds checkpoints and the model)."
 )
 def delete_cmd(name: str, keep_storage: bool, **o) -> None:
-    """Remove the job and everything this tool created for it."""
+    """Remove the job or sweep and everything this tool created for it."""
     name = job_name(name)
     cluster = cluster_of(o)
-    for what in cluster.delete_job(name, keep_storage):
+    try:
+        removed = cluster.delete_job(name, keep_storage)
+    except CliError as e:
+        if e.status != 404:
+            raise
+        try:  # no job of that name: a sweep (tune) then, its trials and their jobs with it
+            removed = delete_sweep(cluster, name, keep_storage)
+        except CliError as missing:
+            if missing.status != 404:
+                raise
+            raise e from None
+    for what in removed:
         click.echo(f"deleted {what}")
     for what in cluster.skipped:
         click.echo(f"kept {what}", err=True)

@@ -47,16 +47,26 @@ def _click_option(option: Option, defaults: dict):
     return click.option(*filter(None, (option.short, option.flag)), **kwargs)
 
 
+SET_HELP = (
+    "Change one key of the --config file (repeatable), checked against its schema: a dotted key and a "
+    "YAML value, e.g. --set training.max_steps=100 --set data.train.path=s3://bucket/pairs.jsonl."
+)
+
+
 def job_options(fn):
-    """The options shared by render, submit and local: everything that shapes the job (JOB_OPTIONS)."""
+    """The options shared by render, submit and local: everything that shapes the job (JOB_OPTIONS), and
+    ``--set`` beside ``--config``, whose text it changes."""
     defaults = JobSpec.defaults()
-    for option in reversed(JOB_OPTIONS):
+    for option in reversed(JOB_OPTIONS):  # the last decorator applied is the first option listed
+        if option.key == "config":
+            fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)(fn)
         fn = _click_option(option, defaults)(fn)
     return fn
 
 
-def build_spec(o: dict) -> JobSpec:
-    """Options -> JobSpec: each option's value through its parser; the defaults that depend on others."""
+def build_spec(o: dict, config_text: str | None = None) -> JobSpec:
+    """Options -> JobSpec: each option's value through its parser; the defaults that depend on others.
+    ``config_text``: the config to use instead of ``--config``'s (``tune``'s trials: the file without export)."""
     if o["api"] == "auto":
         raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
     values = {opt.spec_field: opt.parse(o[opt.key]) if opt.parse and o[opt.key] is not None else o[opt.key]
@@ -68,7 +78,9 @@ def build_spec(o: dict) -> JobSpec:
     values["name"] = values["name"] if values["name"] is not None else generate_name()
     values["namespace"] = values["namespace"] if values["namespace"] is not None else default_namespace(o)
     values["runtime"] = values["runtime"] or defaults["runtime"]
-    return JobSpec(config_text=read_config(o["config"]), **values)
+    if config_text is None:
+        config_text = read_config(o["config"], o.get("overrides", ()))
+    return JobSpec(config_text=config_text, **values)
 
 
 def scale_line(spec: JobSpec) -> str:
@@ -172,8 +184,8 @@ def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
         return spec, objects
     click.echo(
         f"warning: ClusterTrainingRuntime {spec.runtime} is not installed: using the stock {C.V2_STOCK_RUNTIME}, "
-        "which retries a permanent error (a bad config or data row, exit 2) until its restarts run out instead "
-        "of failing at once; `colbert-k8s runtime install` installs it",
+        "which retries a permanent error (a bad config or data row, a traceback: exit 1-127) until its restarts "
+        "run out instead of failing at once; `colbert-k8s runtime install` installs it",
         err=True,
     )
     spec = dataclasses.replace(spec, runtime=C.V2_STOCK_RUNTIME)
@@ -190,7 +202,9 @@ def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
     help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.",
 )
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
-def local_cmd(workdir: str, isolate_network: bool, **o) -> None:  # fmt: skip
+@click.option("-v", "--verbose", is_flag=True, help="Every line the replicas print, every rank's, progress bars and "
+              "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).")
+def local_cmd(workdir: str, isolate_network: bool, verbose: bool, **o) -> None:  # fmt: skip
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
     missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
     if missing:
@@ -205,7 +219,7 @@ def local_cmd(workdir: str, isolate_network: bool, **o) -> None:  # fmt: skip
     objects = render(spec)
     if spec.kind.uses_runtime:  # its restarts are its runtime's: replay the runtime's failure policy
         objects += [r for r in [known_runtime(spec.runtime, spec.image)] if r]
-    sys.exit(run_local(objects, _writable_dir(Path(workdir)), isolate_network=isolate_network))
+    sys.exit(run_local(objects, _writable_dir(Path(workdir)), isolate_network=isolate_network, verbose=verbose))
 
 
 def _writable_dir(path: Path) -> Path:

@@ -18,6 +18,7 @@ from operator_cli.follow import follow_logs
 from operator_cli.kube import job_state, kind_of
 from operator_cli.kube.fetch import fetch
 from operator_cli.kube.kinds import API_CHOICES
+from operator_cli.tune.cluster import list_row, list_sweeps
 
 __all__ = ["doctor_cmd", "fetch_cmd", "list_cmd", "logs_cmd", "status_cmd"]
 
@@ -102,11 +103,11 @@ def _seconds(duration: str | None) -> int | None:
 
 @click.command("list", cls=Command)
 @namespace_option
-@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace, not only -n's (kubectl -A).")
 @cluster_options
 @output_option
 def list_cmd(all_namespaces: bool, output: str, **o) -> None:
-    """This tool's jobs (by label), as a table."""
+    """This tool's jobs and sweeps (by label), as a table."""
     items, cluster = [], cluster_of(o)
     for j in cluster.list_jobs(all_namespaces):
         kind = kind_of(j)
@@ -115,6 +116,7 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
         items.append({"namespace": meta.get("namespace", ""), "name": meta["name"], "kind": kind.kind,
                       "state": job_state(j), "nodes": nodes, "gpusPerNode": gpus,
                       "created": meta.get("creationTimestamp")})  # fmt: skip
+    items += [list_row(s) for s in list_sweeps(cluster, all_namespaces)]  # tune's sweeps, beside the jobs
     if output != "table":
         click.echo(show.formatted({"items": items}, output))
         return

@@ -51,7 +51,7 @@ def _runtime_spec(o: dict) -> RuntimeSpec:
 
 @click.group("runtime", cls=Group)
 def runtime_group() -> None:
-    """This image's ClusterTrainingRuntime (Kubeflow Trainer v2): fail fast on exit 2, restart otherwise."""
+    """This image's ClusterTrainingRuntime (Kubeflow Trainer v2): fail fast on exit 1-127, restart otherwise."""
 
 
 @runtime_group.command("render", cls=Command)
@@ -71,4 +71,4 @@ def runtime_install_cmd(**o) -> None:
     name = runtime["metadata"]["name"]
     click.echo(f"{done} {C.V2_RUNTIME_KIND} {name}")
     use = "" if name == C.V2_SHIPPED_RUNTIME else f" --runtime {name}"
-    click.echo(f"next: colbert-k8s submit --api trainjob{use} ... (exit 2 now fails the TrainJob at once)")
+    click.echo(f"next: colbert-k8s submit --api trainjob{use} ... (exit 1-127 now fails the TrainJob at once)")

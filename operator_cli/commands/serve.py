@@ -85,8 +85,16 @@ def _spec_options(fn):
             click.option("--cpu", default="2", show_default=True, help="CPUs a replica (requests = limits)."),
             click.option("--memory", default="8Gi", show_default=True, help="Memory a replica (requests = limits)."),
             click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings."),
-            click.option("--min-replicas", type=int, default=1, show_default=True),
-            click.option("--max-replicas", type=int, default=1, show_default=True),
+            click.option(
+                "--min-replicas", type=int, default=1, show_default=True, help="Replicas at least (0: none while idle)."
+            ),
+            click.option(
+                "--max-replicas",
+                type=int,
+                default=1,
+                show_default=True,
+                help="Replicas at most (KServe scales between).",
+            ),
             click.option("--max-batch-size", type=int, help="KServe's batcher: group concurrent requests (1-64)."),
             click.option("--service-account", help="The ServiceAccount whose Secrets KServe fetches the export with."),
             click.option(
@@ -146,7 +154,9 @@ def _build(o: dict):
 
 @serve_group.command("render", cls=Command)
 @_spec_options
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="The format."
+)
 def render_cmd(output: str, **o) -> None:
     """Print the ClusterServingRuntime and the InferenceService that `serve apply` would create."""
     from operator_cli.render import to_yaml
@@ -170,7 +180,7 @@ def apply_cmd(**o) -> None:
 
 @serve_group.command("list", cls=Command)
 @namespace_option
-@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace's served models.")
 @cluster_options
 def list_cmd(all_namespaces: bool, **o) -> None:
     """This tool's served models: name, readiness, URL and the export each serves."""

@@ -15,7 +15,7 @@ from typing import Any
 import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube.kinds import AUTO_ORDER, KINDS, JobKind, kind_named, kind_of, shape_problem
+from operator_cli.kube.kinds import AUTO_ORDER, KINDS, JobKind, kind_named, kind_of, shape_problem, sweep_named
 from operator_cli.kube.pods import PodInfo, status_reason, warning_reason
 from operator_cli.kube.transport import NOT_THE_API_SERVER, call, redact
 from operator_cli.lines import text_lines
@@ -85,7 +85,8 @@ class Cluster:
         owners = []
         if job is not None:
             k = kind_of(job)
-            owners = [{"apiVersion": k.api_version, "kind": k.kind, "name": job["metadata"]["name"],
+            owners = [{"apiVersion": job.get("apiVersion", k.api_version), "kind": job.get("kind", k.kind),
+                       "name": job["metadata"]["name"],
                        "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]  # fmt: skip
         body = {"metadata": {"ownerReferences": owners}}
         self.request(lambda: self.core.patch_namespaced_config_map(cm, self.ns, body), "patch", "ConfigMap", cm)
@@ -229,7 +230,7 @@ class Cluster:
     # ---- create / delete -------------------------------------------------------------------
     def _verbs(self, kind: str) -> tuple[Any, Any, Any]:
         """(create(obj), get(name), delete(name)) for ``kind``: a core object's CoreV1Api calls, or a job kind's."""
-        if job_kind := kind_named(kind):
+        if job_kind := kind_named(kind) or sweep_named(kind):  # a sweep (tune) is created and deleted alike
             return (lambda obj: job_kind.create(self.custom, self.ns, obj),
                     lambda name: job_kind.get(self.custom, self.ns, name),
                     lambda name: job_kind.delete(self.custom, self.ns, name))  # fmt: skip

@@ -1,13 +1,15 @@
-"""The ClusterTrainingRuntime this image ships (``colbert-k8s runtime render|install``): fail fast on exit 2.
+"""The ClusterTrainingRuntime this image ships (``colbert-k8s runtime render|install``): fail fast on 1-127.
 
 Kubeflow Trainer v2 takes a TrainJob's restarts from its runtime's JobSet, and a TrainJob cannot set them
 (its ``runtimePatches`` reach only the pod template: v2.3.0's CRD). The stock ``torch-distributed`` runtime
-sets no failure policy, so a bad config or data row (the trainer's exit 2, ``trainer/errors.py``) is run
-again and again until the restarts are spent. This runtime says what the exit codes mean:
+sets no failure policy, so a bad config or data row (the trainer's exit 2, ``trainer/errors.py``) or a
+traceback (1) is run again and again until the restarts are spent. This runtime says what the exit codes
+mean, by the one rule PyTorchJob's ``restartPolicy: ExitCode`` applies too (``PERMANENT_EXIT_CODES``):
 
 * **Job** (the ``node`` replicated job): ``podFailurePolicy`` ``FailJob`` when the ``node`` container exits
-  with a permanent code (``EXIT_CONFIG`` = 2), ``backoffLimit: 0`` so that any other pod failure fails its
-  Job too, and ``restartPolicy: Never`` (the API server refuses a podFailurePolicy with ``OnFailure``);
+  with a permanent code (1-127, listed by ``onExitCodes`` ``In``: the API takes up to 255 values, ordered,
+  no 0), ``backoffLimit: 0`` so that any other pod failure fails its Job too, and ``restartPolicy: Never``
+  (the API server refuses a podFailurePolicy with ``OnFailure``);
 * **JobSet** ``failurePolicy``: ``FailJobSet`` on ``onJobFailureReasons: [PodFailurePolicy]``, otherwise
   ``RestartJobSet`` (a lost peer 129, SIGTERM 143, a SIGKILL) within ``maxRestarts``; a restart recreates
   the Jobs, and the trainer resumes from its newest checkpoint. A restart makes new pods, so a job whose
@@ -37,10 +39,10 @@ from typing import Any
 from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
-from operator_cli.podplan import FailurePolicy
+from operator_cli.podplan import FailurePolicy, code_ranges
 from operator_cli.render import render_one
 from operator_cli.values import NCCL_PRESETS, shown
-from trainer.errors import EXIT_CONFIG
+from trainer.errors import PERMANENT_EXIT_CODES
 
 __all__ = ["RuntimeSpec", "known_runtime", "render_runtime", "install_runtime", "runtime_policy"]
 
@@ -90,7 +92,8 @@ class RuntimeSpec:
     @property
     def permanent_exit_codes(self) -> list[int]:
         """The trainer's permanent exit codes (``trainer/errors.py``): a restart would meet the same input."""
-        return [EXIT_CONFIG]
+        low, high = PERMANENT_EXIT_CODES
+        return list(range(low, high + 1))
 
     @property
     def pod_annotations(self) -> dict[str, str]:
@@ -124,11 +127,13 @@ def runtime_policy(runtime: dict[str, Any]) -> FailurePolicy:
             if (rule.get("action") == "FailJob" and exits.get("operator") == "In"
                     and exits.get("containerName") in (None, C.V2_CONTAINER)):  # fmt: skip
                 codes += [int(v) for v in exits.get("values") or []]
+    ranges = code_ranges(codes)
+    listed = ", ".join(f"{low}-{high}" if high > low else str(low) for low, high in ranges)
     return FailurePolicy(
         restarts=int(policy.get("maxRestarts") or 0),
-        permanent=tuple((c, c) for c in sorted(set(codes))) if fails_fast else (),
+        permanent=ranges if fails_fast else (),
         recreates_pods=True,
-        rule=f"podFailurePolicy FailJob on exit code(s) {', '.join(map(str, sorted(set(codes))))} -> FailJobSet",
+        rule=f"podFailurePolicy FailJob on exit code(s) {listed} -> FailJobSet",
     )
 
 

@@ -31,13 +31,14 @@ from operator_cli.podplan import PodPlan
 __all__ = ["replay_elastic"]
 
 
-def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> tuple[int, int]:
-    """Run the replicas until the job ends: (0 when it succeeded, 1 when it failed; replica restarts)."""
+def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable, verbose: bool = False) -> tuple[int, int]:
+    """Run the replicas until the job ends: (0 when it succeeded, 1 when it failed; replica restarts).
+    ``verbose``: every line of their output (processes.start)."""
     low, high = plan.elastic
     live = {r.replica: r for r in replicas}
     done: set[str] = set()
     restarts = 0
-    threads = start(replicas, wrap)
+    threads = start(replicas, wrap, verbose)
     while True:
         for r in list(live.values()):
             code = r.proc.poll()
@@ -70,7 +71,7 @@ def replay_elastic(plan: PodPlan, replicas: list[Replica], wrap: Callable) -> tu
                 "its agent rejoins the rendezvous",
                 err=True,
             )
-            threads += start([r], wrap)
+            threads += start([r], wrap, verbose)
             live[r.replica] = r
         if live and set(live) <= done:
             for t in threads:

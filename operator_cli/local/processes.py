@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from operator_cli.lines import text_lines
+from operator_cli.local.output import shown
 from operator_cli.local.replicas import Replica
 
 __all__ = ["kill_group", "start", "start_reaper", "stop", "tagged_with_prefix", "wait_any_failure"]
@@ -34,18 +35,20 @@ shutil.rmtree(sys.argv[2], ignore_errors=True)
 """
 
 
-def _pump(replica: Replica, lock: threading.Lock) -> None:
-    """Copy a replica's output, line by line (a \\r ends a progress line), prefixed by its replica."""
+def _pump(replica: Replica, lock: threading.Lock, verbose: bool) -> None:
+    """Copy a replica's output, line by line (a \\r ends a progress line), prefixed by its replica: what
+    :func:`operator_cli.local.output.shown` keeps of it, or every line with ``verbose``."""
     stream = replica.proc.stdout
     read = stream.read1 if hasattr(stream, "read1") else stream.read
     prefix = f"[{replica.replica}] "  # the trainer's own lines add "[rank N]"
     for line in text_lines(iter(lambda: read(4096), b""), carriage_return_ends_line=True):
-        if line.strip():
-            with lock:
-                click.echo(prefix + line)
+        for text in [line] if verbose else shown(line):
+            if text.strip():
+                with lock:
+                    click.echo(prefix + text)
 
 
-def start(replicas: list[Replica], wrap) -> list[threading.Thread]:
+def start(replicas: list[Replica], wrap, verbose: bool = False) -> list[threading.Thread]:
     lock = threading.Lock()
     threads = []
     for r in replicas:
@@ -59,7 +62,7 @@ def start(replicas: list[Replica], wrap) -> list[threading.Thread]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        t = threading.Thread(target=_pump, args=(r, lock), daemon=True)
+        t = threading.Thread(target=_pump, args=(r, lock, verbose), daemon=True)
         t.start()
         threads.append(t)
     return threads

@@ -30,7 +30,9 @@ from operator_cli.podplan import PodPlan
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS
 
-__all__ = ["free_port", "run_local"]
+__all__ = ["LOCK_FILE", "free_port", "run_local"]
+
+LOCK_FILE = ".colbert-k8s-local.lock"  # in --workdir (the quickstart's is the checkout: .gitignore names it)
 
 
 def free_port() -> int:
@@ -41,7 +43,8 @@ def free_port() -> int:
 
 
 def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds: float) -> None:
-    out = workdir / parse_training_config(config_text).output_dir
+    cfg = parse_training_config(config_text)
+    out = workdir / cfg.output_dir
     metrics_path = out / "metrics.json"
     if not metrics_path.is_file():
         click.echo(f"job {name} succeeded in {seconds:.0f}s with {restarts} restart(s); no metrics.json in {out}")
@@ -60,7 +63,24 @@ def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds:
             _metrics_line(ix) + f"  (PLAID index: {ix['documents']} documents, built in "
             f"{ix['build_seconds']:.1f}s, {ix['size_mb']:.1f} MiB)"
         )
-    click.echo(f"model: {m.get('model_dir')}")
+    for line in _outputs(m, out, workdir, exported=cfg.export is not None):
+        click.echo(line)
+
+
+def _outputs(m: dict, out: Path, workdir: Path, exported: bool) -> list[str]:
+    """Where the job's outputs are: the model and the index on this machine (the trainer names them as the
+    config does, relative to the job's volume: here the workdir), and the export's destination."""
+    lines = [f"model: {workdir / m['model_dir']}"] if m.get("model_dir") else []
+    if isinstance(m.get("index"), dict) and m["index"].get("path"):
+        lines.append(f"index: {workdir / m['index']['path']}")
+    if not exported:  # an export.json left by an earlier config's export is not this job's
+        return lines
+    try:
+        sent = json.loads((out / "export.json").read_text())
+        lines.append(f"export: {sent['destination']} ({sent['files']} files, {sent['bytes'] / 2**20:.1f} MiB)")
+    except (OSError, ValueError, KeyError, TypeError):  # no export asked for (or an older trainer's)
+        pass
+    return lines
 
 
 def _metrics_line(after: dict[str, float], before: dict[str, float] | None = None) -> str:
@@ -80,16 +100,19 @@ def _gpus_here() -> int:
     return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU "))
 
 
-def run_local(objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False) -> int:
-    """Run the job; returns the job's exit status (0 succeeded, 1 failed)."""
+def run_local(
+    objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False, verbose: bool = False
+) -> int:
+    """Run the job; returns the job's exit status (0 succeeded, 1 failed). ``verbose``: every line the
+    replicas print, every rank's (operator_cli/local/output.py says what is left out without it)."""
     plan = plan_pods(objects)
     click.echo(f"local: not honoured here: {'; '.join(unsupported(plan, _gpus_here()))}", err=True)
     workdir = workdir.resolve()
     with _claimed(workdir):  # before anything is written under it; released however the replay ends
-        return _replay(plan, objects, workdir, isolate_network)
+        return _replay(plan, objects, workdir, isolate_network, verbose)
 
 
-def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool) -> int:
+def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool, verbose: bool) -> int:
     """Lay out the workspaces and the config, run the replicas (:func:`_restarts`, or torchrun's agents for an
     elastic job), and leave no process, namespace or temporary directory behind, however it ends."""
     name = plan.name
@@ -120,9 +143,11 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
             return live
 
         if plan.elastic:  # torchrun's agents restart and re-form the group; the kubelet's part is per pod
-            code, restarts = replay_elastic(plan, new_replicas(), wrap)
+            code, restarts = replay_elastic(plan, new_replicas(), wrap, verbose)
         else:
-            code, restarts = _restarts(plan, new_replicas, wrap, grace, workdir, config[C.CONFIG_FILE], master_ws)
+            code, restarts = _restarts(
+                plan, new_replicas, wrap, grace, workdir, config[C.CONFIG_FILE], master_ws, verbose
+            )
         if code == 0:
             _summary(config[C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
         return code
@@ -144,13 +169,13 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
 
 
 def _restarts(plan: PodPlan, new_replicas: Callable[[], list[Replica]], wrap: Callable, grace: float,
-              workdir: Path, config_text: str, master_ws: Path) -> tuple[int, int]:  # fmt: skip
+              workdir: Path, config_text: str, master_ws: Path, verbose: bool) -> tuple[int, int]:  # fmt: skip
     """The controller's part: all replicas again after a failure, within the job's restarts, unless the
     failure is permanent under its rule; returns (exit status, restarts)."""
     failure, restarts = plan.failure, 0
     while True:
         replicas = new_replicas()
-        threads = start(replicas, wrap)
+        threads = start(replicas, wrap, verbose)
         failed = wait_any_failure(replicas)
         if failed is None:
             for t in threads:
@@ -188,7 +213,7 @@ def _claimed(workdir: Path) -> Iterator[None]:
     output_dir would interleave their checkpoints (as a second job of the same name is refused by the API
     server with 409). A lock file, released by the OS if this process dies."""
     workdir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(workdir / ".colbert-k8s-local.lock")
+    lock = FileLock(workdir / LOCK_FILE)
     try:
         lock.acquire(timeout=0)
     except Timeout:

@@ -5,9 +5,10 @@ per node, every row checked, and written as an Arrow IPC file of three columns: 
 ``documents`` (positive first, or the distillation candidates) and, for distillation, ``scores``.
 The file lives in ``data.cache_dir`` keyed by the source's path, size and mtime and the column
 mapping; it is written under a lock into a temporary name and renamed, so a restarted or concurrent
-process reuses it and never reads a half-written one. Rows are read by positional reads of their
-256-row record batch: a million rows cost page cache (the kernel's, reclaimable), not Python objects
-or resident memory.
+process reuses it and never reads a half-written one. Beside it, a sha256 of every row, computed while
+converting: the rows' identity by content (:meth:`Rows.identity`), which mined parts and checkpoints are
+checked against. Rows are read by positional reads of their 256-row record batch: a million rows cost
+page cache (the kernel's, reclaimable), not Python objects or resident memory.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from filelock import FileLock
 
@@ -30,7 +33,7 @@ from trainer.config import ConfigError, DataSource
 __all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH", "iter_jsonl", "text_field", "document_text"]
 
 log = logging.getLogger(__name__)
-_FORMAT = 4  # bump when the cached Arrow layout changes (4: batches always whole)
+_FORMAT = 5  # bump when the cached Arrow layout changes (4: batches always whole; 5: a sha256 of every row)
 _CHUNK = 8192  # rows read from the source at a time (a multiple of ROWS_PER_BATCH)
 ROWS_PER_BATCH = 256  # rows per Arrow record batch: the unit of a random read
 
@@ -51,6 +54,7 @@ class Rows:
         self.path, self.source = path, source
         info = json.loads(path.with_suffix(".json").read_text())
         self.count, self.docs_per_query, self.has_scores = info["rows"], info["docs_per_query"], info["scores"]
+        self.sha256: str = info["sha256"]  # of every row (_RowDigest)
         self._reader: tuple[int, pa.ipc.RecordBatchFileReader] | None = None
 
     def __len__(self) -> int:
@@ -70,10 +74,16 @@ class Rows:
         scores = [r["scores"] for r in rows] if self.has_scores else None
         return [r["query"] for r in rows], [r["documents"] for r in rows], scores
 
-    def identity(self, samples: int = 64) -> str:
-        """What these rows are, by content: the count, the width and ``samples`` rows spread evenly over the
-        file. Another file, rows mined with other settings, or rows added change it; the same file staged
-        again (another path or time) does not. One row edited between the samples goes unnoticed."""
+    def identity(self) -> str:
+        """What these rows are, by content: a sha256 of every row (computed once, while converting). Another
+        file, one row edited, or rows mined with other settings change it; the same rows staged again (another
+        path, time or format) do not. Saved with checkpoints and mined parts, and checked against them."""
+        return f"sha256:{self.sha256[:32]}"
+
+    def sampled_identity(self, samples: int = 64) -> str:
+        """0.3's identity of these rows: the count, the width and ``samples`` rows spread evenly over the file
+        (one row edited between the samples went unnoticed). Kept only to recognise the checkpoints and mined
+        parts 0.3 wrote, which are checked as it did."""
         n = len(self)
         idx = sorted({round(i * (n - 1) / max(1, samples - 1)) for i in range(samples)}) if n else []
         payload = [n, self.docs_per_query, *self.take(idx)]
@@ -222,13 +232,21 @@ class _RowChecker:
 
     def __init__(self, src: DataSource, distillation: bool, source: str):
         self.cols, self.distillation, self.source, self.width = src.columns, distillation, source, None
+        self.negatives = list(src.columns.negatives)
+        # columns.negatives not set: its default column where the rows have it, else plain pairs
+        self.pairs_if_absent = "negatives" not in src.columns.model_fields_set
 
     def __call__(self, row: dict, n: int) -> tuple[str, list[str], list[float] | None]:
         where, cols = f"{self.source} row {n}", self.cols
         query = _text(row, cols.query, where)
         if not self.distillation:
+            if self.pairs_if_absent and n == 1 and isinstance(row, dict) and not set(self.negatives) & set(row):
+                self.negatives = []  # (query, positive) pairs, as PyLate's own script trains them
+                log.info("%s: no %s column: plain (query, positive) pairs, trained with in-batch negatives only "
+                         "(data.train.columns.negatives names a column of hard negatives; mine: finds them)",
+                         self.source, " or ".join(repr(c) for c in cols.negatives))  # fmt: skip
             documents = [_text(row, cols.positive, where)]
-            for col in cols.negatives:  # a column holds one negative, or a list of them (mined rows)
+            for col in self.negatives:  # a column holds one negative, or a list of them (mined rows)
                 value = row.get(col)
                 if value == []:
                     raise DataError(
@@ -265,18 +283,66 @@ class _RowChecker:
             raise DataError(f"{where}: {count} documents, but row 1 has {self.width}; use a fixed count")
 
 
+class _RowDigest:
+    """A sha256 of every row's content, fed the Arrow columns as they are written: per text column the byte
+    length of each text and their UTF-8 bytes, per list column each row's list length and then its items, and
+    the scores' float32 bytes, each a stream of its own. A stream does not depend on where the chunks break,
+    so the same rows hash alike however the reader chunked them (a .jsonl or its .parquet copy). Arrow's
+    buffers go to hashlib as they are: 2.3 s of a 1M-row conversion's 47 s (``bench/data_scale.py``,
+    ``hash_seconds``); JSON-encoding the rows to hash them cost five times as much."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, Any] = {}
+        self.seconds = 0.0
+
+    def update(self, table: pa.Table) -> None:
+        start = time.perf_counter()
+        for name in table.column_names:
+            for chunk in table.column(name).chunks:
+                if len(chunk):
+                    self._array(name, chunk)
+        self.seconds += time.perf_counter() - start
+
+    def _array(self, name: str, arr: pa.Array) -> None:
+        if pa.types.is_list(arr.type):
+            self._feed(f"{name} lengths", np.diff(_offsets(arr)))
+            self._array(f"{name} items", arr.flatten())  # flatten() honours a slice, .values does not
+        elif pa.types.is_string(arr.type):
+            offsets = _offsets(arr)
+            self._feed(f"{name} lengths", np.diff(offsets))
+            self._feed(f"{name} bytes", memoryview(arr.buffers()[2])[offsets[0] : offsets[-1]])
+        else:  # the scores' floats (no nulls: every row is checked)
+            self._feed(name, arr.to_numpy(zero_copy_only=True))
+
+    def _feed(self, stream: str, data: Any) -> None:
+        self._streams.setdefault(stream, hashlib.sha256()).update(data)
+
+    def hexdigest(self) -> str:
+        whole = hashlib.sha256()
+        for stream in sorted(self._streams):
+            whole.update(stream.encode() + b"\0" + self._streams[stream].digest())
+        return whole.hexdigest()
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """The int32 offsets of a string or list array's items, for its own slice of the buffer."""
+    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+
+
 def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: str) -> int:
     """Stream the source into an Arrow IPC file, checking every row; returns the row count."""
     from tqdm import tqdm
 
-    check, schema, n = _RowChecker(src, distillation, label), _schema(distillation), 0
+    check, schema, n, digest = _RowChecker(src, distillation, label), _schema(distillation), 0, _RowDigest()
     pending: list[tuple[str, list[str], list[float] | None]] = []
 
     def write(rows: list) -> None:
         cols: dict[str, list[Any]] = {"query": [r[0] for r in rows], "documents": [r[1] for r in rows]}
         if distillation:
             cols["scores"] = [r[2] for r in rows]
-        writer.write_table(pa.Table.from_pydict(cols, schema=schema), max_chunksize=ROWS_PER_BATCH)
+        table = pa.Table.from_pydict(cols, schema=schema)
+        digest.update(table)
+        writer.write_table(table, max_chunksize=ROWS_PER_BATCH)
 
     with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         bar = tqdm(desc=f"convert {path.name}", unit=" rows", mininterval=5, disable=None)
@@ -296,8 +362,10 @@ def _convert(src: DataSource, path: Path, distillation: bool, out: Path, label: 
         if pending:
             write(pending)
         bar.close()
-    docs = check.width or 1 + len(src.columns.negatives)
-    out.with_suffix(".json").write_text(json.dumps({"rows": n, "docs_per_query": docs, "scores": distillation}))
+    docs = check.width or 1 + len(check.negatives)
+    info = {"rows": n, "docs_per_query": docs, "scores": distillation}
+    info |= {"sha256": digest.hexdigest(), "hash_seconds": round(digest.seconds, 2)}
+    out.with_suffix(".json").write_text(json.dumps(info))
     return n
 
 
@@ -336,7 +404,8 @@ def load_rows(src: DataSource, distillation: bool, cache_dir: str | Path = ".cac
                     raise DataError(f"{path}: the dataset is empty; it needs at least one row")
                 os.replace(tmp.with_suffix(".json"), final.with_suffix(".json"))
                 os.replace(tmp, final)  # last: an existing rows.arrow means a complete pair
-                log.info("converted %s to %s (%d rows, %.0f MiB)", path, final, count, final.stat().st_size / 2**20)
+                mib = final.stat().st_size / 2**20
+                log.info("converted %s to %s (%d rows, %.0f MiB, each row hashed)", path, final, count, mib)
             finally:
                 tmp.unlink(missing_ok=True)
                 tmp.with_suffix(".json").unlink(missing_ok=True)

@@ -346,3 +346,36 @@ OnFailure with an emptyDir (a new pod would lose the checkpoints). Same rule as 
 {{- $p := .Values.persistence -}}
 {{- ternary "ExitCode" "OnFailure" (not (not (or $p.existingClaim $p.size))) -}}
 {{- end -}}
+
+{{/*
+config.export.destination needs its credentials in the pods, checked here rather than in
+values.schema.json so that a missing one is one line naming the fix (as `colbert-k8s render` says it)
+instead of the validator's nest of allOf/anyOf: one of the scheme's sets of secretEnv names (below: must
+equal trainer/export.py's CREDENTIALS, a test checks), or, for an object store, serviceAccount.name bound
+to a cloud role (workload identity). The Hub needs its token whatever the service account.
+*/}}
+{{- define "colbert-train.exportCredentials" -}}
+{{- $sets := `{"s3": [["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"], ["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"], ["AWS_CONTAINER_CREDENTIALS_FULL_URI"]], "gs": [["GOOGLE_SERVICE_ACCOUNT_KEY"], ["GOOGLE_APPLICATION_CREDENTIALS"], ["GOOGLE_SERVICE_ACCOUNT"]], "az": [["AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY"], ["AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_SAS_KEY"], ["AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET"], ["AZURE_FEDERATED_TOKEN_FILE"]], "hf": [["HF_TOKEN"]]}` | fromJson -}}
+{{- $dest := "" -}}
+{{- with .Values.config.export }}{{ $dest = .destination | default "" }}{{ end -}}
+{{- $scheme := regexFind "^[a-z0-9]+" $dest -}}
+{{- $env := .Values.secretEnv | default dict -}}
+{{- with get $sets $scheme -}}
+{{- $ok := false -}}
+{{- range . -}}
+{{- $all := true -}}
+{{- range . }}{{ if not (hasKey $env .) }}{{ $all = false }}{{ end }}{{ end -}}
+{{- if $all }}{{ $ok = true }}{{ end -}}
+{{- end -}}
+{{- $hub := eq $scheme "hf" -}}
+{{- if and (not $ok) (or $hub (not $.Values.serviceAccount.name)) -}}
+{{- $ways := list -}}
+{{- range . }}{{ $ways = append $ways (join " and " .) }}{{ end -}}
+{{- if $hub -}}
+{{- fail (printf "config.export.destination %s needs HF_TOKEN (a token with write access) in the pods: set secretEnv.HF_TOKEN: {secret: SECRET, key: KEY}" $dest) -}}
+{{- else -}}
+{{- fail (printf "config.export.destination %s needs credentials in the pods: set secretEnv %s (each {secret: SECRET, key: KEY}), or serviceAccount.name bound to a cloud role (workload identity)" $dest (join "; or " $ways)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

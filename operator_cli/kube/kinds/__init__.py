@@ -3,9 +3,13 @@
 live job's ``kind`` (:func:`kind_of`), and asks it; none tests which one it has.
 
 Adding a kind: a :class:`JobKind` subclass in a module of this package, listed in :data:`KINDS`, and its
-template (``operator_cli/templates/<api>.yaml.j2``), plus the chart's. KServe's InferenceService
-(``inferenceservice.py``, ``colbert-k8s serve``) sits beside them: a served model, reached the same way, but no
-job (nothing to resize or replay), so it is not in :data:`KINDS`.
+template (``operator_cli/templates/<api>.yaml.j2``), plus the chart's.
+
+The sweep kinds (``colbert-k8s tune``), whose trial template is a job kind's render, are :data:`SWEEPS`
+(:mod:`.sweeps`): a Katib Experiment and a Trainer OptimizationJob.
+
+KServe's InferenceService (``inferenceservice.py``, ``colbert-k8s serve``) sits beside them too: a served model,
+reached the same way, but no job (nothing to resize or replay), so it is in neither.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from typing import Any
 
 from operator_cli.kube.kinds import base
 from operator_cli.kube.kinds.base import JobKind, find_all, job_state, workspace_claim
+from operator_cli.kube.kinds.katib import KatibExperiment
+from operator_cli.kube.kinds.optimizationjob import OptimizationJob
 from operator_cli.kube.kinds.pytorchjob import PyTorchJob
+from operator_cli.kube.kinds.sweeps import SweepKind
 from operator_cli.kube.kinds.trainjob import TrainJob
 from operator_cli.podplan import PodPlan
 
@@ -24,12 +31,15 @@ __all__ = [
     "DEFAULT_API",
     "JobKind",
     "KINDS",
+    "SWEEPS",
+    "SweepKind",
     "find_all",
     "job_state",
     "kind_named",
     "kind_of",
     "plan_pods",
     "shape_problem",
+    "sweep_named",
     "workspace_claim",
 ]
 
@@ -39,11 +49,18 @@ DEFAULT_API = next(iter(KINDS))
 AUTO_ORDER = ("trainjob", "pytorchjob")  # --api auto: the first the cluster serves (Trainer v2 is the current API)
 API_CHOICES = (*KINDS, "auto")  # --api: a kind, or auto (what the cluster serves)
 _BY_KIND = {k.kind: k for k in KINDS.values()}
+SWEEPS: dict[str, SweepKind] = {k.api: k for k in (KatibExperiment(), OptimizationJob())}
+"""By ``tune --engine`` name; the first is the default."""
 
 
 def kind_named(kind: str) -> JobKind | None:
     """The kind whose objects have ``kind: <kind>``, or None for any other object (a ConfigMap, a Pod)."""
     return _BY_KIND.get(kind)
+
+
+def sweep_named(kind: str) -> SweepKind | None:
+    """The sweep kind whose objects have ``kind: <kind>``, or None."""
+    return next((k for k in SWEEPS.values() if k.kind == kind), None)
 
 
 def kind_of(job: dict[str, Any]) -> JobKind:

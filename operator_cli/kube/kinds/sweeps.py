@@ -1,0 +1,133 @@
+"""The sweep kinds beside the job kinds: a Katib ``Experiment`` and a Trainer ``OptimizationJob``, one
+:class:`SweepKind` each, whose trial template is a job kind's own render (:func:`operator_cli.render.render`).
+
+A sweep renders as the trial job's ConfigMap (its config without ``export``: trials export nothing), the claim
+``--pvc-size`` asks for, and the sweep object, whose controller creates one job per trial from the template.
+Each trial's values reach the trainer as ``colbert-train --set KEY=VALUE`` arguments added to the template
+(:mod:`trainer.overrides`), in the syntax of the controller's substitution.
+
+Adding a kind: a :class:`SweepKind` subclass listed in :data:`SWEEPS`, and its template.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from operator_cli import constants as C
+from operator_cli.kube.kinds.base import find_all, job_state
+
+if TYPE_CHECKING:
+    from operator_cli.tune.spec import SweepSpec
+
+__all__ = ["SweepKind", "add_args", "plain_value", "sweep_state"]
+
+
+def plain_value(value: Any) -> str:
+    """A value as the controllers take it: a string. A float keeps a ``.`` in its mantissa, so that no YAML
+    reader (1.1 or 1.2) takes the string for a number.
+
+    >>> plain_value(1e-05), plain_value(0.0002), plain_value(3), plain_value("cosine"), plain_value(True)
+    ('1.0e-05', '0.0002', '3', 'cosine', 'true')
+    """
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    return str(value)
+
+
+def add_args(job: dict[str, Any], args: list[str]) -> None:
+    """Append ``args`` to the trainer's arguments wherever the job keeps them (every replica of a PyTorchJob, the
+    ``trainer`` of a TrainJob)."""
+    trainer = job["spec"].get("trainer")
+    if trainer is not None:
+        trainer["args"] = [*trainer.get("args", []), *args]
+        return
+    for containers in find_all(job["spec"], "containers"):
+        for container in containers:
+            if container.get("name") == C.CONTAINER:
+                container["args"] = [*container.get("args", []), *args]
+
+
+def sweep_state(obj: dict[str, Any]) -> str:
+    """The newest true condition, as for a job (Katib: Created, Running, Succeeded, Failed...)."""
+    return job_state(obj)
+
+
+class SweepKind(ABC):
+    """One hyperparameter-search API: where it lives, how a sweep renders as it, and how its trials read."""
+
+    api: ClassVar[str]  # the --engine value, and the chart's tune.engine
+    group: ClassVar[str]
+    version: ClassVar[str]
+    plural: ClassVar[str]
+    kind: ClassVar[str]
+    product: ClassVar[str]
+    install: ClassVar[str]
+    template: ClassVar[str]
+    trial_api: ClassVar[str]  # the job kind (--api) its trials are
+    experimental: ClassVar[bool] = False
+
+    @property
+    def crd(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def __repr__(self) -> str:
+        return f"<SweepKind {self.kind}>"
+
+    def check(self, sweep: SweepSpec) -> None:  # noqa: B027 (a hook)
+        """What this API cannot express, refused in one line."""
+
+    @abstractmethod
+    def trial_args(self, sweep: SweepSpec) -> list[str]:
+        """The trainer arguments each trial adds, in the controller's substitution syntax."""
+
+    @abstractmethod
+    def context(self, sweep: SweepSpec, trial: dict[str, Any]) -> dict[str, Any]:
+        """What the template reads besides ``spec`` (the trial job's JobSpec) and ``sweep``."""
+
+    def render(self, sweep: SweepSpec) -> list[dict[str, Any]]:
+        """ConfigMap, [PVC], then the sweep object: what ``tune --dry-run`` prints and ``tune`` creates."""
+        from operator_cli.render import render, render_one
+
+        self.check(sweep)
+        job = dataclasses.replace(sweep.job, config_text=sweep.trial_config({}))
+        objects = render(job)
+        trial = objects.pop()  # the job itself: the template of every trial
+        add_args(trial, self.trial_args(sweep))
+        context = {"kind": self, "names": job.names, "sweep": sweep, **self.context(sweep, trial)}
+        return [*objects, render_one(self.template, job, **context)]
+
+    @abstractmethod
+    def trials(self, cluster: Any, sweep: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each trial of a live sweep: name, values, state, metric, seconds, reason."""
+
+    def best_name(self, sweep: dict[str, Any]) -> str | None:  # noqa: B027
+        """The trial the controller calls best, where it says."""
+        return None
+
+    # ---- the API ---------------------------------------------------------------------------------------
+    def create(self, custom: Any, namespace: str, obj: dict[str, Any]) -> Any:
+        return custom.create_namespaced_custom_object(self.group, self.version, namespace, self.plural, obj)
+
+    def get(self, custom: Any, namespace: str, name: str) -> Any:
+        return custom.get_namespaced_custom_object(self.group, self.version, namespace, self.plural, name)
+
+    def delete(self, custom: Any, namespace: str, name: str) -> Any:
+        return custom.delete_namespaced_custom_object(
+            self.group, self.version, namespace, self.plural, name, propagation_policy="Foreground"
+        )
+
+    def list(self, custom: Any, namespace: str | None, selector: str, limit: int | None = None) -> Any:
+        extra = {k: v for k, v in (("label_selector", selector), ("limit", limit)) if v}
+        if namespace is None:
+            return custom.list_cluster_custom_object(self.group, self.version, self.plural, **extra)
+        return custom.list_namespaced_custom_object(self.group, self.version, namespace, self.plural, **extra)

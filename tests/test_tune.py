@@ -1,0 +1,320 @@
+"""``colbert-k8s tune``: spaces, the checks made before anything starts, the Katib Experiment and the
+OptimizationJob as their APIs take them, and the trial values reaching the trainer's config."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from operator_cli.cli import cli
+from operator_cli.errors import CliError
+from operator_cli.kube.kinds import SWEEPS
+from operator_cli.render import render
+from operator_cli.spec import JobSpec
+from operator_cli.tune.space import parse_space
+from operator_cli.tune.spec import SweepSpec, without_export
+from tests import schemas
+
+CONFIG = """\
+model: {name_or_path: sentence-transformers/all-MiniLM-L6-v2}
+data:
+  train: {path: data/train.jsonl}
+  eval_beir: data/beir
+  eval_split: dev
+mine: {retriever: bm25, negatives: 1}
+training: {max_steps: 4, learning_rate: 5.0e-5}
+export: {destination: s3://bucket/models/best/}
+output_dir: output/quickstart
+"""
+PARAMS = ["--param", "training.learning_rate=loguniform(1e-5,2e-4)", "--param", "mine.negatives=choice(1,3)"]
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    path = tmp_path / "train.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def _invoke(args: list[str]):
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def _sweep(algorithm: str = "random", api: str = "pytorchjob", **job) -> SweepSpec:
+    spaces = (parse_space("training.learning_rate=loguniform(1e-5,2e-4)"), parse_space("mine.negatives=choice(1,3)"))
+    if algorithm == "grid":
+        spaces = (parse_space("training.learning_rate=choice(1e-5,2e-4)"), parse_space("training.max_steps=int(2,3)"))
+    job = JobSpec(name="sweep", config_text=without_export(CONFIG), api=api, gpus_per_node=0, **job)
+    return SweepSpec(
+        job=job,
+        params=spaces,
+        config_text=CONFIG,
+        algorithm=algorithm,
+        trials=None if algorithm == "grid" else 6,
+        parallel=2,
+        seed=7,
+    )
+
+
+# ---- spaces ------------------------------------------------------------------------------------------------
+
+SPACES = [
+    ("loguniform", "training.learning_rate=loguniform(1e-5, 2e-4)", ("loguniform", 1e-5, 2e-4, ())),
+    ("uniform", "training.warmup_ratio=uniform(0,0.2)", ("uniform", 0.0, 0.2, ())),
+    ("int", "training.max_steps=int(48,480)", ("int", 48, 480, ())),
+    ("choice-numbers", "mine.negatives=choice(1,3)", ("choice", None, None, (1, 3))),
+    ("choice-words", "training.lr_scheduler=choice(linear,cosine)", ("choice", None, None, ("linear", "cosine"))),
+]
+
+
+@pytest.mark.parametrize("text,want", [c[1:] for c in SPACES], ids=[c[0] for c in SPACES])
+def test_a_space_is_read_as_written(text, want):
+    s = parse_space(text)
+    assert (s.kind, s.low, s.high, s.choices) == want
+
+
+BAD_SPACES = [
+    ("no-space", "training.learning_rate", "KEY=SPACE"),
+    ("unknown-kind", "training.learning_rate=normal(0,1)", "must be one of"),
+    ("empty-choice", "mine.negatives=choice()", "is empty"),
+    ("empty-range", "training.learning_rate=uniform(2e-4,1e-5)", "is empty"),
+    ("log-of-zero", "training.learning_rate=loguniform(0,1e-4)", "LOW > 0"),
+    ("int-of-floats", "training.max_steps=int(1.5,4)", "two integers"),
+    ("one-bound", "training.learning_rate=uniform(1e-5)", "two numbers"),
+    ("twice", "mine.negatives=choice(1,1)", "twice"),
+]
+
+
+@pytest.mark.parametrize("text,message", [c[1:] for c in BAD_SPACES], ids=[c[0] for c in BAD_SPACES])
+def test_a_bad_space_is_one_line(text, message):
+    with pytest.raises(CliError, match=re.escape(message)):
+        parse_space(text)
+
+
+def test_random_draws_depend_on_the_seed_and_the_index_alone():
+    a, b = _sweep().plan(), _sweep().plan()
+    assert [t.values for t in a] == [t.values for t in b]
+    assert len({t.values["training.learning_rate"] for t in a}) > 1
+    for t in a:
+        assert 1e-5 <= t.values["training.learning_rate"] <= 2e-4 and t.values["mine.negatives"] in (1, 3)
+
+
+def test_a_grid_is_every_point_once():
+    plan = _sweep("grid").plan()
+    assert [t.name for t in plan] == ["sweep-t1", "sweep-t2", "sweep-t3", "sweep-t4"]
+    points = {(t.values["training.learning_rate"], t.values["training.max_steps"]) for t in plan}
+    assert points == {(1e-5, 2), (1e-5, 3), (2e-4, 2), (2e-4, 3)}
+
+
+# ---- refused before anything starts ----------------------------------------------------------------------
+
+BAD_INPUT = [
+    ("unknown-key", ["--param", "training.learnin_rate=uniform(1e-5,1e-4)"], "", "--param training.learnin_rate"),
+    ("unknown-section-key", ["--param", "mine.negativess=choice(1,2)"], "", "no such key"),
+    ("empty-space", ["--param", "mine.negatives=choice()"], "", "is empty"),
+    ("refused-edge", ["--param", "training.learning_rate=uniform(0,1e-4)"], "", "greater than 0"),
+    ("refused-choice", ["--param", "mine.negatives=choice(1,0)"], "", "mine.negatives=0"),
+    ("fixed-key", ["--param", "data.eval_split=choice(dev,test)"], "", "cannot be searched"),
+    ("unknown-metric", [*PARAMS, "--metric", "ndcg@20"], "", "--metric 'ndcg@20'"),
+    ("test-split", PARAMS, "  eval_split: dev\n", "data.eval_split, which is 'test'"),
+    ("no-evaluation", PARAMS, "  eval_beir: data/beir\n  eval_split: dev\n", "no trial would report ndcg@10"),
+    ("grid-of-floats", [*PARAMS, "--algorithm", "grid"], "", "--algorithm grid"),
+    ("bayesian-here", [*PARAMS, "--algorithm", "bayesian"], "", "--algorithm bayesian"),
+    ("parallel", [*PARAMS, "--trials", "2", "--parallel", "3"], "", "--parallel 3"),
+    ("no-param", [], "", "at least one --param"),
+]
+
+
+@pytest.mark.parametrize("args,drop,message", [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT])
+def test_bad_input_is_one_line_before_anything_starts(tmp_path, args, drop, message):
+    path = tmp_path / "train.yaml"
+    path.write_text(CONFIG.replace(drop, "") if drop else CONFIG)
+    res = _invoke(["tune", "--config", str(path), *args, "--local", "--workdir", str(tmp_path / "wd")])
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert res.exit_code == 2 and len(errors) == 1 and message in errors[0], res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "wd" / "tune").exists()  # nothing written, no trial started
+
+
+# ---- Katib and the OptimizationJob ------------------------------------------------------------------------
+
+
+def test_the_experiment_is_valid_and_its_trial_template_is_the_rendered_job():
+    sweep = _sweep(pvc="shared")
+    objects = SWEEPS["katib"].render(sweep)
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Experiment"]
+    schemas.validate_all(objects)
+    experiment = objects[-1]
+    spec = experiment["spec"]
+    assert (spec["maxTrialCount"], spec["parallelTrialCount"], spec["maxFailedTrialCount"]) == (6, 2, 3)
+    assert spec["objective"] == {
+        "type": "maximize",
+        "objectiveMetricName": "ndcg@10",
+        "additionalMetricNames": ["mrr@10", "recall@100", "map@100"],
+    }
+    assert spec["algorithm"]["algorithmSettings"] == [{"name": "random_state", "value": "7"}]
+    job = render(sweep.job)[-1]
+    trial = spec["trialTemplate"]["trialSpec"]
+    want = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
+    got = trial["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
+    assert got[: len(want)] == want and "--metrics-file" in got
+    trial["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"] = want
+    assert trial["spec"] == job["spec"]  # nothing else differs from `render`'s job
+    assert "export" not in yaml.safe_load(objects[0]["data"]["train.yaml"])  # trials export nothing
+
+
+def _as_katib_would(experiment: dict, values: dict[str, str], trial: str) -> list[str]:
+    """The trainer's arguments of one trial, substituted as Katib substitutes ${trialParameters.NAME}."""
+    template = experiment["spec"]["trialTemplate"]
+    refs = {p["name"]: values.get(p["reference"], trial) for p in template["trialParameters"]}
+    text = json.dumps(template["trialSpec"])
+    text = re.sub(r"\$\{trialParameters\.([^}]+)\}", lambda m: refs[m.group(1)], text)
+    return json.loads(text)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_a_katib_trials_values_reach_the_trainers_config(tmp_path):
+    from trainer.cli import _load
+
+    experiment = SWEEPS["katib"].render(_sweep())[-1]
+    args = _as_katib_would(experiment, {"training_learning_rate": "3.5e-05", "mine_negatives": "3"}, "sweep-x7")
+    (tmp_path / "train.yaml").write_text(SWEEPS["katib"].render(_sweep())[0]["data"]["train.yaml"])
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    cfg = _load(str(tmp_path / "train.yaml"), sets)
+    assert cfg.training.learning_rate == 3.5e-5 and cfg.mine.negatives == 3
+    assert cfg.output_dir == "output/quickstart/sweep-x7"  # trials on one claim write apart
+    assert args[args.index("--metrics-file") + 1] == "/var/log/katib/metrics.json"
+
+
+def test_the_optimizationjob_is_valid_and_templated_as_the_kep_says():
+    objects = SWEEPS["optimizationjob"].render(_sweep("grid", api="trainjob"))
+    schemas.validate_all(objects)
+    spec = objects[-1]["spec"]
+    assert spec["searchAlgorithm"] == {"grid": {}} and spec["numTrials"] == 4
+    assert spec["parameters"][1] == {
+        "name": "training_max_steps",
+        "searchSpace": {"categorical": {"choices": ["2", "3"]}},
+    }
+    args = spec["trainJobTemplate"]["spec"]["trainer"]["args"]
+    assert "training.learning_rate={{.training_learning_rate}}" in args
+
+
+REFUSED = [
+    ("katib-trainjob", "katib", {"api": "trainjob"}, "--api trainjob"),
+    ("optjob-pytorchjob", "optimizationjob", {}, "TrainJob trials"),
+    ("optjob-claim", "optimizationjob", {"api": "trainjob", "pvc": "shared"}, "shared claim"),
+]
+
+
+@pytest.mark.parametrize("engine,job,message", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_what_an_engine_cannot_express_is_one_line(engine, job, message):
+    with pytest.raises(CliError, match=re.escape(message)):
+        SWEEPS[engine].render(_sweep(**job))
+
+
+def test_dry_run_prints_what_submit_would_create(config):
+    res = _invoke(
+        [
+            "tune",
+            "--config",
+            str(config),
+            "--name",
+            "sweep",
+            *PARAMS,
+            "--dry-run=client",
+            "-o",
+            "yaml",
+            "--gpus-per-node",
+            "0",
+        ]
+    )
+    assert res.exit_code == 0, res.output
+    objects = list(yaml.safe_load_all(res.stdout))
+    assert objects == SWEEPS["katib"].render(_sweep_of(config))
+
+
+def _sweep_of(config: Path) -> SweepSpec:
+    job = JobSpec(name="sweep", config_text=without_export(config.read_text()), gpus_per_node=0)
+    return SweepSpec(job=job, params=(parse_space(PARAMS[1]), parse_space(PARAMS[3])), config_text=config.read_text())
+
+
+# ---- the trainer's side -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("training.learning_rate=fast", "learning_rate"),
+        ("training=3", "'training' is a value"),
+        ("Training.x=1", "KEY=VALUE"),
+    ],
+    ids=["value", "section", "key"],
+)
+def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys, override, message):
+    from trainer.cli import main
+
+    (tmp_path / "train.yaml").write_text(CONFIG.replace("export: {destination: s3://bucket/models/best/}\n", ""))
+    sets = ["--set", override] if override != "training=3" else ["--set", "training=3", "--set", "training.x=1"]
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # main() sets up the trainer's logging on this stderr
+    try:
+        assert main(["--config", str(tmp_path / "train.yaml"), *sets]) == 2
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+# ---- a local sweep's record: the best is the best of what the trials wrote ----------------------------------
+
+
+def _finished(root: Path, trial: str, ndcg: float, done: bool = True) -> None:
+    out = root / trial / "output" / "quickstart"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": ndcg, "mrr@10": 1 - ndcg}}))
+    if done:
+        (out / "done.json").write_text("{}")
+
+
+def test_status_names_the_best_of_the_trials_own_metrics(tmp_path):
+    from operator_cli.tune.local import _prepare, sweep_root
+
+    sweep = _sweep("grid")
+    root = sweep_root(tmp_path, "sweep")
+    _prepare(sweep, root)  # sweep.json and the trials' workspaces, as a run lays them out
+    _finished(root, "sweep-t1", 0.31)
+    _finished(root, "sweep-t2", 0.52)
+    _finished(root, "sweep-t3", 0.90, done=False)  # killed before done.json: not a result
+    (root / "sweep-t4" / "trial.json").write_text(json.dumps({"state": "Succeeded", "metric": 0.99}))  # a claim
+    res = _invoke(["tune", "status", "sweep", "--workdir", str(tmp_path), "-o", "json"])
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.output)
+    assert record["best"]["name"] == "sweep-t2" and record["best"]["metric"] == 0.52
+    states = {t["name"]: t["state"] for t in record["trials"]}
+    assert states == {"sweep-t1": "Succeeded", "sweep-t2": "Succeeded", "sweep-t3": "Pending", "sweep-t4": "Failed"}
+    min_goal = json.loads((root / "sweep.json").read_text()) | {"goal": "min"}
+    (root / "sweep.json").write_text(json.dumps(min_goal))
+    assert (
+        json.loads(_invoke(["tune", "status", "sweep", "--workdir", str(tmp_path), "-o", "json"]).output)["best"][
+            "name"
+        ]
+        == "sweep-t1"
+    )
+    table = _invoke(["tune", "status", "sweep", "--workdir", str(tmp_path)]).output
+    assert "best so far: sweep-t1 ndcg@10 0.3100" in table
+
+
+def test_a_rerun_must_ask_for_the_same_sweep(tmp_path):
+    from operator_cli.tune.local import _prepare, sweep_root
+
+    _prepare(_sweep("grid"), sweep_root(tmp_path, "sweep"))
+    other = _sweep("grid")
+    other = SweepSpec(job=other.job, params=other.params, config_text=other.config_text, algorithm="grid", seed=8)
+    with pytest.raises(CliError, match="was started with another seed"):
+        _prepare(other, sweep_root(tmp_path, "sweep"))
