@@ -17,6 +17,15 @@ COPY operator_cli ./operator_cli
 # A venv on top of the base's site-packages: torch is reused, everything else is pinned by the lock.
 RUN python -m venv --system-site-packages /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --constraint requirements.lock ".[train]"
+# The KServe predictor (`colbert-k8s serve`: /opt/serve/bin/python -m trainer.serve), in a venv layered on
+# /opt/venv: kserve 0.21 pins python-dateutil<3, the CLI's kubernetes client >=3. It sees its own packages
+# first, then /opt/venv's (the trainer, pylate), then the base's torch.
+COPY requirements-serve.txt ./
+RUN python -m venv --system-site-packages /opt/serve \
+ && train_site=$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+ && serve_site=$(/opt/serve/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+ && echo "import site; site.addsitedir('${train_site}')" > "${serve_site}/colbert-k8s-train.pth" \
+ && /opt/serve/bin/pip install --no-cache-dir -r requirements-serve.txt
 
 FROM ${BASE_IMAGE} AS runtime
 ARG VERSION=0.3.0
@@ -32,6 +41,7 @@ RUN groupadd --gid 1000 colbert \
  && mkdir -p /workspace /home/colbert/.cache/huggingface \
  && chown -R 1000:1000 /workspace /home/colbert
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/serve /opt/serve
 ENV PATH="/opt/venv/bin:${PATH}" \
     HOME=/home/colbert \
     HF_HOME=/home/colbert/.cache/huggingface \

@@ -10,6 +10,8 @@
     colbert-k8s runtime render     colbert-k8s runtime install   (a TrainJob runtime that fails fast)
     colbert-k8s render ... [-d DIR]  colbert-k8s local ...   (the same job, on this machine)
     colbert-k8s tune ... --param KEY=SPACE [--local]   colbert-k8s tune status NAME   (a sweep of jobs)
+    colbert-k8s serve --local URI    colbert-k8s serve apply NAME|URI   (search and rerank, here or on KServe)
+    colbert-k8s register NAME|URI    (the export as a version in the Kubeflow Model Registry)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit`` sends exactly
 those objects. The commands live in :mod:`operator_cli.commands`, one module per area; this module is the
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import click
 
-from operator_cli.commands import change, job, read, runtime, tune
+from operator_cli.commands import change, job, read, register, runtime, serve, tune
 from operator_cli.commands.base import Group, cluster_options
 from operator_cli.commands.job import build_spec, job_options
 
@@ -48,6 +50,8 @@ for command in (
     change.resume_cmd,
     runtime.runtime_group,
     tune.tune_group,
+    serve.serve_group,
+    register.register_cmd,
 ):
     cli.add_command(command)
 

@@ -27,6 +27,22 @@ V2_FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
+# KServe (serving a trained model: `colbert-k8s serve`)
+SERVE_GROUP = "serving.kserve.io"
+SERVE_VERSION = "v1beta1"
+SERVE_PLURAL = "inferenceservices"
+SERVE_KIND = "InferenceService"
+SERVE_RUNTIME_VERSION = "v1alpha1"
+SERVE_RUNTIME_PLURAL = "clusterservingruntimes"
+SERVE_RUNTIME_KIND = "ClusterServingRuntime"
+SERVE_RUNTIME = "colbert-k8s"  # the ClusterServingRuntime `serve apply` installs when it is missing
+SERVE_MODEL_FORMAT = "colbert"
+SERVE_CONTAINER = "kserve-container"  # KServe's name for the predictor's container
+SERVE_PORT = 8080
+SERVE_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts storageUri
+SERVE_PYTHON = "/opt/serve/bin/python"  # the image's serve venv (the Dockerfile), layered on /opt/venv
+KSERVE_INSTALL = "https://kserve.github.io/website/docs/admin-guide/overview (KServe 0.15 or newer)"
+
 CONTAINER = "pytorch"  # the operator requires this container name
 # bounds of a job's shape, for every flag, the chart and resize: a typo (--nodes 10000) is refused before
 # it asks a cluster for that many pods; 16 GPUs is the most any node sold today holds

@@ -65,6 +65,7 @@ case "$torch_file" in /opt/venv/*) echo "FAIL: the venv carries its own torch" >
 venv_torch=$(run_as 1000:1000 sh -c 'ls -d /opt/venv/lib/python3*/site-packages/torch 2>/dev/null || true')
 [ -z "$venv_torch" ] || { echo "FAIL: $venv_torch exists" >&2; exit 1; }
 run_as 1000:1000 sh -c 'id -u; test -w /workspace' | head -1 | grep -qx 1000
+run_as 1000:1000 /opt/serve/bin/python -c 'import kserve, torch, trainer.serve.predictor; print("serve venv: kserve and torch", torch.__version__)'
 
 step "entrypoint (colbert-train) as UID 1000, 2 CPU processes, quickstart data"
 "${B[@]}" copy --chown 1000:1000 "$c" examples/quickstart.yaml /workspace/quickstart.yaml >/dev/null

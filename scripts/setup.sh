@@ -62,6 +62,19 @@ if [[ ",${extras}," == *",train,"* ]]; then
 fi
 echo "setup: installing colbert-k8s[${extras}] into .venv (a first install takes minutes)"
 pip_install -e ".[${extras}]"
+if [[ ",${extras}," == *",train,"* ]]; then
+  # The KServe predictor (trainer/serve/, `colbert-k8s serve`), in a venv layered on .venv: kserve 0.21 needs
+  # python-dateutil<3 (and protobuf<7, pandas<3, psutil<6), the CLI's kubernetes 37.0.2 python-dateutil>=3. It
+  # sees .venv's torch and pylate after its own packages (requirements-serve.txt says what it adds or moves).
+  [ -x .venv-serve/bin/python ] && .venv-serve/bin/python -c "import kserve" 2>/dev/null || {
+    echo "setup: creating .venv-serve (kserve for the predictor, layered on .venv: about 280 MB)"
+    python3 -m venv .venv-serve
+    train_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    serve_site=$(.venv-serve/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "import site; site.addsitedir('${train_site}')" > "${serve_site}/colbert-k8s-train.pth"
+    .venv-serve/bin/python -m pip install --quiet --progress-bar off -r requirements-serve.txt
+  }
+fi
 if [[ ",${extras}," == *",test,"* ]]; then
   pip_install --no-deps -r tests/requirements-nodeps.txt
   # moto's S3 server for the object-store tests, in a venv of its own: its botocore needs

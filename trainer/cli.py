@@ -91,6 +91,10 @@ def _main(argv: list[str]) -> int:
             writable_dir(where, key)
         if not os.environ.get(EXIT_DIR_ENV):  # once per pod: torchrun's children were checked by their launcher
             export.preflight(cfg)  # a bad destination is found now, not after hours of training
+            if cfg.registration is not None:
+                from trainer.serve.register import preflight
+
+                preflight(cfg)
         cfg = stage(cfg)
         import torch  # only now: a bad config never waits for torch
 

@@ -42,6 +42,7 @@ __all__ = [
     "EvalConfig",
     "IndexConfig",
     "ExportConfig",
+    "RegisterConfig",
     "TrackingConfig",
     "DistributedConfig",
 ]
@@ -227,6 +228,11 @@ class EvalConfig(Strict):
 class IndexConfig(Strict):
     corpus: str | None = Field(None, description="A BEIR directory to index (default data.eval_beir).")
     nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits.")
+    embeddings: bool = Field(
+        False,
+        description="Also store the corpus token embeddings (float32) beside the index, for `serve --exact`: "
+        "exact MaxSim as the evaluation scores it, at 4 x dim bytes a token (PLAID's 4 bits: about an eighth).",
+    )
 
 
 def _destination(value: str) -> str:
@@ -255,6 +261,32 @@ class ExportConfig(Strict):
         False,
         description="hf:// only: a repository that holds files but no colbert-k8s-export.json is replaced whole "
         "(its files removed); without it, such a repository is refused at start.",
+    )
+
+
+class RegisterConfig(Strict):
+    """The Kubeflow Model Registry entry the export becomes (``trainer/serve/register.py``), once, after it."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[\x20-\x7E]+$", description="The registered model.")
+    version: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[\x20-\x7E]+$",
+        description="The version's name (default: the job's name and the first 8 hex of the export manifest's sha256).",
+    )
+    description: str | None = Field(None, max_length=2000, description="The version's description.")
+    labels: list[str] = Field(default_factory=list, description="Labels on the version (the registry UI's labels).")
+    url: str | None = Field(
+        None,
+        pattern=r"^https?://[^@\s]+$",
+        description="The registry's REST endpoint (default: $MODEL_REGISTRY_URL); a token, if any, comes from "
+        "$MODEL_REGISTRY_TOKEN (--secret-env), never from here.",
+    )
+    storage_key: str | None = Field(
+        None,
+        description="The storage Secret's name a KServe deployment fetches the export with (the artifact's "
+        "storageKey).",
     )
 
 
@@ -353,6 +385,11 @@ class TrainConfig(Strict):
     export: ExportConfig | None = Field(
         None, description="Upload the final model, its card and metrics.json when the job ends (S3, GCS, Azure, Hub)."
     )
+    registration: RegisterConfig | None = Field(  # `register` in YAML: the field name would shadow BaseModel's
+        None,
+        alias="register",
+        description="Register the export in the Kubeflow Model Registry once it is verified (needs export).",
+    )
     output_dir: str = Field("output", min_length=1, description="Checkpoints, final model, metrics.json.")
 
     @model_validator(mode="after")
@@ -387,6 +424,8 @@ class TrainConfig(Strict):
                 "mine.teacher writes teacher scores for loss: {name: distillation}; set it, or remove mine.teacher"
             )
         self._check_export()
+        if self.registration is not None and self.export is None:
+            raise ValueError("register needs an export section: the registered version points at the export")
         return self
 
     def _check_export(self) -> None:

@@ -6,7 +6,8 @@ collective (they have finished). The index is PyLate's ``PLAID`` with the ``fast
 and searched as mining's PLAID retriever does (``trainer/retrieval/plaid.py``), written to
 ``output_dir/index`` (built under a temporary name, its manifest last, then renamed; a failed build leaves
 nothing, a full disk is one line); ``metrics.json`` gains ``index``: the metrics through the index, its build
-seconds and size on disk.
+seconds and size on disk. With ``index.embeddings``, the corpus's token embeddings are stored beside it for
+``serve --exact`` (``trainer/serve/corpus.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
         hits = search_index(index, queries, min(TOP_K, len(split.corpus_ids)))
         run = {qid: dict(found) for qid, found in zip(split.query_ids, hits)}
         del index
+        if cfg.index.embeddings:  # for serve --exact (trainer/serve/corpus.py): the evaluation's embeddings
+            from trainer.serve.corpus import write_corpus
+
+            write_corpus(tmp, model, split.corpus_ids, split.corpus, cfg.evaluation.batch_size)
         write_manifest(tmp)  # last: an index without a verifying manifest is rebuilt (trainer/phases.py)
     except Exception as e:
         shutil.rmtree(tmp, ignore_errors=True)

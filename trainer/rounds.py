@@ -105,14 +105,19 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
 
 
 def _export(cfg: TrainConfig, layout: Layout, progress: Progress) -> None:
-    """Rank 0 exports (trainer/export.py) once every phase is whole; every rank raises its failure together."""
+    """Rank 0 exports (trainer/export.py) once every phase is whole, then registers it when ``register:`` asks
+    (trainer/serve/register.py); every rank raises its failure together."""
     if cfg.export is None:
         return
     problem = None
     if layout.is_main:
         try:
             export.run(cfg, progress)
-        except export.ExportFailed as e:
+            if cfg.registration is not None:  # after the verified export, once (registered.json)
+                from trainer.serve.register import after_export
+
+                after_export(cfg)
+        except export.ExportFailed as e:  # RegisterFailed too: retryable, the restart registers once
             problem = str(e)
         except Exception as e:  # whatever it was, the other ranks must not wait for rank 0 in vain
             problem = f"export to {cfg.export.destination} failed ({type(e).__name__}: {str(e)[:200]})"

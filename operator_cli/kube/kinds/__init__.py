@@ -7,6 +7,9 @@ template (``operator_cli/templates/<api>.yaml.j2``), plus the chart's.
 
 The sweep kinds (``colbert-k8s tune``), whose trial template is a job kind's render, are :data:`SWEEPS`
 (:mod:`.sweeps`): a Katib Experiment and a Trainer OptimizationJob.
+
+KServe's InferenceService (``inferenceservice.py``, ``colbert-k8s serve``) sits beside them too: a served model,
+reached the same way, but no job (nothing to resize or replay), so it is in neither.
 """
 
 from __future__ import annotations

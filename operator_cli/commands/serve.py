@@ -1,0 +1,218 @@
+"""``serve``: a trained model answers search and rerank requests, on this machine or on KServe.
+
+    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--exact]   (the predictor, here)
+    colbert-k8s serve render NAME|URI [-o yaml|json]    colbert-k8s serve apply NAME|URI
+    colbert-k8s serve list                              colbert-k8s serve delete NAME
+
+``--local`` runs the very predictor an InferenceService runs (``python -m trainer.serve``, KServe's model server)
+in the interpreter that has kserve: this one if it does, else ``.venv-serve`` (``scripts/setup.sh`` creates it:
+kserve pins python-dateutil<3, which this CLI's kubernetes client refuses). Importing this module imports
+neither torch nor kserve.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from operator_cli import constants as C
+from operator_cli.commands.base import Command, Group, cluster_of, cluster_options, default_namespace, namespace_option
+from operator_cli.errors import CliError
+
+__all__ = ["serve_group", "serve_python"]
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def serve_python() -> str:
+    """The interpreter that has kserve: ``$COLBERT_K8S_SERVE_PYTHON``, this one, or the checkout's .venv-serve."""
+    if chosen := os.environ.get("COLBERT_K8S_SERVE_PYTHON"):
+        return chosen
+    if importlib.util.find_spec("kserve") is not None:
+        return sys.executable
+    for root in (Path.cwd(), _REPO):
+        if (candidate := root / ".venv-serve" / "bin" / "python").is_file():
+            return str(candidate)
+    raise CliError(
+        "kserve is not installed here, and no .venv-serve was found",
+        hint="run scripts/setup.sh train (it creates .venv-serve), or set COLBERT_K8S_SERVE_PYTHON to a python "
+        "with pip install -r requirements-serve.txt",
+    )
+
+
+@click.group("serve", cls=Group, invoke_without_command=True)
+@click.option("--local", "uri", metavar="URI", help="Serve this export (s3://..., a local copy) or output_dir here.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="With --local.")
+@click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings, not PLAID.")
+@click.option("--model-name", default="colbert", show_default=True, help="The model's name in the URLs.")
+@click.pass_context
+def serve_group(ctx: click.Context, uri: str | None, port: int, exact: bool, model_name: str) -> None:
+    """Serve a trained model: search (top-k ids) and rerank (MaxSim scores), KServe v1 and v2 protocols."""
+    if ctx.invoked_subcommand is not None:
+        if uri:
+            raise CliError(
+                "--local serves here; it does not go with a subcommand", hint="drop --local or the subcommand"
+            )
+        return
+    if not uri:
+        raise CliError(
+            "give --local URI, or a subcommand (render, apply, list, delete)", hint="see `colbert-k8s serve --help`"
+        )
+    python = serve_python()
+    cmd = [python, "-m", "trainer.serve", uri, "--http-port", str(port), "--model-name", model_name]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
+    os.execve(python, cmd + (["--exact"] if exact else []), env)  # the server is this process: Ctrl-C stops it
+
+
+def _spec_options(fn):
+    """What shapes the InferenceService, for render and apply."""
+    for decorator in reversed(
+        [
+            click.argument("target", metavar="NAME|URI"),
+            click.option(
+                "--name",
+                help="The InferenceService's (and the model's) name; default: the job's, or the URI's last folder.",
+            ),
+            namespace_option,
+            click.option("--image", default=C.DEFAULT_IMAGE, show_default=True, help="The colbert-train image."),
+            click.option("--gpus", type=int, default=0, show_default=True, help="GPUs a replica (0: CPU)."),
+            click.option("--cpu", default="2", show_default=True, help="CPUs a replica (requests = limits)."),
+            click.option("--memory", default="8Gi", show_default=True, help="Memory a replica (requests = limits)."),
+            click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings."),
+            click.option(
+                "--min-replicas", type=int, default=1, show_default=True, help="Replicas at least (0: none while idle)."
+            ),
+            click.option(
+                "--max-replicas",
+                type=int,
+                default=1,
+                show_default=True,
+                help="Replicas at most (KServe scales between).",
+            ),
+            click.option("--max-batch-size", type=int, help="KServe's batcher: group concurrent requests (1-64)."),
+            click.option("--service-account", help="The ServiceAccount whose Secrets KServe fetches the export with."),
+            click.option(
+                "--secret-env",
+                multiple=True,
+                metavar="VAR=SECRET/KEY",
+                help="An environment variable from a Secret's key (a reference; repeatable).",
+            ),
+            click.option(
+                "--runtime",
+                default=C.SERVE_RUNTIME,
+                show_default=True,
+                help="The ClusterServingRuntime (apply creates colbert-k8s's when missing).",
+            ),
+            cluster_options,
+        ]
+    ):
+        fn = decorator(fn)
+    return fn
+
+
+def _default_name(uri: str) -> str:
+    """The URI's last folder as a DNS-1035 label: s3://models/Run_1/ -> run-1."""
+    last = [p for p in re.split(r"[/:]", uri) if p][-1] if uri.strip("/:") else "colbert"
+    name = re.sub(r"[^a-z0-9-]+", "-", last.lower()).strip("-")
+    name = name if name[:1].isalpha() else f"colbert-{name}".rstrip("-")
+    return name[:45].rstrip("-")
+
+
+def _build(o: dict):
+    """(ClusterServingRuntime, InferenceService) the flags describe; NAME reads the job's export from its config."""
+    from operator_cli.commands.register import job_export
+    from operator_cli.kube.kinds.inferenceservice import InferenceService, ServeSpec, ServingRuntime
+    from operator_cli.values import parse_secret_envs
+
+    target = o["target"]
+    remote = "://" in target
+    uri = target if remote else job_export(o, target)[0]
+    spec = ServeSpec(
+        name=o["name"] or (_default_name(uri) if remote else target),
+        namespace=o["namespace"] if o["namespace"] is not None else default_namespace(o),
+        storage_uri=uri,
+        image=o["image"],
+        gpus=o["gpus"],
+        cpu=o["cpu"],
+        memory=o["memory"],
+        exact=o["exact"],
+        min_replicas=o["min_replicas"],
+        max_replicas=o["max_replicas"],
+        max_batch_size=o["max_batch_size"],
+        service_account=o["service_account"],
+        secret_env=parse_secret_envs(o["secret_env"]),
+        runtime=o["runtime"],
+    )
+    return ServingRuntime().render(spec), InferenceService().render(spec)
+
+
+@serve_group.command("render", cls=Command)
+@_spec_options
+@click.option(
+    "-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="The format."
+)
+def render_cmd(output: str, **o) -> None:
+    """Print the ClusterServingRuntime and the InferenceService that `serve apply` would create."""
+    from operator_cli.render import to_yaml
+
+    objects = list(_build(o))
+    click.echo(json.dumps(objects, indent=2) if output == "json" else to_yaml(objects), nl=output == "json")
+
+
+@serve_group.command("apply", cls=Command)
+@_spec_options
+def apply_cmd(**o) -> None:
+    """Create the InferenceService (and the ClusterServingRuntime, when the cluster has none of that name)."""
+    from operator_cli.kube.served import apply
+
+    runtime, isvc = _build(o)
+    for what in apply(cluster_of(o), runtime, isvc):
+        click.echo(f"created {what}")
+    name = isvc["metadata"]["name"]
+    click.echo(f"ready when `kubectl get inferenceservice {name}` says so; then POST /v1/models/{name}:predict")
+
+
+@serve_group.command("list", cls=Command)
+@namespace_option
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace's served models.")
+@cluster_options
+def list_cmd(all_namespaces: bool, **o) -> None:
+    """This tool's served models: name, readiness, URL and the export each serves."""
+    from operator_cli import show
+    from operator_cli.kube.kinds.inferenceservice import InferenceService
+    from operator_cli.kube.served import list_served
+
+    cluster = cluster_of(o)
+    items = list_served(cluster, all_namespaces)
+    if not items:
+        click.echo("no served models" + ("" if all_namespaces else f" in namespace {cluster.ns}"))
+        return
+    rows = [
+        [
+            i["metadata"].get("namespace", ""),
+            i["metadata"]["name"],
+            InferenceService.ready(i),
+            InferenceService.url(i),
+            (((i.get("spec") or {}).get("predictor") or {}).get("model") or {}).get("storageUri", ""),
+        ]
+        for i in items
+    ]
+    click.echo(show.table(["NAMESPACE", "NAME", "READY", "URL", "EXPORT"], rows))
+
+
+@serve_group.command("delete", cls=Command)
+@click.argument("name")
+@namespace_option
+@cluster_options
+def delete_cmd(name: str, **o) -> None:
+    """Remove a served model this tool created (the ClusterServingRuntime stays: others may name it)."""
+    from operator_cli.commands.base import job_name
+    from operator_cli.kube.served import delete
+
+    click.echo(f"deleted {delete(cluster_of(o), job_name(name))}")

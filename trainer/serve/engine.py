@@ -1,0 +1,160 @@
+"""The model behind the predictor, without KServe: load an export, search its corpus, rerank texts.
+
+:func:`locate` finds the model and its index in what ``serve`` is given: an export (``s3://``, ``gs://``,
+``az://``: staged into a cache and checked against its manifest, as ``model.name_or_path: s3://...`` is; or a
+local copy of one, checked the same way) or a job's ``output_dir`` (``final-model/`` and ``index/``, checked
+against their own manifests). :class:`Engine` answers
+
+* **search** through the PLAID index the job built (PyLate's fast-plaid, queried as ``trainer/index.py``
+  measured it), or, with ``exact``, by exact MaxSim over the corpus embeddings stored beside it
+  (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
+* **rerank**: one query's MaxSim against each text, each document's own tokens only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from trainer.retrieval.exact import ModelRetriever
+from trainer.serve import ServeError
+from trainer.serve.corpus import EMBEDDINGS, load_corpus
+from trainer.serve.requests import BadRequest
+
+__all__ = ["Engine", "ServeError", "locate"]
+
+log = logging.getLogger("trainer.serve")
+_INDEX_NAME = "colbert"  # trainer/index.py's
+
+
+class _StoredCorpus(ModelRetriever):
+    """The evaluation's exact retriever (``trainer/retrieval/exact.py``) over the chunks stored with the index,
+    float32 as the evaluation encodes them: its query encoding, its scoring, its top-k."""
+
+    def __init__(self, model, chunks: list[tuple], batch_size: int, device):
+        super().__init__(model, [], batch_size, device, show=False, stored=False)
+        self.chunks, self.stored = chunks, True
+
+
+def _check_export(root: Path) -> None:
+    """A local copy of an export: every file its manifest lists, with that size and sha256."""
+    from trainer.atomic import sha256_of
+    from trainer.export import MANIFEST, PARTIAL
+
+    if (root / PARTIAL).exists():
+        raise ServeError(f"{root}: an export was being written there ({PARTIAL}); export it again")
+    try:
+        listed = json.loads((root / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ServeError(f"{root / MANIFEST} cannot be read ({type(e).__name__}); export it again") from None
+    for name, want in listed.items():
+        path = root / name
+        if not path.is_file() or path.stat().st_size != want["size"] or sha256_of(path) != want["sha256"]:
+            raise ServeError(f"{root}: {name} is missing or does not match the export's manifest; export it again")
+
+
+def _check_whole(directory: Path, what: str) -> None:
+    from trainer.checkpoint import verify
+
+    if problem := verify(directory, required=True):
+        raise ServeError(f"{what} {directory} is not whole ({problem}); let the job finish, or export it again")
+
+
+def locate(uri: str, cache_dir: str | Path) -> tuple[Path, Path | None]:
+    """(model directory, index directory or None) of an export or a job's output_dir, checked whole."""
+    from trainer.export import MANIFEST
+    from trainer.sources import is_remote, stage
+
+    if uri.startswith("hf://"):
+        raise ServeError(f"{uri}: serve reads an export on s3://, gs://, az:// or a local path, not the Hub")
+    if is_remote(uri):
+        root = stage(uri if uri.endswith("/") else uri + "/", cache_dir)  # checked against its manifest
+    else:
+        root = Path(uri)
+        if not root.is_dir():
+            raise ServeError(f"{uri} is not a directory; give an export (s3://BUCKET/PREFIX/) or a job's output_dir")
+        if (root / MANIFEST).is_file():
+            _check_export(root)
+    if (root / "final-model").is_dir():  # a job's output_dir
+        _check_whole(root / "final-model", "the final model")
+        model = root / "final-model"
+    elif (root / "config_sentence_transformers.json").is_file():
+        model = root
+    else:
+        raise ServeError(f"{uri} holds no ColBERT model (no final-model/ and no config_sentence_transformers.json)")
+    index = root / "index"
+    if not index.is_dir():
+        return model, None
+    _check_whole(index, "the index")
+    return model, index
+
+
+class Engine:
+    """A PyLate ColBERT model and the corpus it searches (PLAID, or exact MaxSim over stored embeddings)."""
+
+    def __init__(self, model_dir: Path, index_dir: Path | None, exact: bool, device: str, batch_size: int = 32):
+        from pylate import indexes, models
+
+        self.device, self.exact, self.batch_size = torch.device(device), exact, batch_size
+        self.model = models.ColBERT(str(model_dir), device=device)
+        self.model.eval()
+        self.index = self.corpus = None
+        self.documents = 0
+        if exact:
+            if index_dir is None or not (index_dir / EMBEDDINGS).is_file():
+                raise ServeError(
+                    f"--exact needs the corpus embeddings beside the index ({EMBEDDINGS}); train with index: "
+                    "{embeddings: true} and export.include: [index], or serve without --exact (the PLAID index)"
+                )
+            self.ids, chunks = load_corpus(index_dir, self.device)
+            self.corpus = _StoredCorpus(self.model, chunks, batch_size, self.device)
+            self.documents = len(self.ids)
+        elif index_dir is not None:
+            self.index = indexes.PLAID(
+                index_folder=str(index_dir), index_name=_INDEX_NAME, override=False, show_progress=False
+            )
+            self.documents = len(self.index._index._load_plaid_ids_to_documents_ids())
+        log.info("serving %s: %s", model_dir, self.describe())
+
+    def describe(self) -> str:
+        """One line: what the engine searches with, for the log and ``serve``'s start-up line."""
+        how = "exact MaxSim" if self.exact else "the PLAID index" if self.index is not None else None
+        return f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
+
+    @torch.no_grad()
+    def search(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
+        """Per query, the ids and scores of its top ``k`` documents (fewer when the corpus holds fewer)."""
+        if self.corpus is None and self.index is None:
+            raise BadRequest(
+                "this model was exported without an index, so it cannot search; rerank works "
+                "(export.include: [index] exports one)"
+            )
+        k = min(k, self.documents)
+        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then its search
+            from trainer.retrieval.plaid import search_index
+
+            q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
+            return [([d for d, _ in hits], [s for _, s in hits]) for hits in search_index(self.index, q, k)]
+        return self._exact(queries, k)
+
+    def _exact(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
+        """The evaluation's search (``trainer/evaluate.py``): the same retriever over the same chunks."""
+        found, _ = self.corpus.search(queries, [set() for _ in queries], k)
+        return [([self.ids[d] for d, _ in top], [s for _, s in top]) for top in found]
+
+    @torch.no_grad()
+    def rerank(self, query: str, documents: list[str]) -> list[float]:
+        """MaxSim of ``query`` against each document, over that document's own tokens (no padding counts)."""
+        q = torch.as_tensor(self.model.encode([query], is_query=True, show_progress_bar=False)[0])  # (q_tokens, dim)
+        docs = self.model.encode(documents, is_query=False, batch_size=self.batch_size, show_progress_bar=False)
+        docs = [torch.as_tensor(d) for d in docs]  # each (its tokens, dim)
+        width = max(len(d) for d in docs)
+        padded = torch.zeros(len(docs), width, q.shape[-1], dtype=q.dtype)  # (documents, tokens, dim)
+        mask = torch.zeros(len(docs), width, dtype=torch.bool)
+        for i, d in enumerate(docs):
+            padded[i, : len(d)], mask[i, : len(d)] = d, True
+        sim = torch.einsum("qh,dth->dqt", q, padded).masked_fill(~mask[:, None, :], float("-inf"))
+        return [float(s) for s in sim.max(dim=-1).values.sum(dim=-1)]
