@@ -89,6 +89,7 @@ if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own tra
     ARMS["recipe"]["training"] = {"head_learning_rate": _SHIPPED["training"]["head_learning_rate"]}
 # ANCE's refresh: the recipe's first round, then every steps/R steps the model being trained mines again and
 # training goes on from it (mine.round_start: previous); the same steps in all as the other arms
+ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
 
