@@ -17,12 +17,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from trainer.config_base import Location, Strict, parse_destination
 from trainer.config_mine import MineConfig
+from trainer.losses import LOSSES
+from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
 
 __all__ = [
@@ -129,29 +131,8 @@ class DataConfig(Strict):
     pretokenize: bool = Field(False, description="Tokenise every row before step 1 (small sets only).")
 
 
-class ContrastiveLoss(Strict):
-    name: Literal["contrastive"] = "contrastive"
-    temperature: float = Field(1.0, gt=0, description="Scores are divided by this before the softmax.")
-    mask_labelled_positives: bool = Field(
-        False,
-        description="Leave out of each query's in-batch negatives every document data.train labels relevant to "
-        "it (another row's positive of the same query, or of a query with the same text): on data with many "
-        "positives per query these are not negatives (trainer/data/labelled.py).",
-    )
-
-
-class CachedContrastiveLoss(Strict):
-    name: Literal["cached-contrastive"]
-    temperature: float = Field(1.0, gt=0)
-    mini_batch_size: int = Field(8, ge=1, description="Texts encoded at once; bounds activation memory.")
-
-
-class DistillationLoss(Strict):
-    name: Literal["distillation"]
-    normalize_scores: bool = Field(True, description="Teacher scores are softmax-normalised before KL.")
-
-
-LossConfig = Annotated[ContrastiveLoss | CachedContrastiveLoss | DistillationLoss, Field(discriminator="name")]
+# A section per loss, chosen by ``name``: the classes the loss registry lists (trainer/losses/__init__.py).
+LossConfig = Annotated[Union[tuple(LOSSES.values())], Field(discriminator="name")]  # noqa: UP007 (a runtime tuple)
 
 
 class TrainingConfig(Strict):
@@ -410,18 +391,19 @@ class TrainConfig(Strict):
         if (
             self.training.global_batch_size is not None
             and self.training.gather_across_devices is False
-            and self.loss.name != "distillation"
+            and not self.loss.scored
         ):
             raise ValueError(
                 "training.global_batch_size (an elastic job) with gather_across_devices: false draws each query's "
                 "in-batch negatives from its own rank only, so the loss changes with the world size; remove "
                 "training.gather_across_devices, or unset global_batch_size"
             )
-        if self.mine is not None and self.mine.teacher is None and self.loss.name == "distillation":
-            raise ValueError("loss distillation with mine needs mine.teacher to score the mined documents")
-        if self.mine is not None and self.mine.teacher is not None and self.loss.name != "distillation":
+        if self.mine is not None and self.mine.teacher is None and self.loss.scored:
+            raise ValueError(f"loss {self.loss.name} with mine needs mine.teacher to score the mined documents")
+        if self.mine is not None and self.mine.teacher is not None and not self.loss.scored:
+            scored = " | ".join(k for k, loss in LOSSES.items() if loss.scored)
             raise ValueError(
-                "mine.teacher writes teacher scores for loss: {name: distillation}; set it, or remove mine.teacher"
+                f"mine.teacher writes teacher scores for loss: {{name: {scored}}}; set it, or remove mine.teacher"
             )
         self._check_export()
         if self.registration is not None and self.export is None:

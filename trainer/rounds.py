@@ -96,7 +96,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
             mined = mine(cfg, layout, mined_dir, load, source, progress)
             rcfg = rcfg.model_copy(
                 update={
-                    "data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.name == "distillation")})
+                    "data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})
                 }
             )
             metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress)
