@@ -3,16 +3,14 @@ this tool's pod fields applied as a runtime patch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.jobshape import JobShape
 from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
 from operator_cli.podplan import FailurePolicy, PodPlan, code_ranges
-
-if TYPE_CHECKING:
-    from operator_cli.spec import JobSpec
 
 __all__ = ["TrainJob", "runtime_policy"]
 
@@ -35,7 +33,7 @@ class TrainJob(JobKind):
     uses_runtime = True
     shape = {"spec.trainer": dict, "spec.runtimePatches": list, "spec.runtimePatches.*": dict}
 
-    def check_spec(self, spec: JobSpec) -> None:
+    def check_spec(self, spec: JobShape) -> None:
         if spec.priority_class:
             raise CliError(
                 "--priority-class cannot be set on a TrainJob (Trainer v2.3.0 lets a TrainJob patch no "
@@ -50,7 +48,7 @@ class TrainJob(JobKind):
                 hint="use --api pytorchjob: its elasticPolicy runs torchrun's elastic agents",
             )
 
-    def pod_names(self, spec: JobSpec) -> list[str]:
+    def pod_names(self, spec: JobShape) -> list[str]:
         return [names.pod(spec.name, f"{C.V2_REPLICATED_JOB}-0-{i}") for i in range(spec.nodes)]
 
     def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
