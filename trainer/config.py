@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from trainer.config_base import Location, Strict, parse_destination
+from trainer.config_base import DESTINATION_PATTERN, Location, Strict, parse_destination
 from trainer.config_mine import MineConfig
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
@@ -227,9 +227,7 @@ class ExportConfig(Strict):
     destination: Annotated[str, AfterValidator(_destination)] = Field(
         description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
         "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
-        json_schema_extra={
-            "pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
-        },
+        json_schema_extra={"pattern": DESTINATION_PATTERN},
     )
     include: list[Literal["best-model", "index", "checkpoint"]] = Field(
         default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
@@ -413,7 +411,7 @@ class TrainConfig(Strict):
     def _check_export(self) -> None:
         if self.export is None:
             return
-        hub = self.export.destination.startswith("hf://")
+        hub = parse_destination(self.export.destination).hub
         if not hub and (self.export.revision or self.export.private or self.export.replace):
             raise ValueError(
                 "export.revision, export.private and export.replace apply to hf:// destinations only; remove them"
