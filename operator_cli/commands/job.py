@@ -16,34 +16,16 @@ from pathlib import Path
 
 import click
 
-from operator_cli.commands.base import Command, cluster_of, cluster_options, default_namespace
+from operator_cli.commands.base import Command, click_option, cluster_of, cluster_options, default_namespace
 from operator_cli.errors import CliError
 from operator_cli.follow import wait_for_job
 from operator_cli.kube.runtime import dry_run_note, known_runtime, runtime_or_stock
 from operator_cli.render import render, to_yaml
-from operator_cli.spec import JOB_OPTIONS, JobSpec, Option, generate_name, read_config
+from operator_cli.spec import JOB_OPTIONS, JobSpec, generate_name, read_config
 
-__all__ = ["build_spec", "click_option", "job_options", "local_cmd", "render_cmd", "submit_cmd"]
+__all__ = ["build_spec", "job_options", "local_cmd", "render_cmd", "submit_cmd"]
 
 FORMATS = ("yaml", "json")
-
-
-def click_option(option: Option, defaults: dict):
-    """The click option of one :class:`Option`: its default is the JobSpec field's (one place states them)."""
-    kwargs: dict = {"help": option.help or None, "metavar": option.metavar, "required": option.required}
-    if option.is_flag:
-        kwargs["is_flag"] = True
-    elif option.multiple:
-        kwargs["multiple"] = True
-    elif option.choices:
-        kwargs["type"] = click.Choice(option.choices)
-    elif option.file:
-        kwargs["type"] = click.Path(dir_okay=False)
-    elif option.type is not str:
-        kwargs["type"] = option.type
-    if option.show_default:
-        kwargs.update(default=defaults[option.spec_field], show_default=True)
-    return click.option(*filter(None, (option.short, option.flag)), **kwargs)
 
 
 SET_HELP = (

@@ -15,8 +15,7 @@ from typing import Any
 import click
 
 from operator_cli import constants as C
-from operator_cli.commands.base import Command, Group, cluster_of, cluster_options
-from operator_cli.commands.job import click_option
+from operator_cli.commands.base import Command, Group, click_option, cluster_of, cluster_options
 from operator_cli.kube.runtime import RUNTIME_OPTIONS, RuntimeSpec, install_runtime, render_runtime
 from operator_cli.render import to_yaml
 
