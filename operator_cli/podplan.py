@@ -35,8 +35,6 @@ class Launcher(Protocol):
     """What a plan asks of its job's kind (:class:`operator_cli.kube.kinds.JobKind`, which imports this module
     to make plans, so it is described here rather than imported): the environment its launcher injects."""
 
-    kind: str
-
     def launcher_env(self, plan: PodPlan, index: int, master_addr: str, master_port: int) -> dict[str, str]: ...
 
 
