@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import yaml
 
 from operator_cli import constants
-
-if TYPE_CHECKING:
-    from operator_cli.spec import JobSpec
+from operator_cli.jobshape import JobShape
 
 __all__ = ["render", "render_one", "to_yaml"]
 
@@ -60,7 +58,7 @@ def render_one(template: str, spec: Any, **context: Any) -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def render(spec: JobSpec) -> list[dict[str, Any]]:
+def render(spec: JobShape) -> list[dict[str, Any]]:
     """The objects of one job, in creation order: ConfigMap, [PVC], then the job in its kind's template.
 
     Every template gets ``kind`` (the :class:`JobKind`) and ``names`` (:class:`JobNames`: the ConfigMap's,

@@ -194,7 +194,7 @@ def stage(cfg: TrainConfig) -> TrainConfig:
     if cfg.mine:  # mining reads (query, positive) pairs; it writes the rows training reads
         load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
     else:
-        load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
+        load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     return cfg
 
 

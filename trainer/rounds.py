@@ -98,9 +98,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
             _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
             mined = mine(cfg, layout, mined_dir, load, source, progress)
             rcfg = rcfg.model_copy(
-                update={
-                    "data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.name == "distillation")})
-                }
+                update={"data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})}
             )
             start = _trained_weights(cfg, layout, previous) if cfg.mine.round_start == "previous" else None
             metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress, weights=start)
@@ -137,8 +135,8 @@ def _trained_before(cfg: TrainConfig, layout: Layout, what: str) -> bool:
     out = Path(cfg.output_dir)
     phase, why = D.broadcast_object(phases.redo_from(cfg) if layout.is_main else None)
     if phase is None:
-        log.info("%s: done before (%s verifies): not trained again, and config changes since are not applied; "
-                 "to train again, use a new output_dir", what, out / phases.DONE)  # fmt: skip
+        again = "not trained again, and config changes since are not applied; to train again, use a new output_dir"
+        log.info("%s: done before (%s verifies): %s", what, out / phases.DONE, again)
     elif phase in ("index", "done"):
         then = "building the index again" if phase == "index" else "the rest verified, marking it done"
         log.warning("%s: trained before, but %s: %s", what, why, then)

@@ -110,8 +110,7 @@ def build(
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
-    distill = cfg.loss.name == "distillation"
-    rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
+    rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
     scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
