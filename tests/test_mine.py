@@ -71,7 +71,8 @@ def test_positive_within_drops_the_rows_whose_positive_the_retriever_cannot_find
 def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path, caplog):
     """mining.json and the log say why rows were dropped and what keeps them, also for parts a killed run
     wrote: a quarter of the packages benchmark's rows once ran out of candidates without a word."""
-    from trainer.mine import Pairs, _explain_drops, _join, _part_table
+    from trainer.mine import Pairs, _join, _part_table
+    from trainer.negatives import explain_drops
 
     cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
                      max_score_ratio=0.9, positive_within=6, fallback="drop")  # fmt: skip
@@ -98,7 +99,7 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     assert sum(stats["random_negatives"].values()) == 0
     assert pq.read_table(tmp_path / "train.parquet").column("row").to_pylist() == [0]
     with caplog.at_level("INFO", logger="trainer"):
-        _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
+        explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
     lines = [r.getMessage() for r in caplog.records]
     fix = "raise mine.top_k (now 10, at most 1000) to keep them"
     assert any("1 of 3 rows (33%) dropped" in m and fix in m for m in lines), lines

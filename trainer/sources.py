@@ -220,8 +220,10 @@ def _export_manifest(store, prefix: str, objects: list[_Object], url: str) -> di
 
     names = {o.path[len(prefix.rstrip("/")) :].lstrip("/") for o in objects}
     if PARTIAL in names:
-        raise SourceError(f"{_shown(url)}: an export is being written there, or one was interrupted ({PARTIAL}); "
-                          "wait for it, or restart the job that exports there")  # fmt: skip
+        raise SourceError(
+            f"{_shown(url)}: an export is being written there, or one was interrupted ({PARTIAL}); "
+            "wait for it, or restart the job that exports there"
+        )
     if MANIFEST not in names:
         return None
     try:
@@ -240,8 +242,9 @@ def _check_export(files: Path, listed: dict, url: str) -> None:
         path = files / name
         if path.stat().st_size != want["size"] or sha256_of(path) != want["sha256"]:
             path.unlink()
-            raise SourceError(f"{_shown(url)}: {name} does not match the export's manifest (size or sha256); "
-                              "export it again")  # fmt: skip
+            raise SourceError(
+                f"{_shown(url)}: {name} does not match the export's manifest (size or sha256); export it again"
+            )
 
 
 def _as_prefix(url: str) -> str:

@@ -126,8 +126,11 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
     network = None
     if isolate_network:
         network = Network.create(plan.hosts, domain=plan.domain)
-        click.echo("local: replicas isolated in network namespaces: "
-                   + ", ".join(f"{h}={a}" for h, a in network.hosts.items()), err=True)  # fmt: skip
+        click.echo(
+            "local: replicas isolated in network namespaces: "
+            + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
+            err=True,
+        )
     started = time.time()
     live: list[Replica] = []  # the replicas running now, for the cleanup below
     previous_term = signal.signal(signal.SIGTERM, _terminated)
@@ -168,8 +171,16 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
             network.destroy()
 
 
-def _restarts(plan: PodPlan, new_replicas: Callable[[], list[Replica]], wrap: Callable, grace: float,
-              workdir: Path, config_text: str, master_ws: Path, verbose: bool) -> tuple[int, int]:  # fmt: skip
+def _restarts(
+    plan: PodPlan,
+    new_replicas: Callable[[], list[Replica]],
+    wrap: Callable,
+    grace: float,
+    workdir: Path,
+    config_text: str,
+    master_ws: Path,
+    verbose: bool,
+) -> tuple[int, int]:
     """The controller's part: all replicas again after a failure, within the job's restarts, unless the
     failure is permanent under its rule; returns (exit status, restarts)."""
     failure, restarts = plan.failure, 0
@@ -193,8 +204,11 @@ def _restarts(plan: PodPlan, new_replicas: Callable[[], list[Replica]], wrap: Ca
                 if permanent
                 else f"{plan.restart_limit} {failure.restarts} is used up ({restarts} restart(s))"
             )
-            click.echo(f"error: job {plan.name} failed: replica {failed.replica} ended with {why}, {verdict}; "
-                       "see its log lines above", err=True)  # fmt: skip
+            click.echo(
+                f"error: job {plan.name} failed: replica {failed.replica} ended with {why}, {verdict}; "
+                "see its log lines above",
+                err=True,
+            )
             return 1, restarts
         restarts += 1
         click.echo(
