@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, free_port
+from tests.helpers import ROOT, free_port
 
 HELPER = str(ROOT / "tests" / "helpers" / "sync_checks.py")
 

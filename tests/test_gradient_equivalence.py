@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT, write_triplets
+from tests.helpers import ROOT, write_triplets
 
 HELPER = str(ROOT / "tests" / "helpers" / "grad_step.py")
 

@@ -226,10 +226,3 @@ def test_pending_modules_still_need_their_fix():
     texts = formatted(paths)
     need = {m for m, _, why in fmt_skips(paths) if not why} | {n for n in texts if too_long({n: texts[n]})}
     assert set(PENDING) - need == set(), "remove these from PENDING in tests/test_layout.py: fixed"
-
-
-def test_doctests():
-    import doctest
-    import sys
-
-    assert doctest.testmod(sys.modules[__name__]).failed == 0

@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from trainer.config import METRICS
+from trainer.config import METRICS, TrainConfig
 from trainer.errors import DiskFull, no_space
 
 __all__ = ["build_and_evaluate"]
@@ -30,7 +30,7 @@ def _size_mb(path: Path) -> float:
     return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 2)
 
 
-def build_and_evaluate(model_dir: str, cfg) -> dict:
+def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
     from pylate import models
 

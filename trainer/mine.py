@@ -1,12 +1,12 @@
 """Hard-negative mining: for every (query, positive) row of ``data.train``, retrieve the top-k of a corpus,
 drop the query's positives and likely false negatives, and sample ``mine.negatives`` from a rank range.
 
-retrieve (``trainer/retrieval.py``: exact MaxSim or PLAID with the corpus sharded over ranks, or BM25 with
-the queries sharded over ranks) -> choose (pure, seeded per row: the same negatives whatever the world
-size) -> score (``mine.teacher``, optional) -> parts (one Parquet file per ``mine.query_chunk`` queries,
-written whole by each node's first process, beside a fingerprint of the inputs) -> ``train.parquet``
-(every part, renamed into place last). A killed job redoes only the parts that are missing on some node;
-parts mined from other inputs are mined again. The trainer reads the result with
+retrieve (``trainer/retrieval/``: exact MaxSim or PLAID with the corpus sharded over ranks, or BM25 with
+the queries sharded over ranks) -> choose (``trainer/negatives.py``: pure, seeded per row, the same
+negatives whatever the world size) -> score (``mine.teacher``, optional) -> parts (one Parquet file per
+``mine.query_chunk`` queries, written whole by each node's first process, beside a fingerprint of the
+inputs) -> ``train.parquet`` (every part, renamed into place last). A killed job redoes only the parts
+that are missing on some node; parts mined from other inputs are mined again. The trainer reads the result with
 ``columns: {query: query, positive: positive, negatives: [negatives]}`` (teacher scores:
 ``{query, documents, scores}``), and ``mining.json`` counts the rows dropped, by reason.
 """

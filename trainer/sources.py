@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 
 from trainer.atomic import sha256_of, write_text
-from trainer.config import ConfigError
+from trainer.config import ConfigError, TrainConfig
 from trainer.config_base import OBJECT_SCHEMES
 from trainer.stores import bucket_store, reason
 
@@ -260,7 +260,7 @@ def _model_path(name: str, cache) -> str:
     return name.removeprefix("hf://")
 
 
-def stage_config(cfg):
+def stage_config(cfg: TrainConfig) -> TrainConfig:
     """The config with every remote source replaced by its staged local copy (one pass per pod)."""
     cache = cfg.data.cache_dir
     updates: dict = {}
@@ -288,7 +288,7 @@ def _looks_local(value: str) -> bool:
     return "://" not in value and (value.startswith(("/", "./", "../", "~")) or value.strip("/").count("/") >= 2)
 
 
-def check_present(cfg) -> None:
+def check_present(cfg: TrainConfig) -> None:
     """Every local file and directory the config names, found now, once per pod, before any mining,
     training or model load: a missing ``data.eval_beir`` was met only after mining had run. Remote
     sources are staged by then (:func:`stage_config`); a Hub name is the hub client's to find. Not
