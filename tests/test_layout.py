@@ -226,3 +226,24 @@ def test_pending_modules_still_need_their_fix():
     texts = formatted(paths)
     need = {m for m, _, why in fmt_skips(paths) if not why} | {n for n in texts if too_long({n: texts[n]})}
     assert set(PENDING) - need == set(), "remove these from PENDING in tests/test_layout.py: fixed"
+
+
+def test_imports_between_test_modules(tmp_path):
+    """A test module imports shared helpers from ``tests/helpers/`` (or takes a fixture from conftest), never
+    from another test module: 7 files once imported 9 private helpers from each other (issue 44)."""
+    (tmp_path / "test_a.py").write_text("def f():\n    from tests.test_b import _helper\n")
+    (tmp_path / "test_c.py").write_text("from tests.helpers.chart import CHART\nimport tests.test_b\n")
+    assert imports_of_test_modules(tmp_path) == ["test_a.py: tests.test_b", "test_c.py: tests.test_b"]
+    assert imports_of_test_modules(ROOT / "tests") == []
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """``file: module`` for each import of a ``tests.test_*`` module (or a relative ``.test_*``) under ``tests``."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            found += [f"{path.relative_to(tests)}: {n}" for n in names if re.match(r"(tests)?\.test_", n)]
+    return found

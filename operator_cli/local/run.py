@@ -13,7 +13,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 from filelock import FileLock, Timeout
@@ -21,6 +20,7 @@ from filelock import FileLock, Timeout
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import plan_pods
+from operator_cli.kube.objects import KubeObject
 from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, start_reaper, stop, wait_any_failure
 from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
@@ -100,9 +100,7 @@ def _gpus_here() -> int:
     return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU "))
 
 
-def run_local(
-    objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False, verbose: bool = False
-) -> int:
+def run_local(objects: list[KubeObject], workdir: Path, isolate_network: bool = False, verbose: bool = False) -> int:
     """Run the job; returns the job's exit status (0 succeeded, 1 failed). ``verbose``: every line the
     replicas print, every rank's (operator_cli/local/output.py says what is left out without it)."""
     plan = plan_pods(objects)
@@ -112,7 +110,7 @@ def run_local(
         return _replay(plan, objects, workdir, isolate_network, verbose)
 
 
-def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool, verbose: bool) -> int:
+def _replay(plan: PodPlan, objects: list[KubeObject], workdir: Path, isolate_network: bool, verbose: bool) -> int:
     """Lay out the workspaces and the config, run the replicas (:func:`_restarts`, or torchrun's agents for an
     elastic job), and leave no process, namespace or temporary directory behind, however it ends."""
     name = plan.name
