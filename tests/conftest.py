@@ -12,6 +12,8 @@ from tests.helpers import make_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# scripts the tests start under torchrun: importing one runs it, so the doctest collection leaves them out
+collect_ignore = ["scripts"]
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers import ROOT, free_port
 
-HELPER = str(ROOT / "tests" / "helpers" / "sync_checks.py")
+HELPER = str(ROOT / "tests" / "scripts" / "sync_checks.py")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 
 from tests.helpers import ROOT, write_triplets
 
-HELPER = str(ROOT / "tests" / "helpers" / "grad_step.py")
+HELPER = str(ROOT / "tests" / "scripts" / "grad_step.py")
 
 
 def _grad(model, data, loss: str, per_device: int, accumulation: int, nproc: int, port: int, out) -> dict:

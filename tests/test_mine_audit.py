@@ -288,7 +288,7 @@ def test_the_labelled_mask_is_the_same_on_two_gloo_ranks_as_on_one_process(tmp_p
 
     from tests.helpers import free_port
 
-    helper = Path(__file__).parent / "helpers" / "labelled_checks.py"
+    helper = Path(__file__).parent / "scripts" / "labelled_checks.py"
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            str(helper), str(out)]  # fmt: skip

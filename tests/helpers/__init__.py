@@ -1,8 +1,8 @@
 """What the tests share: repo paths, a free port, a tiny BERT built from a config (no download), triplets
 of real text, and (one module each) the stand-ins for a cluster, a Hub, stores and registries, the chart's
 render, the kinds' runtimes, and the configs and runs the trainer's tests build. Fixtures live in
-``tests/conftest.py``; the scripts here run under ``torchrun`` (``grad_step.py``, ``sync_checks.py``,
-``labelled_checks.py``). A test module imports from here, never from another test module."""
+``tests/conftest.py``; the scripts that tests run under ``torchrun`` in ``tests/scripts/``. A test module
+imports from here, never from another test module."""
 
 from __future__ import annotations
 
