@@ -208,8 +208,8 @@ def test_killed_rank_resumes_from_last_checkpoint(tmp_path, tiny_model, unused_t
 @pytest.mark.slow
 def test_distillation_run_learns_the_teachers_scores(tmp_path, tiny_model):
     """A run of the distillation loss moves the student towards the teacher: on 8 rows seen again and again
-    the KL between the two score distributions, as the trainer logs it, falls by a third or more. A loss
-    that does not read the scores (or whose gradient does not reach the model) stays where it began."""
+    the KL between the two score distributions, as the trainer logs it, falls by a third or more. It only
+    echoed ``loss: distillation`` before; a loss whose gradient does not reach the model stays where it began."""
     rows = [
         {"query": f"question {i}", "documents": [f"answer {i}", f"other {i}", f"noise {i}"], "scores": [3.0, 1.0, 0.0]}
         for i in range(8)
