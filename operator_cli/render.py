@@ -18,7 +18,7 @@ import jinja2
 import yaml
 
 from operator_cli import constants
-from operator_cli.kube.objects import KubeObject
+from operator_cli.objects import KubeObject
 
 if TYPE_CHECKING:
     from operator_cli.spec import JobSpec

@@ -16,8 +16,8 @@ import click
 
 from operator_cli import constants as C
 from operator_cli.kube.kinds import plan_pods
-from operator_cli.kube.objects import KubeObject
 from operator_cli.local.workspaces import pod_workspace, shares_workspace
+from operator_cli.objects import KubeObject
 from operator_cli.podplan import PodPlan
 
 __all__ = ["Replica", "plan_replicas", "unsupported"]

@@ -20,12 +20,12 @@ from filelock import FileLock, Timeout
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import plan_pods
-from operator_cli.kube.objects import KubeObject
 from operator_cli.local.elastic import replay_elastic
 from operator_cli.local.processes import start, start_reaper, stop, wait_any_failure
 from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage, prepare_pod_workspaces
 from operator_cli.netns import Network
+from operator_cli.objects import KubeObject
 from operator_cli.podplan import PodPlan
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS

@@ -15,7 +15,7 @@ from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, job_state
 from operator_cli.kube.kinds import SWEEPS, SweepKind, sweep_named
-from operator_cli.kube.objects import KubeObject
+from operator_cli.objects import KubeObject
 from operator_cli.tune.record import best_of
 
 __all__ = ["delete_sweep", "get_sweep", "list_sweeps", "sweep_record"]
