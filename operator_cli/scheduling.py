@@ -54,8 +54,10 @@ def check(spec: JobShape) -> None:
             "--topology-required and --topology-preferred exclude each other (Kueue reads one per pod set)",
             hint="keep --topology-required LEVEL to insist, or --topology-preferred LEVEL to ask",
         )
-    for flag, value in (("--topology-required", spec.topology_required),
-                        ("--topology-preferred", spec.topology_preferred)):  # fmt: skip
+    for flag, value in (
+        ("--topology-required", spec.topology_required),
+        ("--topology-preferred", spec.topology_preferred),
+    ):
         if value is not None and not rules.full("qualified_name", value):
             raise CliError(
                 f"{flag} must be a node label key naming a topology level, like "

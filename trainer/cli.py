@@ -79,8 +79,13 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="colbert-train", description=DESCRIPTION)
     parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (see README)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key (a sweep's trial values; trainer/overrides.py)")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key (a sweep's trial values; trainer/overrides.py)",
+    )
     parser.add_argument("--metrics-file", help="append the final metrics here as one JSON line (Katib's collector)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

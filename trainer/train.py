@@ -124,8 +124,14 @@ def build(
         log.info("loss: %d labelled (query, document) pairs kept out of in-batch negatives", len(labelled))
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     log.info("scale: %s", scale.line())
-    log.info("steps=%d (%d/epoch) mode=%s master=%s:%s", total_steps, data.steps_per_epoch, layout.mode,
-             layout.master_addr, layout.master_port)  # fmt: skip
+    log.info(
+        "steps=%d (%d/epoch) mode=%s master=%s:%s",
+        total_steps,
+        data.steps_per_epoch,
+        layout.mode,
+        layout.master_addr,
+        layout.master_port,
+    )
 
     optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
@@ -156,7 +162,7 @@ def build(
             "precision": precision,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
             "train_data": origin((labelled_from or cfg.data.train).path),  # the user's, not the mined rows' copy
-        },  # fmt: skip
+        },
     )
 
 
@@ -204,9 +210,14 @@ def _resume(t: TrainState) -> None:
         resume.restore(t, path, state)
         if written_by != layout.world_size:  # an elastic resume: the data position and the mathematics carry over
             t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, t.device)
-            log.info("world size %s -> %d at step %d (training.global_batch_size %d): the same batches, RNG "
-                     "streams derived from (seed, step, rank)", written_by, layout.world_size, t.step,
-                     cfg.training.global_batch_size)  # fmt: skip
+            log.info(
+                "world size %s -> %d at step %d (training.global_batch_size %d): the same batches, RNG "
+                "streams derived from (seed, step, rank)",
+                written_by,
+                layout.world_size,
+                t.step,
+                cfg.training.global_batch_size,
+            )
         log.info("resumed from %s at step %d/%d", path, t.step, t.total_steps)
         for change in resume.apply_changed_hyperparameters(saved_config, cfg, t.optimizer, t.scheduler):
             log.info("changed since the checkpoint, applied from step %d: %s", t.step + 1, change)
@@ -233,8 +244,9 @@ def _loop(t: TrainState) -> tuple[float, int]:
     t.model.train()
     started, first_step = time.perf_counter(), t.step
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
-    feed = batches(t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size,
-                   t.accumulation)  # fmt: skip
+    feed = batches(
+        t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size, t.accumulation
+    )
     every_eval, every_ckpt, log_every = cfg.evaluation.every_steps, cfg.checkpoint.every_steps, cfg.training.log_every
     with contextlib.closing(feed):  # its workers end on every way out of the loop, errors included
         if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
@@ -312,8 +324,10 @@ def _hardness(t: TrainState) -> dict[str, float]:
                 "step %d: %.0f%% of rows have a near-zero loss (the positive beats the hardest negative by %.2f): "
                 "the negatives have gone stale and teach little; mine again with the trained model "
                 "(mine.rounds: 2) or from a stronger retriever (mine.retriever: dense)",
-                t.step, 100 * hard["easy_share"], hard["margin"],
-            )  # fmt: skip
+                t.step,
+                100 * hard["easy_share"],
+                hard["margin"],
+            )
     return hard
 
 

@@ -171,8 +171,13 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
     help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.",
 )
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
-@click.option("-v", "--verbose", is_flag=True, help="Every line the replicas print, every rank's, progress bars and "
-              "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Every line the replicas print, every rank's, progress bars and "
+    "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).",
+)
 def local_cmd(workdir: str, isolate_network: bool, verbose: bool, **o) -> None:  # fmt: skip
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
     missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
