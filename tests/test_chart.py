@@ -151,6 +151,18 @@ OPTION_SETS = {
             annotations={"example.com/owner": "alice"},
         ),
     ),
+    "ib-derived-requests": (
+        dict(nodes=2, gpus_per_node=4, nccl="ib", pvc="ckpt", shm_size="1.5G"),
+        dict(nodes=2, gpusPerNode=4, nccl="ib", persistence={"existingClaim": "ckpt"}, shm={"size": "1.5G"}),
+    ),
+    "ib-other-rdma-plugin-memory-given": (
+        dict(gpus_per_node=2, nccl="ib", rdma_resource="nvidia.com/hostdev", memory="64Gi"),
+        dict(gpusPerNode=2, nccl="ib", rdmaResource="nvidia.com/hostdev", resources={"memory": "64Gi"}),
+    ),
+    "ib-no-rdma-device-cpu-given": (
+        dict(gpus_per_node=8, nccl="ib", rdma_resource=None, cpu="48", shm_size="512Mi"),
+        dict(gpusPerNode=8, nccl="ib", rdmaResource="", resources={"cpu": "48"}, shm={"size": "512Mi"}),
+    ),
     "socket-16-nodes": (
         dict(nodes=16, gpus_per_node=8, nccl="socket", pvc="ckpt"),
         dict(nodes=16, gpusPerNode=8, nccl="socket", persistence={"existingClaim": "ckpt"}),
