@@ -153,7 +153,7 @@ def derived_name(config_text: str, options: dict[str, Any], prefix: str = "colbe
     """``--name``'s default: ``colbert-`` and 8 hex digits of a sha256 of the config and the options, so a
     rendered file kept in git does not change on every run, and the same job submitted twice is one 409.
 
-    >>> derived_name("a: 1\n", {"nodes": 2}) == derived_name("a: 1\n", {"nodes": 2}) != derived_name("a: 2\n", {})
+    >>> derived_name("a: 1", {"nodes": 2}) == derived_name("a: 1", {"nodes": 2}) != derived_name("a: 2", {})
     True
     """
     blob = json.dumps({"config": config_text, "options": options}, sort_keys=True, default=repr)

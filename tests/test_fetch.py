@@ -25,6 +25,7 @@ import yaml
 from click.testing import CliRunner
 from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
 
+from operator_cli import __version__
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
 from operator_cli.kube import fetch as F
@@ -74,6 +75,7 @@ def test_fetch_pod_is_valid_read_only_non_root_and_labelled(api):
         "app.kubernetes.io/instance": "demo",
         "app.kubernetes.io/managed-by": "colbert-k8s",
         "app.kubernetes.io/component": "fetch",
+        "app.kubernetes.io/version": __version__,
         "team": "ir",  # the job's own --label; not its Kueue queue, which would gate the pod
     }
     assert spec["volumes"] == [{"name": "workspace", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}]

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from operator_cli import __version__
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
+from operator_cli.kube.kinds import kind_of
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
 from tests.conftest import ROOT
@@ -126,3 +127,24 @@ def test_default_name_is_stable_and_follows_the_job(tmp_path):
     (tmp_path / "train.yaml").write_text(CONFIG + "training: {max_steps: 5}\n")
     assert name not in _render(tmp_path).stdout
     assert "name: other" in _render(tmp_path, "--name", "other").stdout
+
+
+@pytest.mark.parametrize(
+    "opts,policy,permanent",
+    [
+        (dict(), "ExitCode", True),  # one pod on its emptyDir: 0.3 retried a bad data path backoffLimit times
+        (dict(pvc_size="1Gi"), "ExitCode", True),
+        (dict(nodes=2, pvc="ws"), "ExitCode", True),
+        (dict(nodes=2, pod_local_storage=True), "OnFailure", False),  # the master's pod keeps the checkpoints
+    ],
+    ids=["one-pod-empty-dir", "one-pod-claim", "two-pods-claim", "two-pods-pod-local"],
+)
+def test_a_permanent_exit_fails_at_once_but_on_pod_local_storage(opts, policy, permanent):
+    """Issue 43, item 6: the policy local replays is read back from the rendered job (PodPlan)."""
+    job = render(JobSpec(name="job", config_text=CONFIG, gpus_per_node=0, **opts))
+    failure = kind_of(job[-1]).plan(job[-1], job).failure
+    replicas = job[-1]["spec"]["pytorchReplicaSpecs"].values()
+    assert {r["restartPolicy"] for r in replicas} == {policy}
+    assert failure.is_permanent(2) is permanent and failure.is_permanent(1) is permanent
+    assert not failure.is_permanent(129) and not failure.is_permanent(-9)
+    assert failure.recreates_pods is (policy == "ExitCode")  # a new pod: its emptyDir starts empty
