@@ -44,7 +44,7 @@ def _click_option(option: Option, defaults: dict):
         kwargs["type"] = click.Choice(option.choices)
     elif option.file:
         kwargs["type"] = click.Path(dir_okay=False)
-    elif option.type is not str:
+    else:  # str too: click would take an int default (a duration's seconds) as the type
         kwargs["type"] = option.type
     if option.show_default:
         kwargs.update(default=defaults[option.spec_field], show_default=True)

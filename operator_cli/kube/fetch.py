@@ -252,7 +252,7 @@ def exec_stream(
             raise
         status = int(refused[1])  # the websocket handshake's refusal arrives as text, with its headers: not shown
         hint = (
-            "fetch needs RBAC permission to create pods/exec; check with "
+            "fetch and upload need RBAC permission to create pods/exec; check with "
             f"`kubectl auth can-i create pods --subresource=exec -n {cluster.ns}`"
             if status == 403
             else "the pod may have been removed or evicted; run the command again"
