@@ -386,6 +386,7 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         ({"config": {**CONFIG, "model": {"name_or_path": "https://u:p4ss@example.com/m"}}}, "name_or_path"),
         ({"config": {**CONFIG, "data": {"train": {"path": "https://a.blob.core.windows.net/c/t?sv=1&sig=x"}}}}, "path"),
         ({"env": {"AZURE_SAS": "sv=2022-11-02&ss=b&X-Amz-Security-Token=FwoG"}}, "env"),
+        ({"resources": {"memory": "4Gi"}}, "shm.size 8Gi would fill resources.memory 4Gi"),
     ],
     ids=[
         "label-overrides-managed-by",
@@ -405,6 +406,7 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         "password-in-a-config-url",
         "sas-signature-in-a-config-url",
         "session-token-in-an-env-value",
+        "shm-fills-memory",
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):

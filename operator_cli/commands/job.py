@@ -173,7 +173,7 @@ def submit_cmd(dry_run: str, suspend: bool, wait: bool, timeout: float | None, p
     if timeout is not None and not wait:
         raise CliError("--timeout applies to --wait; add --wait or drop --timeout")
     if wait and suspend:
-        raise CliError("--wait would follow a suspended job that never starts", hint="`colbert-k8s resume NAME`, then wait")
+        raise CliError("--wait would follow a suspended job that never starts", hint="resume it, then wait on it")
     cluster = None
     if o["api"] == "auto":  # the one case where even --dry-run=client asks the cluster (read-only)
         cluster = cluster_of(o)
