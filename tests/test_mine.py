@@ -368,6 +368,69 @@ def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(t
     assert again.returncode == 0 and again.stdout.count("done before") == 2
 
 
+def test_a_continuing_round_trains_from_the_round_befores_final_weights(tmp_path, tiny_model, monkeypatch):
+    """``round_start: previous``: round 2 starts from round 1's final model, not the base; ``base`` (the
+    default) from the base. Round 1's training is stubbed: it writes a model of other weights."""
+    import torch
+
+    from tests.conftest import make_tiny_bert
+    from trainer import rounds
+    from trainer.env import Layout
+    from trainer.model import build_model
+
+    data = write_triplets(tmp_path / "t.jsonl", 24)
+    starts: list = []
+
+    def fake_train(rcfg, layout, labelled_from=None, progress=None, weights=None):
+        starts.append(weights)
+        out = Path(rcfg.output_dir)
+        make_tiny_bert(out / "final-model", seed=len(starts) + 7)  # "trained": weights unlike the base's
+        return {"steps": 2}
+
+    monkeypatch.setattr(rounds.train, "run", fake_train)
+    monkeypatch.setattr(rounds, "_trained_before", lambda *a: False)
+    monkeypatch.setattr(rounds, "_export", lambda *a: None)
+    for start in ("previous", "base"):
+        starts.clear()
+        ws = tmp_path / start
+        ws.mkdir()
+        cfg = load_config(_job(ws, tiny_model, data, retriever="bm25", rounds=2, round_start=start))
+        rounds.run(cfg, Layout())
+        assert starts[0] is None  # round 1: the base model, always
+        if start == "base":
+            assert starts[1] is None
+            continue
+        trained = str(ws / "out" / "rounds" / "round-1" / "final-model")
+        first = build_model(cfg.model.model_copy(update={"name_or_path": trained}), "cpu")
+        base = build_model(cfg.model, "cpu").state_dict()
+        name = "0.auto_model.encoder.layer.0.attention.self.query.weight"
+        assert torch.equal(starts[1][name], first.state_dict()[name]) and not torch.equal(starts[1][name], base[name])
+
+
+@pytest.mark.slow
+def test_a_refresh_killed_while_mining_resumes_to_the_same_rows_and_model(tmp_path, tiny_model):
+    """ANCE's refresh (``round_start: previous``): round 2 mines with the model being trained and trains on
+    from it; killed while mining round 2, the restart skips round 1 and writes the same bytes."""
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    config = _job(tmp_path, tiny_model, data, retriever="bm25", rounds=2, round_start="previous")
+    res = _trainer(config, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    out = tmp_path / "out"
+    mined = out / "mined" / "round-2"
+    rows = (mined / "train.parquet").read_bytes()
+    model = (out / "final-model" / "model.safetensors").read_bytes()
+    (mined / "train.parquet").unlink()
+    sorted(mined.glob("part-*.parquet"))[1].unlink()
+    for leftover in out.glob("*"):  # round 2 not trained yet: only round 1 and round 2's mined parts remain
+        if leftover.name not in ("mined", "rounds"):
+            subprocess.run(["rm", "-rf", str(leftover)], check=True)
+    again = _trainer(config, tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.stdout.count("done before") == 1 and "1 of 3 parts to do" in again.stdout
+    assert (mined / "train.parquet").read_bytes() == rows
+    assert (out / "final-model" / "model.safetensors").read_bytes() == model
+
+
 @pytest.mark.slow
 def test_a_mining_job_that_keeps_no_row_fails_with_one_line(tmp_path, tiny_model):
     """Every candidate above the score ratio: nothing to train on, and nothing left where the trainer reads."""

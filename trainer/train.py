@@ -55,11 +55,17 @@ log = logging.getLogger("trainer")
 
 
 def run(
-    cfg: TrainConfig, layout: Layout, labelled_from: DataSource | None = None, progress: Progress | None = None
+    cfg: TrainConfig,
+    layout: Layout,
+    labelled_from: DataSource | None = None,
+    progress: Progress | None = None,
+    weights: dict | None = None,
 ) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
     (query, positive) pairs that say which documents are labelled positives, when data.train is mined
-    rows (default: data.train itself). ``progress``: the job's, when training is one of its phases."""
+    rows (default: data.train itself). ``progress``: the job's, when training is one of its phases.
+    ``weights``: a state dict to start from instead of model.name_or_path's (a round continuing the one
+    before: trainer/rounds.py); a checkpoint of this training still wins over it on resume."""
     device = D.device_for(layout)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
@@ -67,7 +73,7 @@ def run(
         StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
-        t = build(cfg, layout, device, labelled_from)
+        t = build(cfg, layout, device, labelled_from, weights)
         t.stop, t.tracker = stop, tracker
         _resume(t)
         t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line
@@ -84,13 +90,19 @@ def run(
 
 
 def build(
-    cfg: TrainConfig, layout: Layout, device: torch.device, labelled_from: DataSource | None = None
+    cfg: TrainConfig,
+    layout: Layout,
+    device: torch.device,
+    labelled_from: DataSource | None = None,
+    weights: dict | None = None,
 ) -> TrainState:
     """Model (the same initial weights everywhere), data, loss, optimizer, schedule, precision."""
     tcfg = cfg.training
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
     model = build_model(cfg.model, device)
+    if weights is not None:  # the same on every rank (broadcast by the caller)
+        model.load_state_dict(weights)
     if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tcfg.tf32
     if tcfg.compile:
