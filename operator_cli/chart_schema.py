@@ -185,6 +185,7 @@ def _pod_properties() -> dict[str, Any]:
             ),
         },
         "nccl": {"enum": ["", *sorted(NCCL_PRESETS)]},
+        "rdmaResource": {"anyOf": [{"const": ""}, _str("qualified_name")]},
         "runPolicy": _obj(
             {
                 "backoffLimit": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},

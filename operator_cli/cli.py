@@ -4,6 +4,7 @@
     colbert-k8s submit --nodes 2 --gpus-per-node 8 --image REG/colbert-train:TAG --config train.yaml
     colbert-k8s status NAME -w     colbert-k8s logs NAME -f --all
     colbert-k8s list -o json       colbert-k8s delete NAME
+    colbert-k8s upload NAME data/  (local data onto a job's claim; `submit --suspend` first)
     colbert-k8s fetch NAME         (a finished job's model, metrics and index, off its claim)
     colbert-k8s resize NAME --nodes 4
     colbert-k8s suspend NAME       colbert-k8s resume NAME
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import click
 
-from operator_cli.commands import change, job, read, register, runtime, serve, tune
+from operator_cli.commands import change, job, read, register, runtime, serve, tune, upload
 from operator_cli.commands.base import Group, cluster_options
 from operator_cli.commands.job import build_spec, job_options
 
@@ -44,6 +45,7 @@ for command in (
     read.list_cmd,
     read.doctor_cmd,
     read.fetch_cmd,
+    upload.upload_cmd,
     change.resize_cmd,
     change.delete_cmd,
     change.suspend_cmd,
@@ -54,6 +56,16 @@ for command in (
     register.register_cmd,
 ):
     cli.add_command(command)
+
+
+cli.sections = {
+    "Run a job": ("render", "submit", "local"),
+    "Follow it": ("status", "logs", "list"),
+    "Change it": ("resize", "suspend", "resume", "delete"),
+    "Data on its claim": ("upload", "fetch"),
+    "Set up a cluster": ("doctor", "runtime"),
+    "Sweeps and the model at work": ("tune", "serve", "register"),
+}
 
 
 def main() -> None:

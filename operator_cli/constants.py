@@ -58,6 +58,8 @@ LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_VERSION = "app.kubernetes.io/version"  # this tool's version, on every object (the chart: its appVersion)
+APP_VERSION = __version__
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 # Kueue's topology-aware scheduling (beta, on by default since Kueue 0.14): annotations on pod templates
 KUEUE_TOPOLOGY_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -66,6 +68,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta1"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # + a MIG profile (1g.10gb): the device plugin's mixed strategy
+# --nccl ib: one RDMA device per pod, as Mellanox's k8s-rdma-shared-dev-plugin names it by default (other
+# plugins: --rdma-resource, e.g. nvidia.com/hostdev or rdma/hca_shared_devices_a); NCCL pins its buffers
+RDMA_RESOURCE = "rdma/ib"
+RDMA_CAPABILITY = "IPC_LOCK"
 # set by the Training Operator on the pods it creates
 OPERATOR_JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR_REPLICA_TYPE = "training.kubeflow.org/replica-type"

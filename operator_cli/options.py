@@ -16,6 +16,7 @@ from typing import Any
 
 from operator_cli import constants as C
 from operator_cli import rules
+from operator_cli.durations import seconds
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import API_CHOICES, AUTO_ORDER, KINDS
 from operator_cli.values import (
@@ -119,6 +120,11 @@ def _env(env: dict[str, str], flag: str) -> None:
             )
 
 
+def _duration(flag: str) -> Callable[[Any], int]:
+    """A duration in kubectl's form (``10m``, ``1h30m``; a bare number is seconds) as whole seconds."""
+    return lambda value: int(round(seconds(value, flag)))
+
+
 def _pairs(flag: str) -> Callable[[Any], dict[str, str]]:
     return lambda values: parse_pairs(values, flag)
 
@@ -130,7 +136,8 @@ API_RANGE = "(the API field's range)"
 JOB_OPTIONS: tuple[Option, ...] = (
     Option("--config", "Training YAML (validated before anything is sent).", field="config_text", file=True,
            required=True),
-    Option("--name", "Job name (DNS-1035). Default: colbert-<random>.", rule=_full("dns1035"),
+    Option("--name", "Job name (DNS-1035). Default: colbert-<hash>, from the config and the options, so the "
+           "same job renders the same name.", rule=_full("dns1035"),
            must="must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)"),
     Option("--namespace", "Default: the kubeconfig context's namespace, else 'default'.", short="-n",
            rule=_full("dns1123_label"), must="must be a DNS-1123 label (at most 63 of a-z, 0-9, '-')"),
@@ -143,9 +150,12 @@ JOB_OPTIONS: tuple[Option, ...] = (
            must=f"must be between 0 and {C.MAX_GPUS_PER_NODE}"),
     Option("--image", "The trainer image (built from this repository's Dockerfile).", show_default=True,
            rule=_full("image"), must="must be an image reference like REGISTRY/NAME:TAG"),
-    Option("--cpu", "CPU request and limit per pod, e.g. 8.", rule=_full("quantity"), must=QUANTITY),
-    Option("--memory", "Memory request and limit per pod, e.g. 64Gi.", rule=_full("quantity"), must=QUANTITY),
-    Option("--shm-size", "Memory-backed /dev/shm size; 0 disables it.", show_default=True,
+    Option("--cpu", "CPU request and limit per pod, e.g. 8. Default: a request of 4 per GPU (4 for a CPU job).",
+           rule=_full("quantity"), must=QUANTITY),
+    Option("--memory", "Memory request and limit per pod, e.g. 64Gi; it must exceed --shm-size. Default: a request "
+           "of 16Gi per GPU (8Gi for a CPU job) plus --shm-size.", rule=_full("quantity"), must=QUANTITY),
+    Option("--shm-size", "Memory-backed /dev/shm size (it counts against the pod's memory); 0 disables it.",
+           show_default=True,
            parse=lambda v: None if v in ("0", "") else v, rule=_full("quantity"), must=QUANTITY),
     Option("--pvc", "Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model).",
            rule=_full("dns1123"), must=DNS1123),
@@ -153,9 +163,9 @@ JOB_OPTIONS: tuple[Option, ...] = (
     Option("--storage-class", "StorageClass of the PVC created by --pvc-size.", rule=_full("dns1123"), must=DNS1123),
     Option("--pod-local-storage", "With --nodes > 1 and no PVC: each pod keeps its own emptyDir /workspace; "
            "a deleted master pod then restarts the job from step 0.", is_flag=True),
-    Option("--termination-grace-period", "Seconds from SIGTERM (eviction, preemption) to SIGKILL; the trainer "
-           "checkpoints in them.", field="termination_grace", type=int, show_default=True,
-           rule=_within(0, 24 * 3600), must="must be 0..86400 seconds"),
+    Option("--termination-grace-period", "Time from SIGTERM (eviction, preemption) to SIGKILL, e.g. 2m; the "
+           "trainer checkpoints in it.", field="termination_grace", show_default=True, parse=_duration(
+               "--termination-grace-period"), rule=_within(0, 24 * 3600), must="must be 0..86400 seconds (24h)"),
     Option("--node-selector", "Node label the pods must match (repeatable), e.g. nvidia.com/gpu.product=H100.",
            metavar="K=V", multiple=True, parse=_pairs("--node-selector"), checker=_labels),
     Option("--toleration", "Tolerate a node taint (repeatable), e.g. nvidia.com/gpu:NoSchedule; without =VALUE "
@@ -176,13 +186,19 @@ JOB_OPTIONS: tuple[Option, ...] = (
            parse=parse_secret_envs),
     Option("--backoff-limit", "Restarts before the job fails.", type=int, show_default=True,
            rule=_within(0, INT32_MAX), must=f"must be between 0 and {INT32_MAX} {API_RANGE}"),
-    Option("--active-deadline", "Seconds before a running job is stopped; 0 = never.", type=int, show_default=True,
-           parse=lambda v: v or None, rule=_within(0, INT64_MAX),
-           must=f"must be between 0 and {INT64_MAX} {API_RANGE}"),
-    Option("--ttl-after-finished", "Seconds a finished job is kept.", type=int, show_default=True,
-           rule=_within(0, INT32_MAX), must=f"must be between 0 and {INT32_MAX} {API_RANGE}"),
-    Option("--nccl", "NCCL network preset (GPU jobs).", choices=tuple(NCCL_PRESETS), rule=lambda v: v in NCCL_PRESETS,
+    Option("--active-deadline", "How long a running job may run before it is stopped, e.g. 48h (seconds "
+           "shown); 0 = never.", show_default=True, parse=lambda v: _duration("--active-deadline")(v) or None,
+           rule=_within(0, INT64_MAX), must=f"must be between 0 and {INT64_MAX} seconds {API_RANGE}"),
+    Option("--ttl-after-finished", "How long a finished job is kept, e.g. 24h (seconds shown).", show_default=True,
+           parse=_duration("--ttl-after-finished"), rule=_within(0, INT32_MAX),
+           must=f"must be between 0 and {INT32_MAX} seconds {API_RANGE}"),
+    Option("--nccl", "NCCL network preset (GPU jobs); ib also asks for an RDMA device (--rdma-resource) and the "
+           "IPC_LOCK capability.", choices=tuple(NCCL_PRESETS), rule=lambda v: v in NCCL_PRESETS,
            must=f"must be one of {sorted(NCCL_PRESETS)}"),
+    Option("--rdma-resource", "The RDMA device resource --nccl ib asks one of per pod, as the cluster's device "
+           "plugin names it (e.g. nvidia.com/hostdev); none: ask for no device.", show_default=True,
+           parse=lambda v: None if v in ("none", "") else v, rule=_full("qualified_name"),
+           must="must be an extended resource name like rdma/ib, or none"),
     Option("--api", " or ".join(f"{k.kind} ({k.product})" for k in KINDS.values()) + "; auto (submit only): the "
            f"first the cluster serves of {', '.join(AUTO_ORDER)}.", choices=API_CHOICES, show_default=True,
            rule=lambda v: v in KINDS,

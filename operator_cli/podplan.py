@@ -84,7 +84,8 @@ def operator_policy(restart_policy: str, backoff_limit: int) -> FailurePolicy:
         return FailurePolicy(restarts=0)
     if restart_policy == "ExitCode":
         low, high = PERMANENT_EXIT_CODES
-        return FailurePolicy(backoff_limit, (PERMANENT_EXIT_CODES,), rule=f"restartPolicy ExitCode ({low}-{high})")
+        rule = f"restartPolicy ExitCode ({low}-{high})"  # a retryable failure: the operator deletes the pod
+        return FailurePolicy(backoff_limit, (PERMANENT_EXIT_CODES,), recreates_pods=True, rule=rule)
     return FailurePolicy(backoff_limit)
 
 

@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import operator_cli.kube.names as names
-from operator_cli import scheduling
+from operator_cli import resources, scheduling
 from operator_cli.constants import (
     DEFAULT_IMAGE,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
+    LABEL_VERSION,
+    RDMA_CAPABILITY,
+    RDMA_RESOURCE,
     TERMINATION_GRACE_SECONDS,
     V2_DEFAULT_RUNTIME,
 )
@@ -65,7 +68,7 @@ __all__ = [
     "parse_training_config",
 ]
 
-OWN_LABELS = {LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT}  # set on every object
+OWN_LABELS = {LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT, LABEL_VERSION}  # on every object
 _BY_FIELD: dict[str, Option] = {o.spec_field: o for o in JOB_OPTIONS}
 
 
@@ -117,6 +120,8 @@ class JobSpec:
     """Seconds before a running job is stopped (default 7 days; 0 = never)."""
     ttl_after_finished: int | None = 24 * 3600
     nccl: str | None = None
+    rdma_resource: str | None = RDMA_RESOURCE
+    """The RDMA device resource ``--nccl ib`` asks one of per pod (None: none)."""
     api: str = DEFAULT_API
     """The job's kind, by its --api name (operator_cli.kube.kinds.KINDS): pytorchjob, trainjob."""
     runtime: str = V2_DEFAULT_RUNTIME
@@ -148,6 +153,7 @@ class JobSpec:
             )
         if self.nccl and self.gpus_per_node == 0:
             raise CliError("--nccl applies to GPU jobs only; drop it or set --gpus-per-node")
+        resources.check_shm(self.shm_size, self.memory)
         self.kind.check_spec(self)
         self._check_elastic()
         self._check_export()
@@ -188,6 +194,29 @@ class JobSpec:
     def gpu_resource(self) -> str:
         """The extended resource each GPU process asks for: a whole GPU, or one MIG slice of ``--mig``."""
         return scheduling.gpu_resource(self.mig)
+
+    @property
+    def resource_limits(self) -> dict[str, str | int]:
+        """The trainer container's limits: GPUs, the RDMA device of ``--nccl ib``, and ``--cpu``/``--memory``
+        when given (:mod:`operator_cli.resources`)."""
+        limits: dict[str, str | int] = {self.gpu_resource: self.gpus_per_node} if self.gpus_per_node else {}
+        if self.nccl == "ib" and self.rdma_resource:
+            limits[self.rdma_resource] = 1
+        limits.update({k: v for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v})
+        return limits
+
+    @property
+    def resource_requests(self) -> dict[str, str]:
+        """CPU and memory requests on every pod: given, or derived from ``--gpus-per-node`` and ``--shm-size``."""
+        return {
+            "cpu": self.cpu or resources.default_cpu(self.gpus_per_node),
+            "memory": self.memory or resources.default_memory(self.gpus_per_node, self.shm_size),
+        }
+
+    @property
+    def capabilities_add(self) -> list[str]:
+        """Capabilities added back after dropping ALL: IPC_LOCK for InfiniBand (NCCL pins its buffers)."""
+        return [RDMA_CAPABILITY] if self.nccl == "ib" else []
 
     @property
     def topology_annotations(self) -> dict[str, str]:
@@ -303,10 +332,13 @@ class JobSpec:
 
     @property
     def restart_policy(self) -> str:
-        """``ExitCode`` when /workspace is a claim: a bad config (exit 1-127) fails the job at once, a lost
-        peer or preemption (128-255) gets a new pod that resumes from the claim's checkpoint. With an
-        emptyDir a new pod would start from step 0, so ``OnFailure`` restarts the container in place."""
-        return "ExitCode" if self.claim_name else "OnFailure"
+        """``ExitCode`` (exit 1-127, a bad config or data path, fails the job at once; 128-255 and signals get
+        a new pod) for a claim, and for one pod on an emptyDir: OnFailure retried a mistyped data path
+        ``backoffLimit`` times, to keep checkpoints that only an in-place restart after an OOM kill or a
+        crash would use (eviction and preemption delete the pod and its emptyDir under either policy).
+        ``OnFailure`` only for several pods on ``--pod-local-storage``: there a restarted worker must find the
+        master's pod, and its checkpoints, still there; a permanent error is then retried (see README)."""
+        return "OnFailure" if self.nodes > 1 and not self.claim_name else "ExitCode"
 
     @property
     def nccl_env(self) -> dict[str, str]:

@@ -8,9 +8,12 @@ each error is one line that never echoes a value that could be a secret (:func:`
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import string
 from dataclasses import dataclass
+from typing import Any
 
 from operator_cli import rules
 from operator_cli.constants import MAX_NODES
@@ -19,6 +22,7 @@ from operator_cli.errors import CliError
 __all__ = [
     "EFFECTS",
     "NCCL_PRESETS",
+    "derived_name",
     "SecretRef",
     "generate_name",
     "parse_elastic",
@@ -140,6 +144,17 @@ def parse_elastic(raw: str) -> tuple[int, int]:
 
 
 def generate_name(prefix: str = "colbert") -> str:
-    """``--name``'s default: ``colbert-`` and five random characters (a DNS-1035 label)."""
+    """A random name: ``colbert-`` and five random characters (a DNS-1035 label)."""
     alphabet = string.ascii_lowercase + string.digits
     return f"{prefix}-{''.join(secrets.choice(alphabet) for _ in range(5))}"
+
+
+def derived_name(config_text: str, options: dict[str, Any], prefix: str = "colbert") -> str:
+    """``--name``'s default: ``colbert-`` and 8 hex digits of a sha256 of the config and the options, so a
+    rendered file kept in git does not change on every run, and the same job submitted twice is one 409.
+
+    >>> derived_name("a: 1", {"nodes": 2}) == derived_name("a: 1", {"nodes": 2}) != derived_name("a: 2", {})
+    True
+    """
+    blob = json.dumps({"config": config_text, "options": options}, sort_keys=True, default=repr)
+    return f"{prefix}-{hashlib.sha256(blob.encode()).hexdigest()[:8]}"

@@ -126,6 +126,18 @@ OPTION_SETS = {
             annotations={"example.com/owner": "alice"},
         ),
     ),
+    "ib-derived-requests": (
+        dict(nodes=2, gpus_per_node=4, nccl="ib", pvc="ckpt", shm_size="1.5G"),
+        dict(nodes=2, gpusPerNode=4, nccl="ib", persistence={"existingClaim": "ckpt"}, shm={"size": "1.5G"}),
+    ),
+    "ib-other-rdma-plugin-memory-given": (
+        dict(gpus_per_node=2, nccl="ib", rdma_resource="nvidia.com/hostdev", memory="64Gi"),
+        dict(gpusPerNode=2, nccl="ib", rdmaResource="nvidia.com/hostdev", resources={"memory": "64Gi"}),
+    ),
+    "ib-no-rdma-device-cpu-given": (
+        dict(gpus_per_node=8, nccl="ib", rdma_resource=None, cpu="48", shm_size="512Mi"),
+        dict(gpusPerNode=8, nccl="ib", rdmaResource="", resources={"cpu": "48"}, shm={"size": "512Mi"}),
+    ),
     "socket-16-nodes": (
         dict(nodes=16, gpus_per_node=8, nccl="socket", pvc="ckpt"),
         dict(nodes=16, gpusPerNode=8, nccl="socket", persistence={"existingClaim": "ckpt"}),
@@ -347,6 +359,7 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         ({"config": {**CONFIG, "model": {"name_or_path": "https://u:p4ss@example.com/m"}}}, "name_or_path"),
         ({"config": {**CONFIG, "data": {"train": {"path": "https://a.blob.core.windows.net/c/t?sv=1&sig=x"}}}}, "path"),
         ({"env": {"AZURE_SAS": "sv=2022-11-02&ss=b&X-Amz-Security-Token=FwoG"}}, "env"),
+        ({"resources": {"memory": "4Gi"}}, "shm.size 8Gi would fill resources.memory 4Gi"),
     ],
     ids=[
         "label-overrides-managed-by",
@@ -366,6 +379,7 @@ WITH_C1 = {**CONFIG, "data": {"train": {"path": "data/tr\x85ain.jsonl"}}}
         "password-in-a-config-url",
         "sas-signature-in-a-config-url",
         "session-token-in-an-env-value",
+        "shm-fills-memory",
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):

@@ -123,13 +123,11 @@ def test_render_output_is_a_format_as_for_status_and_list(tmp_path):
     assert res.exit_code == 2 and res.output.count("error:") == 1 and "-o must be one of yaml, json" in res.output
 
 
-def test_render_o_dir_of_0_2_still_writes_files_with_a_deprecation_line(tmp_path):
+def test_render_o_dir_of_0_2_is_refused_as_0_3_promised(tmp_path):
+    """0.3 wrote files into ``-o DIR`` with a deprecation line; 0.4 takes -o as a format only (use -d)."""
     res = _render(tmp_path, "-o", str(tmp_path / "old"))
-    assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == RENDERED
-    assert "render -o DIR is deprecated" in res.stderr and f"use -d {tmp_path / 'old'}" in res.stderr
-    res = _render(tmp_path, "-o", str(tmp_path / "x"), "-d", str(tmp_path / "y"))  # both: which one is meant?
-    assert res.exit_code == 2 and "-o must be one of yaml, json" in res.output and not (tmp_path / "y").exists()
+    assert res.exit_code == 2 and res.output.count("error:") == 1 and "-o must be one of yaml, json" in res.output
+    assert "-d/--output-dir DIR writes one file per object" in res.output and not (tmp_path / "old").exists()
 
 
 BLOCK_TRAINER = "import sys\nsys.modules['torch'] = None\nsys.modules['pylate'] = None\n"

@@ -25,6 +25,7 @@ import yaml
 from click.testing import CliRunner
 from websocket import ABNF, WebSocketConnectionClosedException, WebSocketTimeoutException
 
+from operator_cli import __version__
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
 from operator_cli.kube import fetch as F
@@ -74,6 +75,7 @@ def test_fetch_pod_is_valid_read_only_non_root_and_labelled(api):
         "app.kubernetes.io/instance": "demo",
         "app.kubernetes.io/managed-by": "colbert-k8s",
         "app.kubernetes.io/component": "fetch",
+        "app.kubernetes.io/version": __version__,
         "team": "ir",  # the job's own --label; not its Kueue queue, which would gate the pod
     }
     assert spec["volumes"] == [{"name": "workspace", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}]
@@ -345,7 +347,7 @@ def test_fetch_copies_the_whole_outputs_and_removes_its_pod(api, tmp_path, monke
     _running(api, seen)
     monkeypatch.setattr(F, "exec_stream", local_exec(claim, calls))
     to = tmp_path / "here" / "demo"
-    res = run(api, "fetch", "demo", "--to", str(to), "--timeout", "600")
+    res = run(api, "fetch", "demo", "--to", str(to), "--active-deadline", "10m")
     assert res.exit_code == 0, res.output
     assert f"fetched final-model, metrics.json of demo into {to}" in res.output
     assert sorted(p.relative_to(to).as_posix() for p in to.rglob("*")) == [
@@ -443,13 +445,17 @@ def test_delete_removes_a_leftover_fetch_pod_and_only_its_own(api):
     labels = yaml.safe_load(yaml.safe_dump(F.pod_manifest(F.fetch_pod(_job()[-1], lambda: "o", "default", 60,
                                                                       "demo-fetch-1"))))  # fmt: skip
     api.add("v1/pods", "default", labels)
+    upload_pod = json.loads(json.dumps(labels))  # a killed `upload`'s pod goes too
+    upload_pod["metadata"].update(name="demo-upload-1")
+    upload_pod["metadata"]["labels"]["app.kubernetes.io/component"] = "upload"
+    api.add("v1/pods", "default", upload_pod)
     other = json.loads(json.dumps(labels))
     other["metadata"].update(name="other-fetch-1")
     other["metadata"]["labels"]["app.kubernetes.io/instance"] = "other"
     api.add("v1/pods", "default", other)
     res = run(api, "delete", "demo")
     assert res.exit_code == 0, res.output
-    assert "deleted Pod demo-fetch-1" in res.output.splitlines()
+    assert "deleted Pod demo-fetch-1" in res.output.splitlines() and "deleted Pod demo-upload-1" in res.output
     assert [p["metadata"]["name"] for p in api.objects("pods")] == ["other-fetch-1"]
 
 
@@ -475,3 +481,168 @@ def test_exec_request_reaches_the_api_server_and_a_refusal_is_one_line(api):
     assert query.getall("command") == ["python", "-c", F.TAR, "/workspace/runs/demo", "final-model"]
     assert (query["container"], query["stdout"], query["stderr"], query["stdin"], query["tty"]) == (
         "fetch", "true", "true", "false", "false")  # fmt: skip
+
+
+# ---- upload: the same pod, writing -------------------------------------------------------------------------
+
+
+class StdinSocket(FrameSocket):
+    """A kubelet's exec with stdin: the frames written on channel 0 are the command's stdin; once the client
+    reads, the command runs here on them and its output comes back framed."""
+
+    def __init__(self, argv: list[str]):
+        super().__init__([])
+        self.argv, self.stdin, self.ran = argv, bytearray(), False
+
+    def send(self, payload: bytes, opcode: int = ABNF.OPCODE_BINARY) -> None:
+        assert opcode == ABNF.OPCODE_BINARY
+        if payload[:1] == b"\x00":
+            self.stdin += payload[1:]
+
+    def recv_data_frame(self, control_frame: bool = False):
+        if not self.ran:
+            self.ran = True
+            done = subprocess.run(self.argv, input=bytes(self.stdin), capture_output=True, check=False)
+            self.frames = _frames(done.stdout, done.stderr, done.returncode)
+        return super().recv_data_frame(control_frame)
+
+
+def local_upload_exec(workspace: Path, calls: list | None = None):
+    """:func:`operator_cli.kube.fetch.exec_stream` with stdin, its command run here on ``workspace``."""
+
+    def open_exec(cluster, pod, command, progress=None, *, stdin=False, container="fetch"):
+        argv = [sys.executable if a == "python" else a.replace("/workspace", str(workspace), 1) for a in command]
+        if calls is not None:
+            calls.append((pod, container, stdin))
+        return ExecStream(StdinSocket(argv), "python in the pod", progress)
+
+    return open_exec
+
+
+def _suspended(api: str = "pytorchjob", **opts) -> list[dict]:
+    objects = _job(api, state="Suspended", **opts)
+    job = objects[-1]
+    job["spec"].setdefault("runPolicy", {})["suspend"] = True
+    job["spec"]["suspend"] = True  # the TrainJob's field; harmless on a PyTorchJob here
+    return objects
+
+
+def _data(root: Path) -> Path:
+    beir = root / "local" / "data" / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_bytes(bytes(range(256)) * 300)
+    (beir / "qrels" / "dev.tsv").write_text("q\td\t1\n")
+    (root / "local" / "data" / "train.jsonl").write_text('{"query": "q", "positive": "p"}\n')
+    return root / "local"
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_upload_pod_is_valid_writable_non_root_labelled_and_owned(api):
+    from operator_cli.kube import upload as U
+
+    pod = U.pod_for_job(_suspended(api)[-1], "default", 600)
+    manifest = F.pod_manifest(pod)
+    validate_core(manifest)
+    spec, (container,) = manifest["spec"], manifest["spec"]["containers"]
+    assert manifest["metadata"]["labels"]["app.kubernetes.io/component"] == "upload"
+    assert manifest["metadata"]["name"].startswith("demo-upload-") and container["name"] == "upload"
+    assert spec["volumes"] == [{"name": "workspace", "persistentVolumeClaim": {"claimName": "data"}}]
+    assert container["volumeMounts"] == [{"name": "workspace", "mountPath": "/workspace"}]
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["automountServiceAccountToken"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert manifest["metadata"]["ownerReferences"][0]["name"] == "demo"
+
+
+def test_upload_places_a_directory_and_a_file_and_removes_its_pod(api, tmp_path, monkeypatch):
+    _add(api, _suspended())
+    claim, seen, calls = tmp_path / "claim", [], []
+    claim.mkdir()
+    local = _data(tmp_path)
+    _running(api, seen)
+    monkeypatch.setattr(F, "exec_stream", local_upload_exec(claim, calls))
+    monkeypatch.chdir(local)
+    res = run(api, "upload", "demo", "data/beir")
+    assert res.exit_code == 0, res.output
+    assert "uploaded data/beir to claim data at /workspace/data/beir" in res.stdout
+    res = run(api, "upload", "demo", str(local / "data" / "train.jsonl"), "data/train.jsonl")
+    assert res.exit_code == 0, res.output
+    for name in ("data/beir/corpus.jsonl", "data/beir/qrels/dev.tsv", "data/train.jsonl"):
+        assert (claim / name).read_bytes() == (local / name).read_bytes()
+    assert sorted(p.name for p in (claim / "data").iterdir()) == ["beir", "train.jsonl"]  # no temporary left
+    pod = seen[0]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "upload"
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "data"}
+    assert calls[0][1:] == ("upload", True)  # exec in the upload container, with stdin
+    assert api.objects("pods") == []
+
+
+def test_upload_replaces_an_existing_dest_only_with_overwrite(api, tmp_path, monkeypatch):
+    _add(api, _suspended())
+    claim = tmp_path / "claim"
+    (claim / "data").mkdir(parents=True)
+    (claim / "data" / "train.jsonl").write_text("mine\n")
+    local = _data(tmp_path)
+    _running(api, [])
+    monkeypatch.setattr(F, "exec_stream", local_upload_exec(claim))
+    monkeypatch.chdir(local)
+    res = run(api, "upload", "demo", "data/train.jsonl")
+    assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+    assert "/data/train.jsonl already exists on the claim" in res.output and "--overwrite" in res.output
+    assert (claim / "data" / "train.jsonl").read_text() == "mine\n" and api.objects("pods") == []
+    res = run(api, "upload", "demo", "data/train.jsonl", "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert (claim / "data" / "train.jsonl").read_bytes() == (local / "data" / "train.jsonl").read_bytes()
+    assert sorted(p.name for p in (claim / "data").iterdir()) == ["train.jsonl"]
+
+
+def test_upload_onto_an_existing_claim_by_name(api, tmp_path, monkeypatch):
+    api.add(
+        "v1/persistentvolumeclaims",
+        "default",
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"}},
+    )
+    claim, seen = tmp_path / "claim", []
+    claim.mkdir()
+    local = _data(tmp_path)
+    _running(api, seen)
+    monkeypatch.setattr(F, "exec_stream", local_upload_exec(claim))
+    res = run(api, "upload", "--pvc", "shared", str(local / "data" / "beir"), "corpora/beir")
+    assert res.exit_code == 0, res.output
+    assert (claim / "corpora" / "beir" / "qrels" / "dev.tsv").read_text() == "q\td\t1\n"
+    pod = seen[0]
+    assert "ownerReferences" not in pod["metadata"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == "shared"
+    assert pod["spec"]["containers"][0]["image"].startswith("colbert-k8s/colbert-train:")
+
+
+@pytest.mark.parametrize(
+    "objects,args,code,expected",
+    [
+        (_job(state="Running"), ["demo", "x"], 1, "is Running: its pods may be reading the claim"),
+        (_suspended(pvc=None, pod_local_storage=True), ["demo", "x"], 2, "has no claim: its /workspace is each pod's"),
+        ([], ["--pvc", "nope", "x"], 2, "PersistentVolumeClaim default/nope does not exist"),
+        ([], ["demo", "x", "../etc"], 2, "DEST ../etc is not under the claim's mount (/workspace)"),
+        ([], ["demo"], 2, "upload takes NAME LOCAL_PATH [DEST]"),
+    ],
+    ids=["running", "no-claim", "no-such-pvc", "dest-outside", "too-few"],
+)
+def test_upload_refuses_before_creating_a_pod(api, tmp_path, monkeypatch, objects, args, code, expected):
+    _add(api, objects)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").write_text("x")
+    res = run(api, "upload", *args)
+    assert res.exit_code == code and res.output.count("error:") == 1 and expected in res.output, res.output
+    assert api.objects("pods") == []
+
+
+def test_the_pod_side_refuses_a_member_outside_data_and_writes_nothing(tmp_path):
+    """UNTAR trusts no archive: a '..' member is refused and the temporary is removed."""
+    from operator_cli.kube.upload import UNTAR
+
+    archive = _tar(_member("data", tarfile.DIRTYPE), _member("data/../../evil", data=b"x"))
+    dest, tmp = tmp_path / "ws" / "data", tmp_path / "ws" / ".data.upload-1"
+    done = subprocess.run(
+        [sys.executable, "-c", UNTAR, str(dest), str(tmp), "0"], input=archive, capture_output=True, check=False
+    )
+    assert done.returncode == 1 and b"refused the member 'data/../../evil'" in done.stderr
+    assert not (tmp_path / "evil").exists() and not dest.exists() and not tmp.exists()

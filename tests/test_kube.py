@@ -76,7 +76,7 @@ def test_submit_creates_exactly_the_dry_run_objects(api, config):
     ]
     for meta in (job_meta, cm_meta):  # what the server set; everything else is what --dry-run printed
         assert {meta.pop("uid"), meta.pop("resourceVersion"), meta.pop("creationTimestamp")} and meta["namespace"]
-    expected = {o["kind"]: o for o in yaml.safe_load_all(dry.output)}
+    expected = {o["kind"]: o for o in yaml.safe_load_all(dry.stdout)}
     assert stored == expected
 
 

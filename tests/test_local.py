@@ -286,14 +286,19 @@ def test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes(tmp_pa
 
 
 @pytest.mark.slow
-def test_failing_replica_exhausts_backoff_limit_with_an_empty_dir(tmp_path, tiny_model):
-    """OnFailure (an emptyDir workspace): every failure is restarted in place until backoffLimit."""
+def test_a_permanent_error_fails_once_on_one_node_with_an_empty_dir(tmp_path, tiny_model):
+    """One pod on an emptyDir (the default storage) runs under restartPolicy ExitCode too (issue 43, item 6): a
+    bad row fails the job on its first attempt; under 0.3's OnFailure it was retried backoffLimit times."""
     wd = local_workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')
-    res = subprocess.run(_local(wd, "--backoff-limit", "1"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    cmd = _local(wd, "--backoff-limit", "3")
+    cmd[cmd.index("--nodes") + 1] = "1"  # one pod: no --pod-local-storage needed
+    cmd.remove("--pod-local-storage")
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [errors[0]] and "backoffLimit 1 is used up (1 restart(s))" in errors[0]
+    assert len(errors) == 1 and "ended with exit code 2, a permanent failure under restartPolicy ExitCode" in errors[0]
+    assert "restarting the job's replicas" not in res.stderr
     assert "Traceback" not in res.stdout + res.stderr
 
 

@@ -66,14 +66,15 @@ def test_matrix_passes_crd_and_core_schemas(opts):
         pod = r["template"]["spec"]
         (container,) = pod["containers"]
         assert container["name"] == "pytorch"
-        assert r["restartPolicy"] == ("ExitCode" if spec.claim_name else "OnFailure")  # JobSpec.restart_policy
+        per_pod = spec.nodes > 1 and not spec.claim_name  # JobSpec.restart_policy
+        assert r["restartPolicy"] == ("OnFailure" if per_pod else "ExitCode")
         assert container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0) == spec.gpus_per_node
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert container["securityContext"] == {
             "allowPrivilegeEscalation": False,
             "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
+            "capabilities": {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if spec.nccl == "ib" else {})},
         }
         assert r["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     for obj in objects:

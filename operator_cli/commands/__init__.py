@@ -6,5 +6,6 @@
   become a :class:`operator_cli.spec.JobSpec`, and the spec its objects;
 * :mod:`.read`: ``status``, ``logs``, ``list``, ``doctor`` and ``fetch``;
 * :mod:`.change`: ``resize``, ``delete``, ``suspend`` and ``resume``;
-* :mod:`.runtime`: ``runtime render|install``.
+* :mod:`.runtime`: ``runtime render|install``;
+* :mod:`.upload`: ``upload``, local data onto a job's claim.
 """

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from operator_cli import constants as C
+from operator_cli.durations import Duration
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, connect, redact
 from operator_cli.kube import default_namespace as kubeconfig_namespace
@@ -64,9 +65,28 @@ class Usage(click.UsageError):
 
 
 class Group(click.Group):
-    """Shows a CliError as one line (plus a hint) and its exit code, never a traceback."""
+    """Shows a CliError as one line (plus a hint) and its exit code, never a traceback; ``--help`` lists the
+    commands by section (``sections``: title -> command names, as kubectl's help groups them), each with its
+    whole first sentence."""
 
     command_class = Command
+    sections: dict[str, tuple[str, ...]] = {}
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if not self.sections:
+            return super().format_commands(ctx, formatter)
+        listed = {name for names in self.sections.values() for name in names}
+        rest = tuple(n for n in self.list_commands(ctx) if n not in listed)
+        for title, names in [*self.sections.items(), *([("Other commands", rest)] if rest else [])]:
+            rows = [
+                (n, c.get_short_help_str(limit=1000))
+                for n in names
+                if (c := self.get_command(ctx, n)) is not None and not c.hidden
+            ]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        return None
 
     def make_context(self, info_name, args, parent=None, **extra):
         try:
@@ -104,10 +124,10 @@ def cluster_options(fn):
     """``--kubeconfig``, ``--context`` and ``--request-timeout``: how a command reaches the cluster."""
     fn = click.option(
         "--request-timeout",
-        default=C.REQUEST_TIMEOUT,
+        default=f"{C.REQUEST_TIMEOUT:g}s",
         show_default=True,
-        type=click.FloatRange(min=1, max=600),
-        help="Seconds to wait for each API request (a stalled server ends the command with one line).",
+        type=Duration(low=1, high=600, whole=False),
+        help="How long to wait for each API request, e.g. 30s or 2m (a stalled server ends the command with one line).",
     )(fn)
     fn = click.option("--context", help="kubeconfig context to use.")(fn)
     fn = click.option(
@@ -132,7 +152,7 @@ def click_option(option: Option, defaults: dict[str, Any]) -> Callable[[Any], An
         kwargs["type"] = click.Choice(option.choices)
     elif option.file:
         kwargs["type"] = click.Path(dir_okay=False)
-    elif option.type is not str:
+    else:  # str too: click would take an int default (a duration's seconds) as the type
         kwargs["type"] = option.type
     if option.show_default:
         kwargs.update(default=defaults[option.spec_field], show_default=True)

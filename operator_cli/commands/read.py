@@ -3,7 +3,6 @@ finished job's outputs off its claim). ``-o`` is a format for each that prints a
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import click
 from operator_cli import show
 from operator_cli.commands.base import Command, cluster_of, cluster_options, job_name, namespace_option, output_option
 from operator_cli.doctor import LEVELS, run_checks
+from operator_cli.durations import Duration, seconds
 from operator_cli.errors import CliError
 from operator_cli.follow import follow_logs
 from operator_cli.kube import job_state, kind_of
@@ -97,18 +97,12 @@ def logs_cmd(
 
 
 def _seconds(duration: str | None) -> int | None:
-    """``1h30m`` -> 5400: the durations kubectl's --since takes (hours, minutes, seconds).
+    """``1h30m`` -> 5400: the durations kubectl's --since takes (:mod:`operator_cli.durations`).
 
     >>> _seconds("1h30m"), _seconds("45s"), _seconds(None)
     (5400, 45, None)
     """
-    if duration is None:
-        return None
-    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
-    if not duration or not match or not any(match.groups()):
-        raise CliError("--since must be a duration like 30s, 5m or 1h30m", hint="units: h, m, s")
-    h, m, sec = (int(g or 0) for g in match.groups())
-    return max(1, h * 3600 + m * 60 + sec)
+    return None if duration is None else max(1, int(seconds(duration, "--since")))
 
 
 @click.command("list", cls=Command)
@@ -182,17 +176,23 @@ def doctor_cmd(api: str, output: str, **o) -> None:
 @click.option("--to", type=click.Path(file_okay=False), help="Directory to copy into. Default: ./NAME.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty --to, once the new copy is whole.")
 @click.option(
-    "--timeout",
-    default=3600,
+    "--active-deadline",
+    default="1h",
     show_default=True,
-    type=click.IntRange(min=60, max=7 * 24 * 3600),
-    help="Seconds the fetch pod may live (its activeDeadlineSeconds); raise it for large outputs.",
+    type=Duration(low=60, high=7 * 24 * 3600),
+    help="How long the fetch pod may live (its activeDeadlineSeconds), e.g. 30m or 4h; raise it for large outputs.",
 )
-def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> None:
+@click.option("--timeout", "renamed", hidden=True, help="Renamed --active-deadline in 0.4.")
+def fetch_cmd(name: str, to: str | None, overwrite: bool, active_deadline: int, renamed: str | None, **o) -> None:
     """Copy a finished job's final-model, metrics.json, best-model and index off its claim.
 
     A short-lived pod of this tool's own mounts the claim read-only and streams a tar (as kubectl cp);
     it is deleted when the copy ends. For jobs whose /workspace is a PVC; see export: for object storage."""
+    if renamed is not None:  # one meaning per flag: --timeout is a wait (submit --wait), this is a lifetime
+        raise CliError(
+            "fetch --timeout is now --active-deadline (the fetch pod's lifetime)",
+            hint="pass --active-deadline with the same value, e.g. --active-deadline 2h",
+        )
     name = job_name(name)
     dest = Path(to) if to else Path(name)
 
@@ -204,7 +204,7 @@ def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> 
         name,
         dest,
         overwrite=overwrite,
-        deadline=timeout,
+        deadline=active_deadline,
         progress=bar,
         warn=lambda line: click.echo(line, err=True),
     )

@@ -68,7 +68,8 @@ def run_cmd(**o) -> None:
     }
     spaces = tuple(parse_space(p) for p in o.pop("param"))
     config_text = read_config(o["config"])
-    job = build_spec(o, without_export(config_text))  # the trials export nothing: the sweep exports the best
+    # the trials export nothing (the sweep exports the best); the spaces tell this sweep's name from another's
+    job = build_spec(o, without_export(config_text), salt=[spaces, sweep_options])
     sweep = SweepSpec(job=job, params=spaces, config_text=config_text, **sweep_options)
     if engine == "local":
         _local(sweep, dry_run, output, Path(workdir))

@@ -7,7 +7,8 @@
 * :mod:`.cluster`: :class:`Cluster`, the operations every command uses on one namespace;
 * :mod:`.runtime`: this image's ClusterTrainingRuntime (``runtime render|install``) and its failure policy;
 * :mod:`.fetch`: ``fetch``, a finished job's outputs copied off its claim by a read-only pod of its own;
-  :mod:`.archive`: the tar streamed out of that pod over exec, extracted without trusting it.
+  :mod:`.archive`: the tar streamed out of that pod over exec, extracted without trusting it;
+* :mod:`.upload`: ``upload``, local data streamed onto a job's claim through the same pod, writing.
 
 The local backend, which replays a rendered job without a cluster, is :mod:`operator_cli.local`.
 """

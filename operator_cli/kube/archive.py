@@ -21,7 +21,9 @@ from typing import IO, Any
 
 from operator_cli.errors import CliError
 
-__all__ = ["ExecStream", "check_destination", "extract", "staged"]
+__all__ = ["ExecStream", "check_destination", "extract", "send_tree", "staged", "tree_bytes"]
+
+WRITE_FRAME = 1 << 20  # bytes per websocket frame written to a pod's stdin
 
 
 # ---- an exec's stdout as a file ------------------------------------------------------------------------------------
@@ -48,6 +50,24 @@ class ExecStream:
         data = bytes(self._out[:size])
         del self._out[:size]
         return data
+
+    def write(self, data: bytes) -> int:
+        """Bytes to the command's stdin (channel 0), for tarfile's stream mode (``upload``)."""
+        from websocket import ABNF
+
+        for start in range(0, len(data), WRITE_FRAME):
+            chunk = data[start : start + WRITE_FRAME]
+            self.sock.send(b"\x00" + chunk, opcode=ABNF.OPCODE_BINARY)
+            self.progress(len(chunk))
+        return len(data)
+
+    def close_stdin(self) -> None:
+        """The end of stdin: a v5 channel close (older servers ignore it; the pod's tar ends on its own
+        end-of-archive blocks anyway)."""
+        from websocket import ABNF
+
+        with contextlib.suppress(Exception):
+            self.sock.send(bytes([255, 0]), opcode=ABNF.OPCODE_BINARY)
 
     def _receive(self) -> bool:
         """One frame into its channel's buffer; False when it brought no stdout."""
@@ -105,6 +125,44 @@ class ExecStream:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.sock.close()
+
+
+# ---- a local tree into a pod ----------------------------------------------------------------------------------
+
+
+class _Buffered:
+    """tarfile writes 10 KiB records; a pod's stdin takes frames of :data:`WRITE_FRAME`."""
+
+    def __init__(self, out: ExecStream):
+        self.out, self.buf = out, bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.buf += data
+        if len(self.buf) >= WRITE_FRAME:
+            self.flush()
+        return len(data)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.out.write(bytes(self.buf))
+            self.buf.clear()
+
+
+def send_tree(local: Path, out: ExecStream, arcname: str) -> None:
+    """``local`` (a file or a directory, links followed: their content is what the job reads) as a tar
+    stream whose one top-level member is ``arcname``; only files and directories, as ``extract`` takes."""
+    buffered = _Buffered(out)
+    with tarfile.open(fileobj=buffered, mode="w|", format=tarfile.PAX_FORMAT, dereference=True) as tar:
+        tar.add(local, arcname=arcname, filter=lambda m: m if m.isreg() or m.isdir() else None)
+    buffered.flush()
+    out.close_stdin()
+
+
+def tree_bytes(local: Path) -> int:
+    """The bytes :func:`send_tree` reads, for a progress bar."""
+    if local.is_file():
+        return local.stat().st_size
+    return sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
 
 
 # ---- safe extraction ---------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ __all__ = ["Cluster"]
 
 # the core objects this tool creates and deletes, by kind: the CoreV1Api methods' suffix
 VERBS = ("create", "read", "delete")
+HELPERS = ("fetch", "upload")  # the components of this tool's short-lived pods on a job's claim
 _CORE = {"ConfigMap": "config_map", "Pod": "pod", "PersistentVolumeClaim": "persistent_volume_claim"}
 
 
@@ -209,21 +210,22 @@ class Cluster:
         """(create(obj), get(name), delete(name)) for ``kind``: a core object's CoreV1Api calls, or a job kind's."""
         if job_kind := kind_named(kind) or sweep_named(kind):  # a sweep (tune) is created and deleted alike
             return (
-                lambda obj: job_kind.create(self.custom, self.ns, obj),
+                lambda obj, **q: job_kind.create(self.custom, self.ns, obj, **q),
                 lambda name: job_kind.get(self.custom, self.ns, name),
                 lambda name: job_kind.delete(self.custom, self.ns, name),
             )
         if kind not in _CORE:
             raise CliError(f"cannot create objects of kind {kind}")
         create, read, delete = (getattr(self.core, f"{verb}_namespaced_{_CORE[kind]}") for verb in VERBS)
-        return lambda obj: create(self.ns, obj), lambda name: read(name, self.ns), lambda name: delete(name, self.ns)
+        return lambda obj, **q: create(self.ns, obj, **q), lambda n: read(n, self.ns), lambda n: delete(n, self.ns)
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         """Create one object of this tool's (a ConfigMap, a PVC, a job of any kind, ``fetch``'s pod); returns
-        the object as stored."""
+        the object as stored. ``dry_run``: the API server's ``dryRun=All`` (admitted, defaulted, not stored)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         create = self._verbs(kind)[0]
-        result = self.request(lambda: create(obj), "create", kind, name)
+        query = {"dry_run": "All"} if dry_run else {}
+        result = self.request(lambda: create(obj, **query), "dry-run create" if dry_run else "create", kind, name)
         return result if isinstance(result, dict) else self.api.sanitize_for_serialization(result) or obj
 
     def delete(self, kind: str, name: str) -> bool:
@@ -242,8 +244,11 @@ class Cluster:
         read = self._verbs(kind)[1]
         return self.read(lambda: read(name), "get", kind, name)
 
-    def create_all(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Create in order; if one is refused, remove the ones just created (all-or-nothing)."""
+    def create_all(self, objects: list[dict[str, Any]], dry_run: bool = False) -> list[dict[str, Any]]:
+        """Create in order; if one is refused, remove the ones just created (all-or-nothing). ``dry_run``: each
+        sent with ``dryRun=All``, so nothing is stored and nothing needs removing."""
+        if dry_run:
+            return [self.create(obj, dry_run=True) for obj in objects]
         created: list[dict[str, Any]] = []
         try:
             for obj in objects:
@@ -285,14 +290,16 @@ class Cluster:
         return removed
 
     def _delete_fetch_pods(self, name: str) -> list[str]:
-        """A ``fetch`` pod left by a killed CLI (by its labels; the job's garbage collection may take it too)."""
-        selector = f"{C.LABEL_INSTANCE}={name},{C.LABEL_MANAGED_BY}={C.MANAGED_BY},{C.LABEL_COMPONENT}=fetch"
+        """A ``fetch`` or ``upload`` pod left by a killed CLI (by its labels; the job's garbage collection may take
+        it too)."""
+        helpers = ",".join(HELPERS)
+        selector = f"{C.LABEL_INSTANCE}={name},{C.LABEL_MANAGED_BY}={C.MANAGED_BY},{C.LABEL_COMPONENT} in ({helpers})"
         try:
             pods = self.items(lambda: self.core.list_namespaced_pod(self.ns, label_selector=selector), "Pod")
         except CliError as e:
             self.skipped.append(f"any fetch pod of {name} (cannot list pods: {e.message})")
             return []
-        ours = [p["metadata"]["name"] for p in pods if _ours(p, name) and _labels(p).get(C.LABEL_COMPONENT) == "fetch"]
+        ours = [p["metadata"]["name"] for p in pods if _ours(p, name) and _labels(p).get(C.LABEL_COMPONENT) in HELPERS]
         return [f"Pod {pod}" for pod in ours if self.delete("Pod", pod)]
 
     # ---- read ------------------------------------------------------------------------------

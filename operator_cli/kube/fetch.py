@@ -54,9 +54,12 @@ __all__ = [
     "exec_stream",
     "fetch",
     "fetch_pod",
+    "job_pod",
     "plan",
     "pod_manifest",
+    "remove_pod",
     "source_dir",
+    "wait_running",
 ]
 
 ITEMS = ("final-model", "metrics.json", "best-model", "index")  # what the trainer writes whole
@@ -96,14 +99,16 @@ class FetchPod:
     pod_name: str
     image: str
     claim: str
-    source: str  # the job's output_dir, inside the pod
     deadline: int  # activeDeadlineSeconds
+    source: str = ""  # fetch: the job's output_dir, inside the pod
     owner: dict[str, str] | None = None  # the job, for Kubernetes' garbage collector
     image_pull_secrets: list[str] = field(default_factory=list)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)  # the job's own --label values
     annotations: dict[str, str] = field(default_factory=dict)
     container: str = CONTAINER
+    component: str = "fetch"  # its app.kubernetes.io/component label: fetch or upload
+    read_only: bool = True  # the claim as fetch reads it; upload writes
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def plan(cluster: Cluster, name: str, deadline: int, pod_name: str | None = None
 def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str, deadline: int,
               pod_name: str | None = None) -> FetchPod:  # fmt: skip
     """The fetch pod for a live job (pure; ``output_dir`` is read only once the job passes its checks)."""
-    kind, name, meta = kind_of(job), job["metadata"]["name"], job["metadata"]
+    kind, name = kind_of(job), job["metadata"]["name"]
     what = f"{kind.kind} {namespace}/{name}"
     if (claim := workspace_claim(job)) is None:
         raise CliError(
@@ -158,26 +163,35 @@ def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str
             hint=f"wait with `colbert-k8s status {name} -w`, then fetch",
             exit_code=1,
         )
+    pod_name = pod_name or names.fetch_pod(name, secrets.token_hex(3))
+    return job_pod(job, namespace, deadline, pod_name, claim=claim, source=source_dir(output_dir()))
+
+
+def job_pod(job: dict[str, Any], namespace: str, deadline: int, pod_name: str, **fields: Any) -> FetchPod:
+    """A short-lived pod of this tool's on a job's claim (fetch's, upload's): the job's image, pull secrets,
+    tolerations and own labels, owned by the job (Kubernetes removes it with the job)."""
+    kind, name, meta = kind_of(job), job["metadata"]["name"], job["metadata"]
     spec = job.get("spec", {})
     pod_images = (c.get("image") for cs in find_all(spec, "containers") for c in cs if c.get("image"))
     image = kind.image(job) or next(pod_images, None)
     if not image:
-        raise CliError(f"{what} names no image to read its claim with", hint="fetch it with kubectl cp instead")
+        raise CliError(
+            f"{kind.kind} {namespace}/{name} names no image to reach its claim with", hint="use kubectl cp instead"
+        )
     labels = {k: v for k, v in (meta.get("labels") or {}).items()
               if not k.startswith("app.kubernetes.io/") and k != C.LABEL_KUEUE_QUEUE}  # fmt: skip
     owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": name, "uid": meta.get("uid")}
     return FetchPod(
         name=name,
         namespace=namespace,
-        pod_name=pod_name or names.fetch_pod(name, secrets.token_hex(3)),
+        pod_name=pod_name,
         image=image,
-        claim=claim,
-        source=source_dir(output_dir()),
         deadline=deadline,
         owner=owner if meta.get("uid") else None,
         image_pull_secrets=sorted({s["name"] for found in find_all(spec, "imagePullSecrets") for s in found}),
         tolerations=next(iter(find_all(spec, "tolerations")), []),
         labels=labels,
+        **fields,
     )
 
 
@@ -206,8 +220,11 @@ def pod_manifest(pod: FetchPod) -> dict[str, Any]:
 # ---- the exec stream ---------------------------------------------------------------------------------------
 
 
-def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -> ExecStream:
-    """``command`` run in the fetch pod over the exec subresource, binary-safe."""
+def exec_stream(
+    cluster: Cluster, pod: str, command: list[str], progress=None, *, stdin: bool = False, container: str = CONTAINER
+) -> ExecStream:
+    """``command`` run in the fetch (or upload) pod over the exec subresource, binary-safe; ``stdin``: the
+    stream also writes (:meth:`ExecStream.write`)."""
     from kubernetes.stream import stream
 
     what = f"{command[0]} in Pod {cluster.ns}/{pod}"
@@ -218,8 +235,8 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
                 pod,
                 cluster.ns,
                 command=command,
-                container=CONTAINER,
-                stdin=False,
+                container=container,
+                stdin=stdin,
                 stdout=True,
                 stderr=True,
                 tty=False,
@@ -235,10 +252,10 @@ def exec_stream(cluster: Cluster, pod: str, command: list[str], progress=None) -
             raise
         status = int(refused[1])  # the websocket handshake's refusal arrives as text, with its headers: not shown
         hint = (
-            "fetch needs RBAC permission to create pods/exec; check with "
+            "fetch and upload need RBAC permission to create pods/exec; check with "
             f"`kubectl auth can-i create pods --subresource=exec -n {cluster.ns}`"
             if status == 403
-            else "the fetch pod may have been removed or evicted; run fetch again"
+            else "the pod may have been removed or evicted; run the command again"
         )
         raise CliError(f"cannot exec in Pod {cluster.ns}/{pod}: {status} {refused[2].strip()}", hint=hint,
                        status=status) from e  # fmt: skip
@@ -270,7 +287,7 @@ def fetch(
     pod = plan(cluster, name, deadline, pod_name)
     cluster.create(pod_manifest(pod))
     try:
-        _wait_running(cluster, pod.pod_name, min(START_SECONDS, deadline))
+        wait_running(cluster, pod.pod_name, min(START_SECONDS, deadline))
         listing = _listing(cluster, pod, open_exec)
         items = listing["items"]
         what = f"the tar of {name}'s outputs from Pod {cluster.ns}/{pod.pod_name}"
@@ -284,7 +301,7 @@ def fetch(
             finally:
                 stream.close()
     finally:
-        _remove(cluster, pod.pod_name, name, warn)
+        remove_pod(cluster, pod.pod_name, name, warn)
     return Fetched(items, int(listing["bytes"]), to)
 
 
@@ -312,7 +329,7 @@ def _listing(cluster: Cluster, pod: FetchPod, open_exec) -> dict[str, Any]:
     return listing
 
 
-def _wait_running(cluster: Cluster, pod: str, seconds: float) -> None:
+def wait_running(cluster: Cluster, pod: str, seconds: float) -> None:
     """Until the pod runs (scheduled, image pulled, claim mounted); why not, in one line, after ``seconds``."""
     give_up = time.monotonic() + seconds
     while True:
@@ -324,14 +341,15 @@ def _wait_running(cluster: Cluster, pod: str, seconds: float) -> None:
         if phase in ("Succeeded", "Failed") or time.monotonic() > give_up:
             why = pod_reason(obj, cluster.events(pod)) or obj.status and obj.status.reason or "no reason reported"
             raise CliError(
-                f"Pod {cluster.ns}/{pod} (fetch) is {phase} after {seconds:g}s: {why}",
+                f"Pod {cluster.ns}/{pod} is {phase} after {seconds:g}s: {why}",
                 hint="a claim another pod still uses on another node cannot be mounted (ReadWriteOnce); "
                 f"see `kubectl describe pod {pod} -n {cluster.ns}`",
             )
         time.sleep(POLL_SECONDS)
 
 
-def _remove(cluster: Cluster, pod: str, job: str, warn: Callable[[str], Any]) -> None:
+def remove_pod(cluster: Cluster, pod: str, job: str, warn: Callable[[str], Any]) -> None:
+    """Delete this tool's short-lived pod; a failure is a warning (its deadline ends it anyway)."""
     try:
         cluster.delete("Pod", pod)
     except CliError as e:  # never hides the fetch's own outcome; the pod's deadline ends it anyway

@@ -27,13 +27,13 @@ def pod(job: str, replica: str) -> str:
     return f"{job}-{replica}"
 
 
-def fetch_pod(job: str, token: str) -> str:
-    """``fetch``'s own pod: the job's name cut to leave room for the suffix within 63 characters.
+def fetch_pod(job: str, token: str, component: str = "fetch") -> str:
+    """``fetch``'s (or ``upload``'s) own pod: the job's name cut to leave room for the suffix within 63 characters.
 
-    >>> fetch_pod("a" * 60, "abc123")
-    'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-fetch-abc123'
+    >>> fetch_pod("a" * 60, "abc123"), fetch_pod("demo", "abc123", "upload")
+    ('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-fetch-abc123', 'demo-upload-abc123')
     """
-    return f"{job[:40]}-fetch-{token}"
+    return f"{job[:40]}-{component}-{token}"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ What a real API server does that kmock alone does not, and how this file closes 
 * cluster-scoped reads (namespaces, ClusterTrainingRuntimes) are routed by hand below;
 * deleting an object deletes the objects it owns (ownerReferences), as the garbage collector does
   (unless ``propagationPolicy: Orphan``);
+* a create with ``?dryRun=All`` is answered with the object as it would be stored, and not stored;
 
 Not emulated: admission webhooks, CRD schema validation (the tests validate manifests against the
 Kubeflow SDK models instead), finalizers' waits, and the controllers.
@@ -36,6 +37,10 @@ class _ApiServer(kmock.KubernetesEmulator):
 
     _versions = itertools.count(1000)
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.dry_runs: list = []  # creates sent with ?dryRun=All: answered, never stored
+
     async def _handle(self, request):
         if request.resource is not None and request.resource.plural == "selfsubjectaccessreviews":
             return await super(kmock.KubernetesEmulator, self)._handle(request)  # a question, never stored
@@ -52,6 +57,13 @@ class _ApiServer(kmock.KubernetesEmulator):
                 meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 if request.namespace:
                     meta.setdefault("namespace", request.namespace)
+        if data is not None and request.action == kmock.action.CREATE and request.params.get("dryRun") == "All":
+            import aiohttp.web
+
+            # answered as it would be stored, and not stored (a real server also runs its admission webhooks
+            # and defaulting, which this one has none of)
+            self.dry_runs.append(request)
+            return aiohttp.web.json_response(data, status=201)
         if request.resource is not None and request.name and str(request.method).endswith("PUT"):
             return await self._replace(request)
         owner_uid = self._uid_of(request) if request.action == kmock.action.DELETE and request.name else None

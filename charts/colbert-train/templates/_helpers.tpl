@@ -30,6 +30,7 @@ app.kubernetes.io/name: colbert-k8s
 app.kubernetes.io/instance: {{ include "colbert-train.name" .root | quote }}
 app.kubernetes.io/managed-by: colbert-k8s
 app.kubernetes.io/component: {{ .component | quote }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | quote }}
 {{- range $k, $v := .root.Values.labels }}
 {{ include "colbert-train.key" $k }}: {{ $v | quote }}
@@ -153,12 +154,6 @@ securityContext:
 {{- end }}
 {{- end -}}
 
-{{/* Whether any resources are set (then "colbert-train.resources" renders them). */}}
-{{- define "colbert-train.hasResources" -}}
-{{- $_ := include "colbert-train.gpuResource" . }}{{/* refuses mig without exactly one GPU per pod */}}
-{{- if or (gt (int .Values.gpusPerNode) 0) .Values.resources.cpu .Values.resources.memory }}true{{ end -}}
-{{- end -}}
-
 {{/* The GPU resource: whole GPUs, or one MIG slice (same rule as operator_cli/scheduling.py). */}}
 {{- define "colbert-train.gpuResource" -}}
 {{- with .Values.mig -}}
@@ -171,20 +166,54 @@ nvidia.com/gpu
 {{- end -}}
 {{- end -}}
 
+{{/*
+A Kubernetes quantity as a number of bytes (a float): the same arithmetic as operator_cli/resources.py.
+*/}}
+{{- define "colbert-train.bytes" -}}
+{{- $q := toString . -}}
+{{- $num := regexFind "^[0-9.]+" $q -}}
+{{- $suffix := trimPrefix $num $q -}}
+{{- $units := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- $mult := 1.0 -}}
+{{- if hasKey $units $suffix -}}
+{{- $mult = get $units $suffix -}}
+{{- else -}}{{/* a decimal exponent, e3 or E+3 */}}
+{{- range until (int (trimPrefix "+" (substr 1 (len $suffix) $suffix))) }}{{ $mult = mulf $mult 10.0 }}{{ end -}}
+{{- end -}}
+{{- mulf (float64 $num) $mult -}}
+{{- end -}}
+
+{{/*
+The trainer container's resources, as JobSpec.resource_limits and resource_requests: limits are the GPUs,
+the RDMA device of nccl ib (rdmaResource) and resources.cpu/memory when set; requests are those, or
+derived from gpusPerNode (4 CPUs and 16Gi per GPU; a CPU pod 4 and 8Gi) plus the memory-backed /dev/shm,
+which counts against the pod's memory (a resources.memory it would fill is refused).
+*/}}
 {{- define "colbert-train.resources" -}}
 {{- $v := .Values -}}
+{{- $gpus := int $v.gpusPerNode -}}
+{{- $ib := and (eq $v.nccl "ib") $v.rdmaResource -}}
+{{- if and $v.shm.enabled $v.resources.memory -}}
+{{- if ge (float64 (include "colbert-train.bytes" $v.shm.size)) (float64 (include "colbert-train.bytes" $v.resources.memory)) -}}
+{{- fail (printf "shm.size %s would fill resources.memory %s: /dev/shm is memory-backed and counts against the pod's memory limit; raise resources.memory or lower shm.size" (toString $v.shm.size) (toString $v.resources.memory)) -}}
+{{- end -}}
+{{- end -}}
+{{- $memory := $v.resources.memory -}}
+{{- if not $memory -}}
+{{- $mi := ternary (mul 16384 $gpus) 8192 (gt $gpus 0) -}}
+{{- if $v.shm.enabled -}}
+{{- $mi = add $mi (int64 (ceil (divf (float64 (include "colbert-train.bytes" $v.shm.size)) 1048576.0))) -}}
+{{- end -}}
+{{- $memory = ternary (printf "%dGi" (div $mi 1024)) (printf "%dMi" $mi) (eq (mod $mi 1024) 0) -}}
+{{- end -}}
+{{- if or (gt $gpus 0) $ib $v.resources.cpu $v.resources.memory }}
 limits:
-  {{- if gt (int $v.gpusPerNode) 0 }}
-  {{ include "colbert-train.gpuResource" . }}: {{ int $v.gpusPerNode }}
+  {{- if gt $gpus 0 }}
+  {{ include "colbert-train.gpuResource" . }}: {{ $gpus }}
   {{- end }}
-  {{- with $v.resources.cpu }}
-  cpu: {{ . | quote }}
+  {{- if $ib }}
+  {{ $v.rdmaResource | quote }}: 1
   {{- end }}
-  {{- with $v.resources.memory }}
-  memory: {{ . | quote }}
-  {{- end }}
-{{- if or $v.resources.cpu $v.resources.memory }}
-requests:
   {{- with $v.resources.cpu }}
   cpu: {{ . | quote }}
   {{- end }}
@@ -192,6 +221,9 @@ requests:
   memory: {{ . | quote }}
   {{- end }}
 {{- end }}
+requests:
+  cpu: {{ $v.resources.cpu | default (ternary (mul 4 $gpus) 4 (gt $gpus 0)) | toString | quote }}
+  memory: {{ $memory | quote }}
 {{- end -}}
 
 {{- define "colbert-train.containerSecurity" -}}
@@ -200,6 +232,15 @@ runAsNonRoot: true
 capabilities:
   drop:
     - ALL
+{{- end -}}
+
+{{/* A job container's security context: the above, plus IPC_LOCK for nccl ib (NCCL pins its buffers). */}}
+{{- define "colbert-train.jobContainerSecurity" -}}
+{{- include "colbert-train.containerSecurity" . }}
+{{- if eq .Values.nccl "ib" }}
+  add:
+    - IPC_LOCK
+{{- end }}
 {{- end -}}
 
 {{- define "colbert-train.volumeMounts" -}}
@@ -290,12 +331,10 @@ spec:
         - name: PET_NPROC_PER_NODE
           value: {{ max 1 (int $root.Values.gpusPerNode) | toString | quote }}
         {{- end }}
-      {{- if include "colbert-train.hasResources" $root }}
       resources:
         {{- include "colbert-train.resources" $root | nindent 8 }}
-      {{- end }}
       securityContext:
-        {{- include "colbert-train.containerSecurity" $root | nindent 8 }}
+        {{- include "colbert-train.jobContainerSecurity" $root | nindent 8 }}
       volumeMounts:
         {{- include "colbert-train.volumeMounts" $root | nindent 8 }}
   volumes:
@@ -339,12 +378,13 @@ exactly when the processes divide it: trainer.config._split).
 {{- end -}}
 
 {{/*
-ExitCode with a claim (permanent exit codes 1-127 fail at once; a new pod resumes from the claim),
-OnFailure with an emptyDir (a new pod would lose the checkpoints). Same rule as JobSpec.restart_policy.
+ExitCode (permanent exit codes 1-127 fail at once; 128-255 get a new pod) for a claim and for one pod;
+OnFailure only for several pods on per-pod emptyDirs (a restarted worker must find the master's pod and
+its checkpoints). Same rule as JobSpec.restart_policy.
 */}}
 {{- define "colbert-train.restartPolicy" -}}
 {{- $p := .Values.persistence -}}
-{{- ternary "ExitCode" "OnFailure" (not (not (or $p.existingClaim $p.size))) -}}
+{{- ternary "OnFailure" "ExitCode" (and (gt (int .Values.nodes) 1) (not (or $p.existingClaim $p.size))) -}}
 {{- end -}}
 
 {{/*

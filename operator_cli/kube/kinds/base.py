@@ -101,8 +101,9 @@ class JobKind(ABC):
         """The variables this API's controller injects into pod ``index``."""
 
     # ---- the API ---------------------------------------------------------------------------------------
-    def create(self, custom: Any, namespace: str, obj: dict[str, Any]) -> Any:
-        return custom.create_namespaced_custom_object(self.group, self.version, namespace, self.plural, obj)
+    def create(self, custom: Any, namespace: str, obj: dict[str, Any], **query: Any) -> Any:
+        """``query``: the API's create options, e.g. ``dry_run="All"`` (``submit --dry-run=server``)."""
+        return custom.create_namespaced_custom_object(self.group, self.version, namespace, self.plural, obj, **query)
 
     def get(self, custom: Any, namespace: str, name: str) -> Any:
         return custom.get_namespaced_custom_object(self.group, self.version, namespace, self.plural, name)
