@@ -23,8 +23,21 @@ __all__ = ["Check", "LEVELS", "run_checks"]
 
 LEVELS = {"OK": 0, "WARN": 1, "FAIL": 2}
 # provisioners whose volumes many nodes can mount read-write at once (the usual ones; others may too)
-RWX_PROVISIONERS = ("nfs", "cephfs", "efs.csi.aws.com", "filestore", "file.csi.azure.com", "azurefile", "lustre",
-                    "gpfs", "longhorn", "juicefs", "weka", "netapp", "portworx")  # fmt: skip
+RWX_PROVISIONERS = (
+    "nfs",
+    "cephfs",
+    "efs.csi.aws.com",
+    "filestore",
+    "file.csi.azure.com",
+    "azurefile",
+    "lustre",
+    "gpfs",
+    "longhorn",
+    "juicefs",
+    "weka",
+    "netapp",
+    "portworx",
+)
 GPU = C.GPU_RESOURCE
 
 
@@ -74,8 +87,13 @@ def _crds(cluster: Cluster, api: str) -> tuple[list[Check], list[str]]:
     lines, served = {}, []
     for key, kind in KINDS.items():
         try:
-            crd = cluster.read(lambda k=kind: ext.read_custom_resource_definition(k.crd), "get",
-                        "CustomResourceDefinition", kind.crd, None)  # fmt: skip
+            crd = cluster.read(
+                lambda k=kind: ext.read_custom_resource_definition(k.crd),
+                "get",
+                "CustomResourceDefinition",
+                kind.crd,
+                None,
+            )
         except CliError as e:
             lines[key] = Check(f"{key} API", "WARN", f"could not check: {e.message}", e.hint or "")
             continue
@@ -136,8 +154,12 @@ def _topologies(cluster: Cluster) -> Check:
     """Kueue's Topology objects (the levels --topology-* may name) and ResourceFlavors (which use them)."""
 
     def listed(plural: str, kind: str) -> list[dict] | None:
-        answer = cluster.read(lambda: cluster.custom.list_cluster_custom_object(C.KUEUE_GROUP, C.KUEUE_VERSION,
-                              plural), "list", kind, namespace=None)  # fmt: skip
+        answer = cluster.read(
+            lambda: cluster.custom.list_cluster_custom_object(C.KUEUE_GROUP, C.KUEUE_VERSION, plural),
+            "list",
+            kind,
+            namespace=None,
+        )
         return None if answer is None else cluster.items_of(answer, kind)
 
     topologies, flavors = listed("topologies", "Topology"), listed("resourceflavors", "ResourceFlavor")
@@ -150,8 +172,11 @@ def _topologies(cluster: Cluster) -> Check:
         for t in topologies or []
     }
     detail = "; ".join(f"Topology {n}: {' > '.join(lv) or 'no levels'}" for n, lv in sorted(levels.items()))
-    uses = [f"{_name(f)} -> {(f.get('spec') or {}).get('topologyName')}" for f in flavors or []
-            if (f.get("spec") or {}).get("topologyName")]  # fmt: skip
+    uses = [
+        f"{_name(f)} -> {(f.get('spec') or {}).get('topologyName')}"
+        for f in flavors or []
+        if (f.get("spec") or {}).get("topologyName")
+    ]
     names = ", ".join(sorted(_name(f) for f in flavors or [])) or "none"
     detail = (detail or "no Topology (--topology-* not usable)") + f"; ResourceFlavor(s) {names}"
     if uses:
@@ -261,6 +286,12 @@ def _access(cluster: Cluster, apis: list[str]) -> list[Check]:
             out.append(Check(name, "OK", f"create {plural} in {cluster.ns}: allowed"))
         else:
             why = status.get("reason") or "denied"
-            out.append(Check(name, "FAIL", f"create {plural} in {cluster.ns}: {why}",
-                             "ask your cluster admin for a Role that allows it"))  # fmt: skip
+            out.append(
+                Check(
+                    name,
+                    "FAIL",
+                    f"create {plural} in {cluster.ns}: {why}",
+                    "ask your cluster admin for a Role that allows it",
+                )
+            )
     return out

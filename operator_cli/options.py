@@ -134,87 +134,243 @@ QUANTITY = "must be a Kubernetes quantity like 4, 500m or 32Gi"
 API_RANGE = "(the API field's range)"
 
 JOB_OPTIONS: tuple[Option, ...] = (
-    Option("--config", "Training YAML (validated before anything is sent).", field="config_text", file=True,
-           required=True),
-    Option("--name", "Job name (DNS-1035). Default: colbert-<hash>, from the config and the options, so the "
-           "same job renders the same name.", rule=_full("dns1035"),
-           must="must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)"),
-    Option("--namespace", "Default: the kubeconfig context's namespace, else 'default'.", short="-n",
-           rule=_full("dns1123_label"), must="must be a DNS-1123 label (at most 63 of a-z, 0-9, '-')"),
-    Option("--nodes", "Pods: 1 Master + (nodes-1) Workers. Default: 1, or MAX with --elastic.", type=int,
-           rule=_within(1, C.MAX_NODES), must=f"must be between 1 and {C.MAX_NODES}"),
-    Option("--elastic", "Elastic PyTorchJob: train on any MIN..MAX nodes; a lost node's survivors go on from the "
-           "newest checkpoint (needs a PVC and training.global_batch_size).", metavar="MIN:MAX", parse=parse_elastic),
-    Option("--gpus-per-node", "GPUs and processes per pod; 0 = CPU job, 1 process per pod.", type=int,
-           show_default=True, rule=_within(0, C.MAX_GPUS_PER_NODE),
-           must=f"must be between 0 and {C.MAX_GPUS_PER_NODE}"),
-    Option("--image", "The trainer image (built from this repository's Dockerfile).", show_default=True,
-           rule=_full("image"), must="must be an image reference like REGISTRY/NAME:TAG"),
-    Option("--cpu", "CPU request and limit per pod, e.g. 8. Default: a request of 4 per GPU (4 for a CPU job).",
-           rule=_full("quantity"), must=QUANTITY),
-    Option("--memory", "Memory request and limit per pod, e.g. 64Gi; it must exceed --shm-size. Default: a request "
-           "of 16Gi per GPU (8Gi for a CPU job) plus --shm-size.", rule=_full("quantity"), must=QUANTITY),
-    Option("--shm-size", "Memory-backed /dev/shm size (it counts against the pod's memory); 0 disables it.",
-           show_default=True,
-           parse=lambda v: None if v in ("0", "") else v, rule=_full("quantity"), must=QUANTITY),
-    Option("--pvc", "Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model).",
-           rule=_full("dns1123"), must=DNS1123),
+    Option(
+        "--config", "Training YAML (validated before anything is sent).", field="config_text", file=True, required=True
+    ),
+    Option(
+        "--name",
+        "Job name (DNS-1035). Default: colbert-<hash>, from the config and the options, so the "
+        "same job renders the same name.",
+        rule=_full("dns1035"),
+        must="must be a DNS-1035 label (lowercase letters, digits, '-', starting with a letter)",
+    ),
+    Option(
+        "--namespace",
+        "Default: the kubeconfig context's namespace, else 'default'.",
+        short="-n",
+        rule=_full("dns1123_label"),
+        must="must be a DNS-1123 label (at most 63 of a-z, 0-9, '-')",
+    ),
+    Option(
+        "--nodes",
+        "Pods: 1 Master + (nodes-1) Workers. Default: 1, or MAX with --elastic.",
+        type=int,
+        rule=_within(1, C.MAX_NODES),
+        must=f"must be between 1 and {C.MAX_NODES}",
+    ),
+    Option(
+        "--elastic",
+        "Elastic PyTorchJob: train on any MIN..MAX nodes; a lost node's survivors go on from the "
+        "newest checkpoint (needs a PVC and training.global_batch_size).",
+        metavar="MIN:MAX",
+        parse=parse_elastic,
+    ),
+    Option(
+        "--gpus-per-node",
+        "GPUs and processes per pod; 0 = CPU job, 1 process per pod.",
+        type=int,
+        show_default=True,
+        rule=_within(0, C.MAX_GPUS_PER_NODE),
+        must=f"must be between 0 and {C.MAX_GPUS_PER_NODE}",
+    ),
+    Option(
+        "--image",
+        "The trainer image (built from this repository's Dockerfile).",
+        show_default=True,
+        rule=_full("image"),
+        must="must be an image reference like REGISTRY/NAME:TAG",
+    ),
+    Option(
+        "--cpu",
+        "CPU request and limit per pod, e.g. 8. Default: a request of 4 per GPU (4 for a CPU job).",
+        rule=_full("quantity"),
+        must=QUANTITY,
+    ),
+    Option(
+        "--memory",
+        "Memory request and limit per pod, e.g. 64Gi; it must exceed --shm-size. Default: a request "
+        "of 16Gi per GPU (8Gi for a CPU job) plus --shm-size.",
+        rule=_full("quantity"),
+        must=QUANTITY,
+    ),
+    Option(
+        "--shm-size",
+        "Memory-backed /dev/shm size (it counts against the pod's memory); 0 disables it.",
+        show_default=True,
+        parse=lambda v: None if v in ("0", "") else v,
+        rule=_full("quantity"),
+        must=QUANTITY,
+    ),
+    Option(
+        "--pvc",
+        "Existing PersistentVolumeClaim mounted at /workspace (data, checkpoints, model).",
+        rule=_full("dns1123"),
+        must=DNS1123,
+    ),
     Option("--pvc-size", "Create a PVC of this size for /workspace instead.", rule=_full("quantity"), must=QUANTITY),
     Option("--storage-class", "StorageClass of the PVC created by --pvc-size.", rule=_full("dns1123"), must=DNS1123),
-    Option("--pod-local-storage", "With --nodes > 1 and no PVC: each pod keeps its own emptyDir /workspace; "
-           "a deleted master pod then restarts the job from step 0.", is_flag=True),
-    Option("--termination-grace-period", "Time from SIGTERM (eviction, preemption) to SIGKILL, e.g. 2m; the "
-           "trainer checkpoints in it.", field="termination_grace", show_default=True, parse=_duration(
-               "--termination-grace-period"), rule=_within(0, 24 * 3600), must="must be 0..86400 seconds (24h)"),
-    Option("--node-selector", "Node label the pods must match (repeatable), e.g. nvidia.com/gpu.product=H100.",
-           metavar="K=V", multiple=True, parse=_pairs("--node-selector"), checker=_labels),
-    Option("--toleration", "Tolerate a node taint (repeatable), e.g. nvidia.com/gpu:NoSchedule; without =VALUE "
-           "it tolerates any value (Exists).", metavar="KEY[=VALUE]:EFFECT", multiple=True, field="tolerations",
-           parse=lambda values: [parse_toleration(t) for t in values]),
-    Option("--priority-class", "PriorityClass of the pods. A TrainJob cannot set one: its runtime does (`runtime "
-           "install --priority-class`), or --label kueue.x-k8s.io/priority-class=NAME.", rule=_full("dns1123"),
-           must=DNS1123),
-    Option("--queue", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name).", rule=_full("label_value"),
-           must="must be a valid label value"),
-    Option("--service-account", "An existing ServiceAccount the pods run as (e.g. bound to a cloud role for "
-           "object-store access: workload identity).", rule=_full("dns1123"), must=DNS1123),
-    Option("--image-pull-secret", "A docker-registry Secret for pulling --image (repeatable).", multiple=True,
-           field="image_pull_secrets", parse=list, rule=_full("dns1123"), must=DNS1123),
-    Option("--env", "Plain environment variable (never a credential).", metavar="K=V", multiple=True,
-           parse=_pairs("--env"), checker=_env),
-    Option("--secret-env", "Variable from a Secret key (secretKeyRef).", metavar="VAR=SECRET/KEY", multiple=True,
-           parse=parse_secret_envs),
-    Option("--backoff-limit", "Restarts before the job fails.", type=int, show_default=True,
-           rule=_within(0, INT32_MAX), must=f"must be between 0 and {INT32_MAX} {API_RANGE}"),
-    Option("--active-deadline", "How long a running job may run before it is stopped, e.g. 48h (seconds "
-           "shown); 0 = never.", show_default=True, parse=lambda v: _duration("--active-deadline")(v) or None,
-           rule=_within(0, INT64_MAX), must=f"must be between 0 and {INT64_MAX} seconds {API_RANGE}"),
-    Option("--ttl-after-finished", "How long a finished job is kept, e.g. 24h (seconds shown).", show_default=True,
-           parse=_duration("--ttl-after-finished"), rule=_within(0, INT32_MAX),
-           must=f"must be between 0 and {INT32_MAX} seconds {API_RANGE}"),
-    Option("--nccl", "NCCL network preset (GPU jobs); ib also asks for an RDMA device (--rdma-resource) and the "
-           "IPC_LOCK capability.", choices=tuple(NCCL_PRESETS), rule=lambda v: v in NCCL_PRESETS,
-           must=f"must be one of {sorted(NCCL_PRESETS)}"),
-    Option("--rdma-resource", "The RDMA device resource --nccl ib asks one of per pod, as the cluster's device "
-           "plugin names it (e.g. nvidia.com/hostdev); none: ask for no device.", show_default=True,
-           parse=lambda v: None if v in ("none", "") else v, rule=_full("qualified_name"),
-           must="must be an extended resource name like rdma/ib, or none"),
-    Option("--api", " or ".join(f"{k.kind} ({k.product})" for k in KINDS.values()) + "; auto (submit only): the "
-           f"first the cluster serves of {', '.join(AUTO_ORDER)}.", choices=API_CHOICES, show_default=True,
-           rule=lambda v: v in KINDS,
-           must=f"must be one of {', '.join(KINDS)}"),
-    Option("--runtime", f"The ClusterTrainingRuntime a TrainJob uses (--api trainjob). Default: {C.V2_SHIPPED_RUNTIME} "
-           f"(`colbert-k8s runtime install`); submit falls back to the stock {C.V2_STOCK_RUNTIME} without it.",
-           rule=_full("dns1123"), must="must be a ClusterTrainingRuntime name (DNS-1123)"),
-    Option("--label", "Extra label on every object and pod (repeatable).", metavar="K=V", multiple=True,
-           field="labels", parse=_pairs("--label"), checker=_labels),
-    Option("--annotation", "Extra annotation on every object and pod (repeatable); never a credential.",
-           metavar="K=V", multiple=True, field="annotations", parse=_pairs("--annotation"),
-           checker=_annotations),
+    Option(
+        "--pod-local-storage",
+        "With --nodes > 1 and no PVC: each pod keeps its own emptyDir /workspace; "
+        "a deleted master pod then restarts the job from step 0.",
+        is_flag=True,
+    ),
+    Option(
+        "--termination-grace-period",
+        "Time from SIGTERM (eviction, preemption) to SIGKILL, e.g. 2m; the trainer checkpoints in it.",
+        field="termination_grace",
+        show_default=True,
+        parse=_duration("--termination-grace-period"),
+        rule=_within(0, 24 * 3600),
+        must="must be 0..86400 seconds (24h)",
+    ),
+    Option(
+        "--node-selector",
+        "Node label the pods must match (repeatable), e.g. nvidia.com/gpu.product=H100.",
+        metavar="K=V",
+        multiple=True,
+        parse=_pairs("--node-selector"),
+        checker=_labels,
+    ),
+    Option(
+        "--toleration",
+        "Tolerate a node taint (repeatable), e.g. nvidia.com/gpu:NoSchedule; without =VALUE "
+        "it tolerates any value (Exists).",
+        metavar="KEY[=VALUE]:EFFECT",
+        multiple=True,
+        field="tolerations",
+        parse=lambda values: [parse_toleration(t) for t in values],
+    ),
+    Option(
+        "--priority-class",
+        "PriorityClass of the pods. A TrainJob cannot set one: its runtime does (`runtime "
+        "install --priority-class`), or --label kueue.x-k8s.io/priority-class=NAME.",
+        rule=_full("dns1123"),
+        must=DNS1123,
+    ),
+    Option(
+        "--queue",
+        "Kueue LocalQueue (label kueue.x-k8s.io/queue-name).",
+        rule=_full("label_value"),
+        must="must be a valid label value",
+    ),
+    Option(
+        "--service-account",
+        "An existing ServiceAccount the pods run as (e.g. bound to a cloud role for "
+        "object-store access: workload identity).",
+        rule=_full("dns1123"),
+        must=DNS1123,
+    ),
+    Option(
+        "--image-pull-secret",
+        "A docker-registry Secret for pulling --image (repeatable).",
+        multiple=True,
+        field="image_pull_secrets",
+        parse=list,
+        rule=_full("dns1123"),
+        must=DNS1123,
+    ),
+    Option(
+        "--env",
+        "Plain environment variable (never a credential).",
+        metavar="K=V",
+        multiple=True,
+        parse=_pairs("--env"),
+        checker=_env,
+    ),
+    Option(
+        "--secret-env",
+        "Variable from a Secret key (secretKeyRef).",
+        metavar="VAR=SECRET/KEY",
+        multiple=True,
+        parse=parse_secret_envs,
+    ),
+    Option(
+        "--backoff-limit",
+        "Restarts before the job fails.",
+        type=int,
+        show_default=True,
+        rule=_within(0, INT32_MAX),
+        must=f"must be between 0 and {INT32_MAX} {API_RANGE}",
+    ),
+    Option(
+        "--active-deadline",
+        "How long a running job may run before it is stopped, e.g. 48h (seconds shown); 0 = never.",
+        show_default=True,
+        parse=lambda v: _duration("--active-deadline")(v) or None,
+        rule=_within(0, INT64_MAX),
+        must=f"must be between 0 and {INT64_MAX} seconds {API_RANGE}",
+    ),
+    Option(
+        "--ttl-after-finished",
+        "How long a finished job is kept, e.g. 24h (seconds shown).",
+        show_default=True,
+        parse=_duration("--ttl-after-finished"),
+        rule=_within(0, INT32_MAX),
+        must=f"must be between 0 and {INT32_MAX} seconds {API_RANGE}",
+    ),
+    Option(
+        "--nccl",
+        "NCCL network preset (GPU jobs); ib also asks for an RDMA device (--rdma-resource) and the "
+        "IPC_LOCK capability.",
+        choices=tuple(NCCL_PRESETS),
+        rule=lambda v: v in NCCL_PRESETS,
+        must=f"must be one of {sorted(NCCL_PRESETS)}",
+    ),
+    Option(
+        "--rdma-resource",
+        "The RDMA device resource --nccl ib asks one of per pod, as the cluster's device "
+        "plugin names it (e.g. nvidia.com/hostdev); none: ask for no device.",
+        show_default=True,
+        parse=lambda v: None if v in ("none", "") else v,
+        rule=_full("qualified_name"),
+        must="must be an extended resource name like rdma/ib, or none",
+    ),
+    Option(
+        "--api",
+        " or ".join(f"{k.kind} ({k.product})" for k in KINDS.values()) + "; auto (submit only): the "
+        f"first the cluster serves of {', '.join(AUTO_ORDER)}.",
+        choices=API_CHOICES,
+        show_default=True,
+        rule=lambda v: v in KINDS,
+        must=f"must be one of {', '.join(KINDS)}",
+    ),
+    Option(
+        "--runtime",
+        f"The ClusterTrainingRuntime a TrainJob uses (--api trainjob). Default: {C.V2_SHIPPED_RUNTIME} "
+        f"(`colbert-k8s runtime install`); submit falls back to the stock {C.V2_STOCK_RUNTIME} without it.",
+        rule=_full("dns1123"),
+        must="must be a ClusterTrainingRuntime name (DNS-1123)",
+    ),
+    Option(
+        "--label",
+        "Extra label on every object and pod (repeatable).",
+        metavar="K=V",
+        multiple=True,
+        field="labels",
+        parse=_pairs("--label"),
+        checker=_labels,
+    ),
+    Option(
+        "--annotation",
+        "Extra annotation on every object and pod (repeatable); never a credential.",
+        metavar="K=V",
+        multiple=True,
+        field="annotations",
+        parse=_pairs("--annotation"),
+        checker=_annotations,
+    ),
     # scheduling on shared clusters: their rules are operator_cli/scheduling.py's (they involve each other)
-    Option("--topology-required", "Kueue topology-aware scheduling: all pods in one domain of this node label "
-           "(e.g. cloud.google.com/gce-topology-block), or wait.", metavar="LEVEL"),
+    Option(
+        "--topology-required",
+        "Kueue topology-aware scheduling: all pods in one domain of this node label "
+        "(e.g. cloud.google.com/gce-topology-block), or wait.",
+        metavar="LEVEL",
+    ),
     Option("--topology-preferred", "Kueue: pack the pods into as few domains of LEVEL as it can.", metavar="LEVEL"),
-    Option("--mig", "One MIG slice per pod (e.g. 1g.10gb): nvidia.com/mig-PROFILE instead of nvidia.com/gpu.",
-           metavar="PROFILE"),
-)  # fmt: skip
+    Option(
+        "--mig",
+        "One MIG slice per pod (e.g. 1g.10gb): nvidia.com/mig-PROFILE instead of nvidia.com/gpu.",
+        metavar="PROFILE",
+    ),
+)

@@ -23,14 +23,6 @@ MAX_FUNCTION_LINES = 80
 CHECKED = ("trainer", "operator_cli")
 MAX_FMT_SKIPS = 5  # in CHECKED, each as ``# fmt: skip # <why the formatter's layout is worse here>``
 FMT_SKIP = re.compile(r"\s*# fmt: skip\b(?:\s*#\s*(?P<why>.*))?$")
-# Modules another branch of issue 44 splits or unpacks (its owner alone edits them): each must still need it,
-# so that the entry goes when the module is fixed.
-PENDING = {
-    "operator_cli.commands.job": "i44a: the runtime workflow",
-    "operator_cli.doctor": "i44a: the runtime workflow",
-    "operator_cli.kube.fetch": "i43: fetch",
-    "operator_cli.options": "i43: the option table",
-}
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -194,23 +186,14 @@ def test_lengths_are_measured_unpacked(tmp_path):
 
 @pytest.mark.parametrize("package", CHECKED)
 def test_modules_and_functions_are_short(package):
-    texts = formatted({n: p for n, p in _modules(package).items() if n not in PENDING})
+    texts = formatted(_modules(package))
     assert too_long(texts) == [], f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function"
 
 
 def test_fmt_skip_is_rare_and_says_why():
-    found = [s for s in fmt_skips(_checked()) if s[0] not in PENDING]
+    found = fmt_skips(_checked())
     assert [f"{m}:{n}" for m, n, why in found if not why] == [], "give each `# fmt: skip` a `# why` beside it"
     assert len(found) <= MAX_FMT_SKIPS, found
-
-
-def test_pending_modules_still_need_their_fix():
-    """An entry of PENDING goes once its module is short and unpacked: the test says which to remove."""
-    paths = {n: p for n, p in _checked().items() if n in PENDING}
-    assert set(paths) == set(PENDING), "a PENDING module no longer exists"
-    texts = formatted(paths)
-    need = {m for m, _, why in fmt_skips(paths) if not why} | {n for n in texts if too_long({n: texts[n]})}
-    assert set(PENDING) - need == set(), "remove these from PENDING in tests/test_layout.py: fixed"
 
 
 def test_imports_between_test_modules(tmp_path):

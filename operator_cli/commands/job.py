@@ -55,8 +55,11 @@ def build_spec(o: dict, config_text: str | None = None, salt: Any = None) -> Job
     ``salt``: more that tells this job from another in its derived name (``tune``'s spaces)."""
     if o["api"] == "auto":
         raise CliError("--api auto asks the cluster which API it serves: use it with submit, or pick one")
-    values = {opt.spec_field: opt.parse(o[opt.key]) if opt.parse and o[opt.key] is not None else o[opt.key]
-              for opt in JOB_OPTIONS if opt.key != "config"}  # fmt: skip
+    values = {
+        opt.spec_field: opt.parse(o[opt.key]) if opt.parse and o[opt.key] is not None else o[opt.key]
+        for opt in JOB_OPTIONS
+        if opt.key != "config"
+    }
     defaults = JobSpec.defaults()
     elastic = values["elastic"]
     if values["nodes"] is None:
@@ -94,8 +97,14 @@ def _format(output: str) -> str:
 
 @click.command("render", cls=Command)
 @job_options
-@click.option("-o", "--output", default="yaml", show_default=True, metavar="FORMAT",
-              help="yaml or json: the objects on stdout (as kubectl -o).")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    default="yaml",
+    show_default=True,
+    metavar="FORMAT",
+    help="yaml or json: the objects on stdout (as kubectl -o).",
+)
 @click.option("-d", "--output-dir", type=click.Path(file_okay=False), help="Write one file per object here instead.")
 def render_cmd(output: str, output_dir: str | None, **o) -> None:
     """Print the manifests the job consists of (the same bytes as `submit --dry-run`)."""
@@ -105,8 +114,16 @@ def render_cmd(output: str, output_dir: str | None, **o) -> None:
     click.echo(f"scale: {scale_line(spec)}", err=True)
     for line in storage_notes(spec):
         click.echo(line, err=True)
-    dump = (lambda objs: json.dumps(objs[0] if len(objs) == 1 else {"apiVersion": "v1", "kind": "List", "items": objs},
-            indent=2) + "\n") if output == "json" else to_yaml  # fmt: skip
+    dump = (
+        (
+            lambda objs: (
+                json.dumps(objs[0] if len(objs) == 1 else {"apiVersion": "v1", "kind": "List", "items": objs}, indent=2)
+                + "\n"
+            )
+        )
+        if output == "json"
+        else to_yaml
+    )
     if not output_dir:
         click.echo(dump(objects), nl=False)
         return
@@ -120,8 +137,10 @@ def render_cmd(output: str, output_dir: str | None, **o) -> None:
             tmp.replace(path)
             click.echo(f"wrote {path}", err=True)
     except OSError as e:
-        raise CliError(f"-d {output_dir}: cannot write there ({e.strerror or type(e).__name__})",
-                       hint="pass a directory you can write to") from None  # fmt: skip
+        raise CliError(
+            f"-d {output_dir}: cannot write there ({e.strerror or type(e).__name__})",
+            hint="pass a directory you can write to",
+        ) from None
 
 
 @click.command("submit", cls=Command)
@@ -222,7 +241,7 @@ def suspended(spec: JobSpec, objects: list[dict]) -> list[dict]:
     help="Every line the replicas print, every rank's, progress bars and "
     "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).",
 )
-def local_cmd(workdir: str, isolate_network: bool, verbose: bool, **o) -> None:  # fmt: skip
+def local_cmd(workdir: str, isolate_network: bool, verbose: bool, **o) -> None:
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
     missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
     if missing:

@@ -146,8 +146,9 @@ def plan(cluster: Cluster, name: str, deadline: int, pod_name: str | None = None
     return fetch_pod(job, lambda: _output_dir(cluster, name), cluster.ns, deadline, pod_name)
 
 
-def fetch_pod(job: dict[str, Any], output_dir: Callable[[], str], namespace: str, deadline: int,
-              pod_name: str | None = None) -> FetchPod:  # fmt: skip
+def fetch_pod(
+    job: dict[str, Any], output_dir: Callable[[], str], namespace: str, deadline: int, pod_name: str | None = None
+) -> FetchPod:
     """The fetch pod for a live job (pure; ``output_dir`` is read only once the job passes its checks)."""
     kind, name = kind_of(job), job["metadata"]["name"]
     what = f"{kind.kind} {namespace}/{name}"
@@ -178,8 +179,11 @@ def job_pod(job: dict[str, Any], namespace: str, deadline: int, pod_name: str, *
         raise CliError(
             f"{kind.kind} {namespace}/{name} names no image to reach its claim with", hint="use kubectl cp instead"
         )
-    labels = {k: v for k, v in (meta.get("labels") or {}).items()
-              if not k.startswith("app.kubernetes.io/") and k != C.LABEL_KUEUE_QUEUE}  # fmt: skip
+    labels = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if not k.startswith("app.kubernetes.io/") and k != C.LABEL_KUEUE_QUEUE
+    }
     owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": name, "uid": meta.get("uid")}
     return FetchPod(
         name=name,
@@ -242,7 +246,7 @@ def exec_stream(
                 tty=False,
                 _preload_content=False,
                 binary=True,
-            ),  # fmt: skip
+            ),
             "exec in",
             "Pod",
             pod,
@@ -257,8 +261,9 @@ def exec_stream(
             if status == 403
             else "the pod may have been removed or evicted; run the command again"
         )
-        raise CliError(f"cannot exec in Pod {cluster.ns}/{pod}: {status} {refused[2].strip()}", hint=hint,
-                       status=status) from e  # fmt: skip
+        raise CliError(
+            f"cannot exec in Pod {cluster.ns}/{pod}: {status} {refused[2].strip()}", hint=hint, status=status
+        ) from e
     ws.sock.settimeout(IDLE_SECONDS)
     return ExecStream(ws.sock, what, progress)
 
@@ -293,8 +298,12 @@ def fetch(
         what = f"the tar of {name}'s outputs from Pod {cluster.ns}/{pod.pod_name}"
         bar = progress(int(listing["bytes"])) if progress else contextlib.nullcontext(None)
         with staged(to, overwrite) as tmp, bar as shown:
-            stream = open_exec(cluster, pod.pod_name, ["python", "-c", TAR, pod.source, *items],
-                               shown.update if shown is not None else None)  # fmt: skip
+            stream = open_exec(
+                cluster,
+                pod.pod_name,
+                ["python", "-c", TAR, pod.source, *items],
+                shown.update if shown is not None else None,
+            )
             try:
                 extract(stream, tmp, set(items), what)
                 stream.finish()
@@ -317,8 +326,10 @@ def _listing(cluster: Cluster, pod: FetchPod, open_exec) -> dict[str, Any]:
         listing = json.loads(out)
         assert isinstance(listing["items"], list) and isinstance(listing["bytes"], int)
     except (ValueError, KeyError, TypeError, AssertionError):
-        raise CliError(f"Pod {cluster.ns}/{pod.pod_name} answered the listing of {pod.source} with something "
-                       "else than its JSON", hint="check that the job's image runs python") from None  # fmt: skip
+        raise CliError(
+            f"Pod {cluster.ns}/{pod.pod_name} answered the listing of {pod.source} with something else than its JSON",
+            hint="check that the job's image runs python",
+        ) from None
     if not listing["items"]:
         there = "holds none of " + ", ".join(ITEMS) if listing.get("exists") else "does not exist"
         raise CliError(
@@ -353,5 +364,7 @@ def remove_pod(cluster: Cluster, pod: str, job: str, warn: Callable[[str], Any])
     try:
         cluster.delete("Pod", pod)
     except CliError as e:  # never hides the fetch's own outcome; the pod's deadline ends it anyway
-        warn(f"warning: could not delete Pod {cluster.ns}/{pod} ({e.message}); it stops at its deadline, "
-             f"and `colbert-k8s delete {job}` removes it")  # fmt: skip
+        warn(
+            f"warning: could not delete Pod {cluster.ns}/{pod} ({e.message}); it stops at its deadline, "
+            f"and `colbert-k8s delete {job}` removes it"
+        )
