@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.kube_emulator import Emulator
+from tests.helpers.kube_emulator import Emulator
 
 LOCAL_DATA = "data:\n  train: {path: data/train.jsonl}\ntraining: {per_device_batch_size: 32}\n"
 REMOTE_DATA = "data:\n  train: {path: s3://bucket/train.jsonl}\ntraining: {per_device_batch_size: 32}\n"

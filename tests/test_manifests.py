@@ -14,8 +14,8 @@ from operator_cli.errors import CliError
 from operator_cli.kube.kinds import kind_of
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
-from tests.conftest import ROOT
-from tests.schemas import validate_all
+from tests.helpers import ROOT
+from tests.helpers.schemas import validate_all
 
 CONFIG = "data:\n  train: {path: s3://bucket/train.jsonl}\n"
 
