@@ -301,7 +301,8 @@ def test_trainjob_matrix_passes_v2_schemas(opts):
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["terminationGracePeriodSeconds"] == spec.termination_grace
     (container,) = pod["spec"]["containers"]
-    assert container["name"] == "node" and container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    ipc_lock = {"add": ["IPC_LOCK"]} if spec.nccl == "ib" else {}  # InfiniBand pins memory (issue 43)
+    assert container["name"] == "node" and container["securityContext"]["capabilities"] == {"drop": ["ALL"], **ipc_lock}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes["config"]["configMap"]["name"] == f"{spec.name}-config"
     if spec.claim_name:
