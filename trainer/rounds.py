@@ -52,8 +52,9 @@ __all__ = ["round_config", "run"]
 log = logging.getLogger("trainer")
 
 
-def run(cfg: TrainConfig, layout: Layout) -> dict:
-    """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training."""
+def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> dict:
+    """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training. ``metrics_file``:
+    ``--metrics-file``, to which every round's periodic evaluations are appended (trainer/metrics_file.py)."""
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
@@ -64,9 +65,9 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
             if _trained_before(cfg, layout, "the job"):
                 progress.skip("train")
             else:
-                metrics = train.run(cfg, layout, progress=progress)
+                metrics = train.run(cfg, layout, progress=progress, metrics_file=metrics_file)
         else:
-            metrics = _rounds(cfg, layout, progress)
+            metrics = _rounds(cfg, layout, progress, metrics_file)
         _export(cfg, layout, progress)
         progress.close()  # the 100%, once, at the very end
     if not metrics and layout.is_main:  # done before: report its figures
@@ -74,7 +75,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
     return metrics
 
 
-def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
+def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: str | None) -> dict:
     """Each round: mine with the previous round's model (the first: ``mine.retriever``/``mine.model``), train."""
     device = D.device_for(layout)
     metrics: dict = {}
@@ -99,7 +100,8 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
                     "data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.name == "distillation")})
                 }
             )
-            metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress)
+            pairs = cfg.data.train.pairs()
+            metrics = train.run(rcfg, layout, labelled_from=pairs, progress=progress, metrics_file=metrics_file)
         previous = out / "final-model"
     return metrics
 

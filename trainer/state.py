@@ -34,6 +34,7 @@ class TrainState:
     stop: Any = None  # the SIGTERM flag (preemption.StopRequest)
     progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
     split: Any = None  # the held-out BEIR split evaluated on (None: no data.eval_beir)
+    metrics_file: str | None = None  # colbert-train --metrics-file: rank 0 appends each periodic evaluation
     # the training objects
     model: torch.nn.Module  # the ColBERT model itself: evaluation, saving, checkpoints
     forward: torch.nn.Module  # what losses call: the model under DDP when there are several ranks
