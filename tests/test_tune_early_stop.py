@@ -187,6 +187,7 @@ def test_the_chart_renders_the_same_early_stopping():
         "enabled": True,
         "params": [{"key": "training.learning_rate", "space": LRS.split("=", 1)[1]}],
         "algorithm": "grid",
+        "trials": 5,
         "earlyStop": "median",
         "earlyStopSettings": {"min_trials_required": 2, "start_step": 3},
     }
