@@ -1,6 +1,6 @@
 """Peak RSS per process against the global batch, for `contrastive` and `cached-contrastive` (2 processes).
 
-    python bench/memory.py --out bench/results/memory.json && python bench/plot.py
+    python bench/memory.py --out bench/results/memory.json && python bench/report.py
 
 GradCache keeps only embeddings for the whole batch and runs the encoder on fixed mini-batches, so
 its memory should stay flat while plain contrastive grows with the batch.

@@ -87,6 +87,11 @@ _SHIPPED = yaml.safe_load(RECIPE.read_text())
 ARMS["recipe"] = {k: v for k, v in _SHIPPED["mine"].items() if k not in ("corpus",)}
 if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own training lever travels with it
     ARMS["recipe"]["training"] = {"head_learning_rate": _SHIPPED["training"]["head_learning_rate"]}
+# ANCE's refresh: the recipe's first round, then every steps/R steps the model being trained mines again and
+# training goes on from it (mine.round_start: previous); the same steps in all as the other arms
+ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
+for _rounds in (2, 4):
+    ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
 
 
 def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", seed: int = 0) -> tuple[Path, Path]:
@@ -124,6 +129,15 @@ def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", se
     return pairs, kept
 
 
+def refreshes(mine: dict | None) -> int:
+    """How many rounds share the arm's steps: a refresh's (``round_start: previous``) train on from each other.
+
+    >>> refreshes(ARMS["recipe-refresh4"]), refreshes(ARMS["recipe"]), refreshes(None)
+    (4, 1, 1)
+    """
+    return mine["rounds"] if mine and mine.get("round_start") == "previous" else 1
+
+
 def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> dict:
     mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
     loss = mine.pop("loss", {"name": "contrastive"})
@@ -138,7 +152,7 @@ def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> 
         "data": {"train": train, "eval_beir": str(args.data), "eval_split": args.split},
         "training": {
             "per_device_batch_size": args.batch,
-            "max_steps": args.steps,
+            "max_steps": args.steps // refreshes(mine),
             "learning_rate": args.lr,
             "warmup_ratio": 0.1,
             "seed": seed,

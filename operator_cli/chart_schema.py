@@ -116,7 +116,7 @@ def _job_properties() -> dict[str, Any]:
                 "maxRestarts": {"type": "integer", "minimum": 0, "maximum": MAX_RUNTIME_RESTARTS},
             },
             required=["name"],
-        ),  # fmt: skip
+        ),
         "mig": {"anyOf": [{"const": ""}, _str("mig_profile")]},
         "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
         "elastic": {"type": "string", "pattern": "^$|^[0-9]{1,4}:[0-9]{1,4}$"},

@@ -17,6 +17,7 @@ from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import KINDS, Cluster
 from operator_cli.kube.kinds import DEFAULT_API
+from operator_cli.kube.runtime import runtime_health
 
 __all__ = ["Check", "LEVELS", "run_checks"]
 
@@ -126,24 +127,8 @@ def _controller(cluster: Cluster, key: str) -> Check:
 
 @_guarded("torch runtime")
 def _runtime(cluster: Cluster) -> Check:
-    """This tool's runtime (fails fast on exit 1-127) if it is there, else the stock one that submit falls back to."""
-    if cluster.runtime_exists(C.V2_SHIPPED_RUNTIME):
-        cluster.check_runtime(C.V2_SHIPPED_RUNTIME)
-        return Check("torch runtime", "OK", f"ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME} runs torch and fails "
-                     "a TrainJob at once on a permanent exit code")  # fmt: skip
-    try:
-        cluster.check_runtime(C.V2_STOCK_RUNTIME)
-    except CliError as e:
-        if e.status in (None, 404):
-            return Check("torch runtime", "FAIL", e.message, e.hint or "")
-        raise
-    return Check(
-        "torch runtime",
-        "WARN",
-        f"no ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME}: TrainJobs use the stock {C.V2_STOCK_RUNTIME}, which "
-        "retries a permanent error (a bad config or data row) until its restarts run out",
-        "colbert-k8s runtime install",
-    )
+    """This tool's runtime if it is there, else the stock one that submit falls back to (``kube/runtime.py``)."""
+    return Check("torch runtime", *runtime_health(cluster))
 
 
 @_guarded("Kueue topologies")

@@ -161,8 +161,9 @@ JOB_OPTIONS: tuple[Option, ...] = (
     Option("--toleration", "Tolerate a node taint (repeatable), e.g. nvidia.com/gpu:NoSchedule; without =VALUE "
            "it tolerates any value (Exists).", metavar="KEY[=VALUE]:EFFECT", multiple=True, field="tolerations",
            parse=lambda values: [parse_toleration(t) for t in values]),
-    Option("--priority-class", "PriorityClass of the pods (PyTorchJob only; for a TrainJob use a runtime that sets "
-           "it, or --label kueue.x-k8s.io/priority-class=NAME).", rule=_full("dns1123"), must=DNS1123),
+    Option("--priority-class", "PriorityClass of the pods. A TrainJob cannot set one: its runtime does (`runtime "
+           "install --priority-class`), or --label kueue.x-k8s.io/priority-class=NAME.", rule=_full("dns1123"),
+           must=DNS1123),
     Option("--queue", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name).", rule=_full("label_value"),
            must="must be a valid label value"),
     Option("--service-account", "An existing ServiceAccount the pods run as (e.g. bound to a cloud role for "

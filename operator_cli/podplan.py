@@ -24,14 +24,18 @@ PyTorchJob      PET_NNODES=MIN:MAX, PET_MAX_RESTARTS; no MASTER_*, RANK,        
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from trainer.errors import PERMANENT_EXIT_CODES
 
-if TYPE_CHECKING:
-    from operator_cli.kube.kinds.base import JobKind
+__all__ = ["FailurePolicy", "Launcher", "PodPlan", "code_ranges", "operator_policy"]
 
-__all__ = ["FailurePolicy", "PodPlan", "code_ranges", "operator_policy"]
+
+class Launcher(Protocol):
+    """What a plan asks of its job's kind (:class:`operator_cli.kube.kinds.JobKind`, which imports this module
+    to make plans, so it is described here rather than imported): the environment its launcher injects."""
+
+    def launcher_env(self, plan: PodPlan, index: int, master_addr: str, master_port: int) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def operator_policy(restart_policy: str, backoff_limit: int) -> FailurePolicy:
 class PodPlan:
     """The pods a job's controller would run, read from its manifest by its kind (:meth:`JobKind.plan`)."""
 
-    kind: JobKind  # the job's kind (PyTorchJob, TrainJob), which read the plan and injects its launcher's env
+    kind: Launcher  # the job's kind (PyTorchJob, TrainJob), which read the plan and injects its launcher's env
     name: str
     hosts: list[str]  # one per pod, in node-rank order
     replica_names: list[str]  # master-0, worker-0 ... or node-0, node-1 ...

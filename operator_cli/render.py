@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import yaml
 
 from operator_cli import constants
-
-if TYPE_CHECKING:
-    from operator_cli.spec import JobSpec
+from operator_cli.jobshape import JobShape
+from operator_cli.objects import KubeObject
 
 __all__ = ["render", "render_one", "to_yaml"]
 
@@ -52,7 +51,7 @@ _ENV = _environment()
 _CONSTANTS = {k: v for k, v in vars(constants).items() if k.isupper()}
 
 
-def render_one(template: str, spec: Any, **context: Any) -> dict[str, Any]:
+def render_one(template: str, spec: Any, **context: Any) -> KubeObject:
     """One template with ``spec`` as its context: a :class:`JobSpec`, or another typed spec whose fields the
     template reads (the fetch pod's, :class:`operator_cli.kube.fetch.FetchPod`); ``context``: more names
     (a job's ``kind`` and ``names``)."""
@@ -60,7 +59,7 @@ def render_one(template: str, spec: Any, **context: Any) -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def render(spec: JobSpec) -> list[dict[str, Any]]:
+def render(spec: JobShape) -> list[KubeObject]:
     """The objects of one job, in creation order: ConfigMap, [PVC], then the job in its kind's template.
 
     Every template gets ``kind`` (the :class:`JobKind`) and ``names`` (:class:`JobNames`: the ConfigMap's,
@@ -85,6 +84,6 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def to_yaml(objects: list[dict[str, Any]]) -> str:
+def to_yaml(objects: list[KubeObject]) -> str:
     """The one serialisation used by ``render``, ``submit --dry-run`` and ``render -o DIR``."""
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)

@@ -16,15 +16,11 @@ ResourceFlavor objects and the MIG resources the nodes offer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from operator_cli import rules
 from operator_cli.constants import GPU_RESOURCE, KUEUE_TOPOLOGY_PREFERRED, KUEUE_TOPOLOGY_REQUIRED, MIG_RESOURCE_PREFIX
 from operator_cli.errors import CliError
+from operator_cli.jobshape import JobShape
 from operator_cli.values import shown
-
-if TYPE_CHECKING:
-    from operator_cli.spec import JobSpec
 
 __all__ = ["check", "gpu_resource", "topology_annotations"]
 
@@ -51,15 +47,17 @@ def topology_annotations(required: str | None, preferred: str | None) -> dict[st
     return {KUEUE_TOPOLOGY_PREFERRED: preferred} if preferred else {}
 
 
-def check(spec: JobSpec) -> None:
+def check(spec: JobShape) -> None:
     """The scheduling options of a job spec, each refused in one line naming the flag and the fix."""
     if spec.topology_required and spec.topology_preferred:
         raise CliError(
             "--topology-required and --topology-preferred exclude each other (Kueue reads one per pod set)",
             hint="keep --topology-required LEVEL to insist, or --topology-preferred LEVEL to ask",
         )
-    for flag, value in (("--topology-required", spec.topology_required),
-                        ("--topology-preferred", spec.topology_preferred)):  # fmt: skip
+    for flag, value in (
+        ("--topology-required", spec.topology_required),
+        ("--topology-preferred", spec.topology_preferred),
+    ):
         if value is not None and not rules.full("qualified_name", value):
             raise CliError(
                 f"{flag} must be a node label key naming a topology level, like "

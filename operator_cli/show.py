@@ -48,7 +48,7 @@ def status_record(cluster, name: str) -> dict:
                 "reason": p.reason or "",
             }
             for p in cluster.pods(job)
-        ],  # fmt: skip
+        ],
     }
     record["progress"] = _progress(cluster, kind_of(job), record["pods"])
     return record

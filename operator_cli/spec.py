@@ -233,7 +233,7 @@ class JobSpec:
         An object store may use workload identity instead, which comes with the pods' service account."""
         from trainer.config import ConfigError
         from trainer.config_base import parse_destination  # pydantic: kept out of the CLI's import
-        from trainer.export import credential_hint
+        from trainer.destinations import credential_hint  # the light facts: no export module in the CLI
 
         try:
             cfg = self.train_config

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 SECRET = "hf_SeCrEtVaLuE1234567890"
 GOOD_CONFIG = "data:\n  train: {path: data/train.jsonl}\n"

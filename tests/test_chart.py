@@ -3,8 +3,8 @@ object-for-object equivalence with `colbert-k8s render`."""
 
 from __future__ import annotations
 
-import copy
 import json
+import shutil
 import subprocess
 import sys
 
@@ -14,35 +14,10 @@ import yaml
 
 from operator_cli.render import render
 from operator_cli.spec import JobSpec, SecretRef
-from tests.conftest import ROOT
-from tests.schemas import validate_all
+from tests.helpers import ROOT
+from tests.helpers.chart import CHART, CONFIG, HELM_ONLY_LABELS, helm_render, normalise, typed
+from tests.helpers.schemas import validate_all
 from trainer.config_yaml import load_yaml
-
-CHART = ROOT / "charts" / "colbert-train"
-# floats of every shape Helm's JSON numbers take (3e-05 is a string to YAML 1.1 readers)
-CONFIG = {
-    "data": {"train": {"path": "data/train.jsonl"}},
-    "training": {"per_device_batch_size": 32, "max_steps": 100, "learning_rate": 3e-05, "warmup_ratio": 0.1},
-    "loss": {"name": "contrastive", "temperature": 0.02},
-}
-
-# The only differences allowed between the chart and the CLI, each Helm-specific:
-HELM_ONLY_LABELS = {"helm.sh/chart"}  # every object: which chart version made it
-HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy"}  # the created PVC survives `helm uninstall`
-
-
-def helm_render(values: dict, name: str = "job", namespace: str = "default") -> list[dict]:
-    """The chart's objects for ``values``; the config is CONFIG unless the values bring one (it is required)."""
-    values = {"config": CONFIG, **values}
-    with helm_python.Chart.load(str(CHART)) as chart:
-        out = chart.render(values=values, name=name, namespace=namespace)
-    docs = []
-    for path, text in sorted(out.items()):
-        if path.endswith(".yaml"):
-            docs += [d for d in yaml.safe_load_all(text) if d]
-    order = {"ClusterTrainingRuntime": -1, "ConfigMap": 0, "PersistentVolumeClaim": 1, "ServiceAccount": 2,
-             "PyTorchJob": 3, "TrainJob": 3}  # fmt: skip
-    return sorted(docs, key=lambda d: order[d["kind"]])
 
 
 def test_lint_strict_is_clean():
@@ -158,44 +133,10 @@ OPTION_SETS = {
 }
 
 
-def _normalise(objects: list[dict]) -> list[dict]:
-    out = []
-    for obj in copy.deepcopy(objects):
-        for meta in _metas(obj):
-            for key in HELM_ONLY_LABELS:
-                meta.get("labels", {}).pop(key, None)
-            for key in HELM_ONLY_ANNOTATIONS:
-                meta.get("annotations", {}).pop(key, None)
-            if meta.get("annotations") == {}:
-                del meta["annotations"]
-        if obj["kind"] == "ConfigMap":  # the CLI ships the user's file as written; compare it as typed data
-            obj["data"] = {k: _typed(load_yaml(v)) for k, v in obj["data"].items()}
-        out.append(obj)
-    return out
-
-
-def _typed(value):
-    """Data with its types made visible, so 3e-05 (float) and "3e-05" (str) compare unequal."""
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    return (type(value).__name__, value)
-
-
 def test_train_yaml_reads_back_as_the_config_given():
     cm = helm_render({"config": CONFIG})[0]
     assert load_yaml(cm["data"]["train.yaml"]) == CONFIG
-    assert _typed(load_yaml(cm["data"]["train.yaml"]))["training"]["learning_rate"] == ("float", 3e-05)
-
-
-def _metas(obj: dict):
-    yield obj["metadata"]
-    for replica in obj.get("spec", {}).get("pytorchReplicaSpecs", {}).values():
-        yield replica["template"]["metadata"]
-    for patch in obj.get("spec", {}).get("runtimePatches", []):
-        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
-            yield job["template"]["spec"]["template"]["metadata"]
+    assert typed(load_yaml(cm["data"]["train.yaml"]))["training"]["learning_rate"] == ("float", 3e-05)
 
 
 BOTH_APIS = [
@@ -248,7 +189,7 @@ def test_chart_equals_cli(api, cli_opts, values):
     from_helm = helm_render({**values, "config": CONFIG, "api": api})
     assert from_helm[-1]["kind"] == ("TrainJob" if api == "trainjob" else "PyTorchJob")
     validate_all(from_helm)
-    assert _normalise(from_helm) == _normalise(from_cli)
+    assert normalise(from_helm) == normalise(from_cli)
     labels = from_helm[-1]["metadata"]["labels"]
     assert set(labels) - set(from_cli[-1]["metadata"]["labels"]) == HELM_ONLY_LABELS
 
@@ -299,12 +240,44 @@ def test_bad_values_are_rejected_by_the_schema(name, values, needle):
     assert needle in str(e.value)
 
 
-def test_key_guard_uses_the_cli_rule():
-    """The template guard behind the schema quotes keys with the same pattern the CLI checks them with."""
+KEYS = [
+    "team",
+    "example.com/team",
+    "a.b-c.example/x_y.z",
+    "A9",
+    "x" * 63,
+    "x" * 64,
+    "example.com/",
+    "Example.com/team",
+    "-team",
+    "team-",
+    "a b",
+    "team: x",
+    'team"\nkind: Secret',
+    "a/b/c",
+    "{{ .Release.Name }}",
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_chart_guards_keys_like_the_cli_when_the_schema_is_skipped(tmp_path, key):
+    """The template guard behind the schema (``colbert-train.key``) takes exactly the keys the CLI takes
+    (``rules.full("qualified_name", ...)``), and a key it takes cannot change the YAML's structure."""
     from operator_cli import rules
 
-    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
-    assert '"' + rules.PATTERNS["qualified_name"].replace("\\", "\\\\") + '"' in helpers
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "values.schema.json").unlink()  # as `helm install --skip-schema-validation` would
+    values = {"config": CONFIG, "annotations": {key: "v"}}
+    if rules.full("qualified_name", key):
+        with helm_python.Chart.load(str(chart)) as loaded:
+            out = loaded.render(values=values, name="job", namespace="default")
+        configmap = next(yaml.safe_load(text) for path, text in out.items() if path.endswith("/configmap.yaml"))
+        assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["annotations"] == {key: "v"}
+    else:
+        with pytest.raises(helm_python.HelmError) as e, helm_python.Chart.load(str(chart)) as loaded:
+            loaded.render(values=values, name="job", namespace="default")
+        assert "is not a valid qualified name" in str(e.value)
 
 
 def test_trainjob_refuses_a_priority_class_like_the_cli():
@@ -429,7 +402,7 @@ def test_elastic_chart_equals_cli():
     )  # fmt: skip
     validate_all(from_helm)
     assert "elasticPolicy" in from_helm[-1]["spec"]
-    assert _normalise(from_helm) == _normalise(render(spec))
+    assert normalise(from_helm) == normalise(render(spec))
 
 
 ELASTIC_VALUES = {

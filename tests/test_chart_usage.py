@@ -14,9 +14,9 @@ import yaml
 
 from operator_cli import constants as C
 from operator_cli.kube.kinds import KINDS
-from tests.conftest import ROOT
-from tests.schemas import validate_all
-from tests.test_chart import CHART, CONFIG, helm_render
+from tests.helpers import ROOT
+from tests.helpers.chart import CHART, CONFIG, helm_render
+from tests.helpers.schemas import validate_all
 from trainer.config_yaml import load_yaml
 from trainer.export import CREDENTIALS
 

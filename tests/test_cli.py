@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 HEAVY = ("torch", "transformers", "pylate", "sentence_transformers")
 

@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from trainer.config import ConfigError
 from trainer.config_set import with_overrides
 from trainer.config_yaml import load_yaml, parse_config
@@ -36,14 +36,6 @@ def test_set_is_applied_with_yaml_types(name, overrides, path, value):
     assert data == value and type(data) is type(value)
     parse_config(load_yaml(text))  # what the job ships is a valid config
     assert load_yaml(text)["model"]["query_length"] == 32  # the rest of the file is kept
-
-
-def test_doctests():
-    import doctest
-
-    from trainer import config_set
-
-    assert doctest.testmod(config_set).failed == 0
 
 
 def test_no_set_keeps_the_file_as_written():

@@ -17,8 +17,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from tests.conftest import free_port, make_tiny_bert, write_triplets
-from tests.pods import last_log, start_pods, wait_pods
+from tests.helpers import free_port, make_tiny_bert, write_triplets
+from tests.helpers.pods import last_log, start_pods, wait_pods
 from trainer.config import ConfigError
 from trainer.config_yaml import parse_config
 from trainer.scale import job_scale, micro_batches
@@ -175,14 +175,30 @@ def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its
 
 def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Popen, Path]:
     """``colbert-k8s local --elastic 1:3`` on three replicas (dropout on), a checkpoint every 3 steps."""
-    from tests.conftest import ROOT
-    from tests.test_local import _workdir
+    from tests.helpers import ROOT
+    from tests.helpers.local import local_workdir
 
     over = {"training.global_batch_size": 12, "training.max_steps": steps, "checkpoint.every_steps": 3}
-    _workdir(tmp_path, model, 120, over)
-    cmd = [sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"),
-           "--name", "tiny", "--elastic", "1:3", "--gpus-per-node", "0", "--pvc-size", "1Gi",
-           "--workdir", str(tmp_path), "-v"]  # fmt: skip  (-v: every rank's lines, counted below)
+    local_workdir(tmp_path, model, 120, over)
+    cmd = [
+        sys.executable,
+        "-m",
+        "operator_cli.cli",
+        "local",
+        "--config",
+        str(tmp_path / "train.yaml"),
+        "--name",
+        "tiny",
+        "--elastic",
+        "1:3",
+        "--gpus-per-node",
+        "0",
+        "--pvc-size",
+        "1Gi",
+        "--workdir",
+        str(tmp_path),
+        "-v",
+    ]  # fmt: skip  (-v: every rank's lines, counted below)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, tmp_path / "output" / "checkpoints"
 

@@ -14,7 +14,7 @@ import pytest
 
 from operator_cli.kube.runtime import RuntimeSpec, render_runtime, runtime_policy
 from operator_cli.podplan import operator_policy
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from trainer.errors import EXIT_DIR_ENV, EXIT_PEER, PERMANENT_EXIT_CODES, is_permanent, job_exit_code
 
 CODES = range(-15, 256)  # Popen's negative signals, then every exit status
@@ -23,15 +23,15 @@ CODES = range(-15, 256)  # Popen's negative signals, then every exit status
 def test_every_controller_applies_the_trainers_rule_to_every_code():
     """The shipped runtime failed fast on 2 only: a traceback (1) was retried maxRestarts times under a
     TrainJob and failed at once under a PyTorchJob."""
-    from tests.schemas import validate_runtime
-    from tests.test_chart import helm_render
+    from tests.helpers.chart import helm_render
+    from tests.helpers.schemas import validate_runtime
 
     assert PERMANENT_EXIT_CODES == (1, 127)  # the Training Operator's fixed ExitCode rule, which is why it is ours
     chart = helm_render({"api": "trainjob", "runtime": {"name": "colbert-torch", "install": True}})
     (chart_runtime,) = [o for o in chart if o["kind"] == "ClusterTrainingRuntime"]
     runtimes = {"CLI runtime": render_runtime(RuntimeSpec()), "chart runtime": chart_runtime}
     for runtime in runtimes.values():
-        validate_runtime(runtime)  # the Job API's limits on onExitCodes values too (tests/schemas.py)
+        validate_runtime(runtime)  # the Job API's limits on onExitCodes values too (tests/helpers/schemas.py)
     policies = {name: runtime_policy(rt) for name, rt in runtimes.items()}
     policies["PyTorchJob ExitCode"] = operator_policy("ExitCode", 3)
     for name, policy in policies.items():
@@ -90,7 +90,7 @@ if "LOCAL_RANK" in os.environ or "PET_NNODES" not in os.environ:  # the trainer 
 def test_the_same_traceback_exits_1_in_a_one_process_pod_and_under_torchrun(tmp_path, tiny_model, launcher):
     """The audit's case: the same traceback exited 1 in a one-process PyTorchJob pod and 129 in a TrainJob's
     pod, where torchrun runs the trainer."""
-    from tests.conftest import write_triplets
+    from tests.helpers import write_triplets
 
     hooks = tmp_path / "hooks"
     hooks.mkdir()

@@ -1,5 +1,5 @@
 """Export (trainer/export.py) over real protocols: moto's S3 server and a Hub stand-in for huggingface_hub's own
-client (tests/hub.py); and the model card (trainer/card.py), parsed by huggingface_hub's ModelCard."""
+client (tests/helpers/hub.py); and the model card (trainer/card.py), parsed by huggingface_hub's ModelCard."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.hub import READ_TOKEN, HubStandIn
-from tests.stores import MotoS3, moto_available
+from tests.helpers.hub import READ_TOKEN, HubStandIn
+from tests.helpers.stores import MotoS3, moto_available
 from trainer import export
 from trainer.config import ConfigError
 from trainer.config_yaml import parse_config
@@ -293,7 +293,7 @@ def test_preflight_refuses_a_namespace_the_token_cannot_write(hub, outputs):
 def test_preflight_refuses_an_existing_repository_of_another_namespace(hub, outputs):
     """A write token passes whoami, and create_repo(exist_ok=True) passes for any repository that exists:
     only a real write (the probe branch) finds that this one is not the token's to write."""
-    from tests.hub import Repo
+    from tests.helpers.hub import Repo
 
     hub.repos["someone-else/public"] = Repo(private=False)
     with pytest.raises(export.ExportError) as e:
@@ -303,7 +303,7 @@ def test_preflight_refuses_an_existing_repository_of_another_namespace(hub, outp
 
 
 def test_preflight_refuses_private_for_a_public_repository_and_leaves_no_probe(hub, outputs):
-    from tests.hub import Repo
+    from tests.helpers.hub import Repo
 
     hub.repos["my-org/open"] = Repo(private=False)
     with pytest.raises(export.ExportError, match="exists and is public, but export.private is set"):
@@ -341,7 +341,7 @@ def test_a_hub_export_keeps_the_files_no_export_wrote(hub, outputs):
 
 
 def test_a_hub_repository_no_export_wrote_is_refused_at_start_unless_replace(hub, outputs):
-    from tests.hub import Repo
+    from tests.helpers.hub import Repo
 
     held = {".gitattributes": b"*.onnx filter=lfs diff=lfs merge=lfs -text\n", **FOREIGN}
     hub.repos["my-org/theirs"] = Repo(private=False, branches={"main": dict(held)})
@@ -364,7 +364,7 @@ def test_a_hub_repository_no_export_wrote_is_refused_at_start_unless_replace(hub
 
 
 def test_a_hub_that_stops_answering_is_a_retryable_failure(hub, outputs, monkeypatch):
-    from tests.conftest import free_port
+    from tests.helpers import free_port
 
     cfg = _cfg(outputs, "hf://my-org/gone")
     export.preflight(cfg)
@@ -445,8 +445,8 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     import psutil
     import yaml
 
-    from tests.conftest import ROOT, write_triplets
-    from tests.stores import StallingProxy
+    from tests.helpers import ROOT, write_triplets
+    from tests.helpers.stores import StallingProxy
 
     s3.bucket("e2e-export")
     proxy = StallingProxy(s3.url, stall="/tiny/model.safetensors")  # the main weights, after 1_Dense/ and others
@@ -539,7 +539,7 @@ def test_the_trainer_refuses_a_bad_destination_before_loading_anything(s3, tmp_p
 
     import yaml
 
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     s3.bucket("made")
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({

@@ -10,8 +10,8 @@ import yaml
 from operator_cli.errors import CliError
 from operator_cli.render import render
 from operator_cli.spec import JobSpec, SecretRef
-from tests.schemas import validate_all
-from tests.test_chart import CONFIG, _normalise, helm_render
+from tests.helpers.chart import CONFIG, helm_render, normalise
+from tests.helpers.schemas import validate_all
 
 HUB = {**CONFIG, "export": {"destination": "hf://my-org/colbert-run", "private": True}}
 S3 = {**CONFIG, "export": {"destination": "s3://models/runs/one/", "include": ["checkpoint"]}}
@@ -47,7 +47,7 @@ def test_cli_and_chart_agree_on_an_exports_credentials(name, config, cli_opts, v
     from_cli = render(JobSpec(name="job", config_text=text, **cli_opts))
     from_helm = helm_render({**values, "config": config})
     validate_all(from_helm)
-    assert _normalise(from_helm) == _normalise(from_cli)
+    assert normalise(from_helm) == normalise(from_cli)
     shipped = yaml.safe_load(from_cli[0]["data"]["train.yaml"])
     assert shipped["export"] == config["export"]  # the export travels in the config, as every key does
 
@@ -56,7 +56,7 @@ def test_render_names_the_missing_secret_in_one_line(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(HUB))
     res = subprocess.run(

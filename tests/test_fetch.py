@@ -31,8 +31,8 @@ from operator_cli.kube import fetch as F
 from operator_cli.kube.archive import ExecStream, extract, staged
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
-from tests.kube_emulator import PODS, Emulator
-from tests.schemas import validate_core
+from tests.helpers.kube_emulator import PODS, Emulator
+from tests.helpers.schemas import validate_core
 
 CONFIG = "data:\n  train: {path: data/train.jsonl}\ntraining: {per_device_batch_size: 32}\noutput_dir: runs/demo\n"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

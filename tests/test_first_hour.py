@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT, write_triplets
+from tests.helpers import ROOT, write_triplets
 
 
 def _trainer(tmp: Path, cfg: dict) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import write_triplets
+from tests.helpers import write_triplets
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, free_port
+from tests.helpers import ROOT, free_port
 
-HELPER = str(ROOT / "tests" / "helpers" / "sync_checks.py")
+HELPER = str(ROOT / "tests" / "scripts" / "sync_checks.py")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT, write_triplets
+from tests.helpers import ROOT, write_triplets
 
-HELPER = str(ROOT / "tests" / "helpers" / "grad_step.py")
+HELPER = str(ROOT / "tests" / "scripts" / "grad_step.py")
 
 
 def _grad(model, data, loss: str, per_device: int, accumulation: int, nproc: int, port: int, out) -> dict:

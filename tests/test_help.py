@@ -9,7 +9,7 @@ import sys
 import click
 
 from operator_cli.cli import cli
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def _options(command: click.Command, path: tuple[str, ...] = ("colbert-k8s",)):

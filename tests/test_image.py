@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from operator_cli import constants
-from tests.conftest import ROOT, write_triplets
+from tests.helpers import ROOT, write_triplets
 
 DOCKERFILE = ROOT / "Dockerfile"
 

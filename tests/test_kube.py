@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.kube_emulator import Emulator
+from tests.helpers.kube_emulator import Emulator
 
 JOBS = kmock.resource("kubeflow.org", "v1", "pytorchjobs")
 

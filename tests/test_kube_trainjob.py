@@ -4,31 +4,11 @@ status, logs, list and delete, alongside PyTorchJobs."""
 from __future__ import annotations
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.conftest import SHARED
-from tests.kube_emulator import Emulator
-
-TORCH_RUNTIME = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-    "kind": "ClusterTrainingRuntime",
-    "metadata": {"name": "torch-distributed", "labels": {"trainer.kubeflow.org/framework": "torch"}},
-    "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}},
-}
-MPI_RUNTIME = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-    "kind": "ClusterTrainingRuntime",
-    "metadata": {"name": "mpi-distributed", "labels": {"trainer.kubeflow.org/framework": "mpi"}},
-    "spec": {"mlPolicy": {"numNodes": 1, "mpi": {}}},
-}
-
-
-def _stock_runtime() -> dict:
-    """The stock torch-distributed runtime: from ../shared/crds when it is there, else the same facts."""
-    path = SHARED / "crds" / "torch_distributed_runtime.yaml"
-    return yaml.safe_load(path.read_text()) if path.is_file() else TORCH_RUNTIME
+from tests.helpers.kube_emulator import Emulator
+from tests.helpers.runtimes import MPI_RUNTIME, stock_runtime
 
 
 @pytest.fixture
@@ -52,7 +32,7 @@ def submit(emu, config, *extra):
     ids=["only-v1", "only-v2", "both"],
 )
 def test_auto_detects_the_served_api(tmp_path, config, v1, v2, chosen):
-    with Emulator(tmp_path, with_crd=v1, with_v2=v2, runtimes=(_stock_runtime(),)) as emu:
+    with Emulator(tmp_path, with_crd=v1, with_v2=v2, runtimes=(stock_runtime(),)) as emu:
         res = submit(emu, config, "--api", "auto")
         assert res.exit_code == 0, res.output
         assert f"api: auto -> {chosen}" in res.output
@@ -70,7 +50,7 @@ def test_auto_with_neither_api_is_one_line(tmp_path, config):
 
 @pytest.fixture
 def v2(tmp_path):
-    with Emulator(tmp_path, with_crd=True, with_v2=True, runtimes=(_stock_runtime(), MPI_RUNTIME)) as emu:
+    with Emulator(tmp_path, with_crd=True, with_v2=True, runtimes=(stock_runtime(), MPI_RUNTIME)) as emu:
         yield emu
 
 

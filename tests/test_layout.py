@@ -1,10 +1,18 @@
 """The code's shape, checked: no import cycle among the modules of the trainer and of the CLI (counting imports
-inside functions, not those under ``if TYPE_CHECKING:``), no module over 450 lines, no function over 80 (issue
-33). Read with ``ast`` alone: nothing is imported, so this runs in a second."""
+inside functions and under ``if TYPE_CHECKING:``), no module over 450 lines, no function over 80 (issue
+33), both measured as ``ruff format`` writes the code once every ``# fmt: skip`` is gone (issue 44: a limit met
+by hand-packed lines hides the second concept it exists to show), and at most 5 ``# fmt: skip``, each with its
+reason beside it. Read with ``ast`` and one ``ruff format`` of a copy: nothing is imported, so this runs in
+seconds."""
 
 from __future__ import annotations
 
 import ast
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
 CHECKED = ("trainer", "operator_cli")
+MAX_FMT_SKIPS = 5  # in CHECKED, each as ``# fmt: skip # <why the formatter's layout is worse here>``
+FMT_SKIP = re.compile(r"\s*# fmt: skip\b(?:\s*#\s*(?P<why>.*))?$")
+# Modules another branch of issue 44 splits or unpacks (its owner alone edits them): each must still need it,
+# so that the entry goes when the module is fixed.
+PENDING = {
+    "operator_cli.commands.job": "i44a: the runtime workflow",
+    "operator_cli.doctor": "i44a: the runtime workflow",
+    "operator_cli.kube.fetch": "i43: fetch",
+    "operator_cli.options": "i43: the option table",
+}
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -28,36 +46,18 @@ def _modules(package: str) -> dict[str, Path]:
 def module_imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The modules of ``known`` that ``name`` imports, anywhere in it: an import deferred into a function is
     still a dependency (``trainer/cli.py`` imported ``rounds.py`` in ``main``, ``rounds.py`` -> ``train.py`` ->
-    ``cli.py`` at the top: a cycle that held only by import order). ``from pkg import mod`` counts as
-    importing ``pkg.mod``. An import under ``if TYPE_CHECKING:`` (type hints only; never run) is none."""
+    ``cli.py`` at the top: a cycle that held only by import order), and so is one under ``if TYPE_CHECKING:``
+    (``spec`` <-> ``kube/kinds`` <-> ``podplan`` was closed by type hints alone: the modules still depend on
+    each other, and a hint is one refactor away from an import). ``from pkg import mod`` counts as importing
+    ``pkg.mod``."""
     found: set[str] = set()
-    for node in _run_nodes(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
     return {m for m in found if m in known and m != name}
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``, the test of a block that only a type checker reads."""
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _run_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``tree`` that can run: ``ast.walk`` less the bodies of ``if TYPE_CHECKING:`` (their
-    ``else`` runs, so it stays)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            todo.extend(node.orelse)
-        else:
-            todo.extend(ast.iter_child_nodes(node))
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -104,19 +104,29 @@ def test_the_walk_finds_a_planted_cycle(tmp_path):
     assert import_cycles(graph) == [["a", "b", "c", "a"]]
 
 
-def test_type_checking_imports_are_not_dependencies(tmp_path):
-    """An import a type checker alone reads closes no cycle; one beside it, or in its ``else``, still counts."""
+def test_type_checking_imports_are_dependencies_too(tmp_path):
+    """An import a type checker alone reads closes a cycle as any other does, in its ``if`` or its ``else``."""
     (tmp_path / "a.py").write_text("from b import x\n")
     (tmp_path / "b.py").write_text(
         "import typing\nfrom typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from a import Hint\n"
-        "if typing.TYPE_CHECKING:\n    import a\nelse:\n    import c\n"
-        "def f():\n    if TYPE_CHECKING:\n        import a\n    import d\n"
+        "if typing.TYPE_CHECKING:\n    import c\nelse:\n    import d\n"
     )
     known = {"a", "b", "c", "d"}
     graph = {n: module_imports(n, tmp_path / f"{n}.py", known) for n in ("a", "b")}
-    assert graph == {"a": {"b"}, "b": {"c", "d"}}
-    assert import_cycles(graph) == []
+    assert graph == {"a": {"b"}, "b": {"a", "c", "d"}}
+    assert import_cycles(graph) == [["a", "b", "a"]]
+
+
+def test_the_protocols_that_cut_the_loop_are_met():
+    """``operator_cli/jobshape.py`` stands for the specs in the kinds' hints: each names fields the spec has."""
+    from operator_cli.jobshape import JobShape, SweepShape
+    from operator_cli.spec import JobSpec
+    from operator_cli.tune.spec import SweepSpec
+
+    for protocol, spec in ((JobShape, JobSpec), (SweepShape, SweepSpec)):
+        members = {n for n in vars(protocol) if not n.startswith("_")}
+        assert members and all(hasattr(spec, n) or n in spec.__dataclass_fields__ for n in members), protocol
 
 
 @pytest.mark.parametrize("package", CHECKED)
@@ -124,10 +134,29 @@ def test_no_import_cycle(package):
     assert import_cycles(_graph(package)) == []
 
 
-def _too_long(package: str) -> list[str]:
+def _ruff() -> str:
+    """The ruff of this interpreter's environment (a test extra), else the one on PATH."""
+    here = Path(sys.executable).with_name("ruff")
+    return str(here) if here.is_file() else shutil.which("ruff") or "ruff"
+
+
+def formatted(paths: dict[str, Path]) -> dict[str, str]:
+    """Each module's text as ``ruff format`` (the project's settings) writes it once every ``# fmt: skip``
+    is removed: the length the code has when no line is packed by hand. One ruff run over a copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copies = {name: Path(tmp) / f"{name}.py" for name in paths}
+        for name, path in paths.items():
+            lines = (FMT_SKIP.sub("", line) for line in path.read_text().splitlines())
+            copies[name].write_text("\n".join(lines) + "\n")
+        config = ROOT / "pyproject.toml"
+        subprocess.run([_ruff(), "format", "-q", "--config", str(config), tmp], check=True, capture_output=True)
+        return {name: copy.read_text() for name, copy in copies.items()}
+
+
+def too_long(texts: dict[str, str]) -> list[str]:
+    """The modules over MAX_MODULE_LINES and the functions over MAX_FUNCTION_LINES among ``texts``."""
     long = []
-    for name, path in _modules(package).items():
-        text = path.read_text()
+    for name, text in texts.items():
         if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
             long.append(f"{name}: {lines} lines")
         for node in ast.walk(ast.parse(text)):
@@ -138,13 +167,69 @@ def _too_long(package: str) -> list[str]:
     return long
 
 
+def fmt_skips(paths: dict[str, Path]) -> list[tuple[str, int, str]]:
+    """Every ``# fmt: skip`` of ``paths``: (module, line, the reason written beside it, or "")."""
+    found = []
+    for name, path in paths.items():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if match := FMT_SKIP.search(line):
+                found.append((name, n, (match["why"] or "").strip()))
+    return found
+
+
+def _checked() -> dict[str, Path]:
+    return {name: path for package in CHECKED for name, path in _modules(package).items()}
+
+
+def test_lengths_are_measured_unpacked(tmp_path):
+    """The measure can fail: a call packed onto one line by ``# fmt: skip`` counts the lines the formatter
+    gives it, and a marker with no reason is found as such."""
+    args = ", ".join(f"argument_number_{i}" for i in range(12))
+    packed = tmp_path / "packed.py"
+    packed.write_text(f"call({args})  # fmt: skip\nx = [1,2]  # fmt: skip # a table\n")
+    assert len(formatted({"packed": packed})["packed"].splitlines()) == 2 + 12 + 1
+    assert fmt_skips({"packed": packed}) == [("packed", 1, ""), ("packed", 2, "a table")]
+    texts = {"long": "\n".join(f"x{i} = {i}" for i in range(MAX_MODULE_LINES + 1)) + "\n"}
+    assert too_long(texts) == [f"long: {MAX_MODULE_LINES + 1} lines"]
+
+
 @pytest.mark.parametrize("package", CHECKED)
 def test_modules_and_functions_are_short(package):
-    assert _too_long(package) == [], f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function"
+    texts = formatted({n: p for n, p in _modules(package).items() if n not in PENDING})
+    assert too_long(texts) == [], f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function"
 
 
-def test_doctests():
-    import doctest
-    import sys
+def test_fmt_skip_is_rare_and_says_why():
+    found = [s for s in fmt_skips(_checked()) if s[0] not in PENDING]
+    assert [f"{m}:{n}" for m, n, why in found if not why] == [], "give each `# fmt: skip` a `# why` beside it"
+    assert len(found) <= MAX_FMT_SKIPS, found
 
-    assert doctest.testmod(sys.modules[__name__]).failed == 0
+
+def test_pending_modules_still_need_their_fix():
+    """An entry of PENDING goes once its module is short and unpacked: the test says which to remove."""
+    paths = {n: p for n, p in _checked().items() if n in PENDING}
+    assert set(paths) == set(PENDING), "a PENDING module no longer exists"
+    texts = formatted(paths)
+    need = {m for m, _, why in fmt_skips(paths) if not why} | {n for n in texts if too_long({n: texts[n]})}
+    assert set(PENDING) - need == set(), "remove these from PENDING in tests/test_layout.py: fixed"
+
+
+def test_imports_between_test_modules(tmp_path):
+    """A test module imports shared helpers from ``tests/helpers/`` (or takes a fixture from conftest), never
+    from another test module: 7 files once imported 9 private helpers from each other (issue 44)."""
+    (tmp_path / "test_a.py").write_text("def f():\n    from tests.test_b import _helper\n")
+    (tmp_path / "test_c.py").write_text("from tests.helpers.chart import CHART\nimport tests.test_b\n")
+    assert imports_of_test_modules(tmp_path) == ["test_a.py: tests.test_b", "test_c.py: tests.test_b"]
+    assert imports_of_test_modules(ROOT / "tests") == []
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """``file: module`` for each import of a ``tests.test_*`` module (or a relative ``.test_*``) under ``tests``."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            found += [f"{path.relative_to(tests)}: {n}" for n in names if re.match(r"(tests)?\.test_", n)]
+    return found

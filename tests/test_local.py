@@ -13,33 +13,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
 from operator_cli.local import plan_replicas
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
-from tests.conftest import ROOT, write_triplets
+from tests.helpers import ROOT
+from tests.helpers.local import local_workdir
 
 CLI = [sys.executable, "-m", "operator_cli.cli"]
-
-
-def _workdir(tmp: Path, model: Path, n_rows: int, over: dict | None = None) -> Path:
-    """A workdir laid out like the /workspace volume: data/ plus a config with relative paths."""
-    (tmp / "data").mkdir(parents=True, exist_ok=True)
-    write_triplets(tmp / "data" / "train.jsonl", n_rows)
-    cfg = {
-        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
-        "data": {"train": {"path": "data/train.jsonl"}},
-        "training": {"per_device_batch_size": 4, "max_steps": 4, "learning_rate": 1e-3, "log_every": 1},
-        "checkpoint": {"every_steps": 2},
-        "evaluation": {"after_training": False},
-        "output_dir": "output",
-    }
-    for key, value in (over or {}).items():
-        section, _, leaf = key.partition(".")
-        cfg[section][leaf] = value
-    (tmp / "train.yaml").write_text(yaml.safe_dump(cfg))
-    return tmp
 
 
 def _local(workdir: Path, *extra: str, **kw):
@@ -123,7 +104,7 @@ def _pod(wd: Path, replica: str) -> Path:
 def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
     from pylate import models
 
-    wd = _workdir(tmp_path, tiny_model, 32)
+    wd = local_workdir(tmp_path, tiny_model, 32)
     res = subprocess.run(_local(wd), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     # one line per event: rank 0's lines once (rank 1 logs the same and has nothing to warn of), progress
@@ -149,7 +130,7 @@ def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
 
 @pytest.mark.slow
 def test_shared_pvc_replays_one_workspace(tmp_path, tiny_model):
-    wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
+    wd = local_workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
     cmd = [a for a in _local(wd) if a != "--pod-local-storage"] + ["--pvc-size", "1Gi"]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
@@ -183,7 +164,7 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api,
     from trainer.checkpoint import list_checkpoints, load_checkpoint
 
     every = 4
-    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
+    wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
     # a TrainJob on the stock runtime: its pods restart in place, keeping their emptyDirs (this tool's runtime
     # recreates them: test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes)
     stock = ("--runtime", "torch-distributed") if api == "trainjob" else ()
@@ -228,7 +209,7 @@ def test_a_killed_worker_is_retried_under_restart_policy_exit_code(tmp_path, tin
     (129) are retryable, so the job restarts and resumes from the claim's checkpoint."""
     from trainer.checkpoint import list_checkpoints
 
-    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
+    wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
     proc = subprocess.Popen(
         _local(wd, "--backoff-limit", "2", "--pvc-size", "1Gi"),
         cwd=ROOT,
@@ -253,7 +234,7 @@ def test_a_killed_worker_is_retried_under_restart_policy_exit_code(tmp_path, tin
 def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
     """restartPolicy ExitCode (a claim holds the workspace): the trainer's exit 2 is permanent, so the
     job fails on its first attempt with the row's one line, and the restart budget is not burnt."""
-    wd = _workdir(tmp_path, tiny_model, 8)
+    wd = local_workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')  # every start fails on this row
     res = subprocess.run(
         _local(wd, "--backoff-limit", "3", "--pvc-size", "1Gi"), cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -270,7 +251,7 @@ def test_a_bad_data_row_fails_the_job_after_one_attempt(tmp_path, tiny_model):
 def test_trainjob_on_the_runtime_fails_a_bad_data_row_with_no_restart(tmp_path, tiny_model):
     """--api trainjob on this tool's runtime (the default): its podFailurePolicy fails the Job on exit 1-127 and
     the JobSet rule fails the TrainJob, so a bad row is one attempt, not maxRestarts of them."""
-    wd = _workdir(tmp_path, tiny_model, 8)
+    wd = local_workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')
     res = subprocess.run(_local(wd, "--api", "trainjob"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1, res.stderr[-2000:]
@@ -288,7 +269,7 @@ def test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes(tmp_pa
     the claim's newest checkpoint."""
     from trainer.checkpoint import list_checkpoints
 
-    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
+    wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
     proc = subprocess.Popen(_local(wd, "--api", "trainjob", "--pvc-size", "1Gi"), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     deadline = time.time() + 240
@@ -307,7 +288,7 @@ def test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes(tmp_pa
 @pytest.mark.slow
 def test_failing_replica_exhausts_backoff_limit_with_an_empty_dir(tmp_path, tiny_model):
     """OnFailure (an emptyDir workspace): every failure is restarted in place until backoffLimit."""
-    wd = _workdir(tmp_path, tiny_model, 8)
+    wd = local_workdir(tmp_path, tiny_model, 8)
     (wd / "data" / "train.jsonl").write_text('{"query": "q"}\n')
     res = subprocess.run(_local(wd, "--backoff-limit", "1"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1
@@ -325,7 +306,7 @@ def _netns_reason() -> str | None:
 @pytest.mark.slow
 @pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
 def test_isolated_network_namespaces(tmp_path, tiny_model):
-    wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
+    wd = local_workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
     res = subprocess.run(_local(wd, "--isolate-network", "-v"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     addrs = dict(pair.split("=") for pair in res.stderr.split("network namespaces: ")[1].splitlines()[0].split(", "))
@@ -366,7 +347,7 @@ def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny
 
     digests = {}
     for api in ("pytorchjob", "trainjob"):
-        wd = _workdir(tmp_path / api, tiny_model, 32, {"training.max_steps": 4})
+        wd = local_workdir(tmp_path / api, tiny_model, 32, {"training.max_steps": 4})
         res = subprocess.run(_local(wd, "--api", api, "-v"), cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         master = wd / "pods" / ("tiny-master-0" if api == "pytorchjob" else "tiny-node-0-0")
@@ -383,7 +364,7 @@ def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny
 @pytest.mark.slow
 @pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
 def test_trainjob_in_network_namespaces_uses_v2s_master_name(tmp_path, tiny_model):
-    wd = _workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
+    wd = local_workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
     res = subprocess.run(
         _local(wd, "--api", "trainjob", "--isolate-network"), cwd=ROOT, capture_output=True, text=True, timeout=300
     )
@@ -398,7 +379,7 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     /tmp/<job>-config-* behind: a pod's containers end with the pod."""
     import tempfile
 
-    wd = _workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
+    wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
     before = set(Path(tempfile.gettempdir()).glob("tiny-config-*"))
     proc = subprocess.Popen(_local(wd), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240

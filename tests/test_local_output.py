@@ -3,12 +3,10 @@ warnings and errors, progress as one readable line, no progress bar glued to a l
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import pytest
 
-from operator_cli.local import output
 from operator_cli.local.output import progress_text, shown
 
 PROGRESS = {"phase": "mining round 1/2: encode corpus 3/6", "percent": 17, "eta_seconds": 2040, "step": None}
@@ -45,10 +43,6 @@ def test_the_trainers_own_progress_record_reads_as_one_line():
     assert progress_text(record) == (
         "train step 4/4 · 99% · ETA 2 min · loss 2.1854 · 1.4 samples/s · best ndcg@10 0.6337 at step 4"
     )
-
-
-def test_doctests():
-    assert doctest.testmod(output).failed == 0
 
 
 def test_the_summary_names_the_model_the_index_and_the_export(tmp_path):

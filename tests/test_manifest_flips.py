@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_phases import _cfg, _fake_output
+from tests.helpers.outputs import fake_output, phases_config
 from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, latest_checkpoint, save_checkpoint, write_manifest
 
 
@@ -68,8 +68,8 @@ def test_every_flipped_bit_of_done_json_redoes_the_training_phase_never_crashes(
     from trainer import phases
 
     out = tmp_path / "out"
-    _fake_output(out, index=True)
-    cfg = _cfg(out, index=True)
+    fake_output(out, index=True)
+    cfg = phases_config(out, index=True)
     phases.mark_done(cfg)
     seen = set()
     for _ in _flips(out / phases.DONE):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.conftest import free_port, write_triplets
+from tests.helpers import free_port, write_triplets
+from tests.helpers.mining import mining_job, pairs_config, run_trainer
 from trainer.config import ConfigError
 from trainer.config_mine import MineConfig
 from trainer.config_yaml import load_config, parse_config
@@ -71,9 +71,10 @@ def test_positive_within_drops_the_rows_whose_positive_the_retriever_cannot_find
 def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path, caplog):
     """mining.json and the log say why rows were dropped and what keeps them, also for parts a killed run
     wrote: a quarter of the packages benchmark's rows once ran out of candidates without a word."""
-    from trainer.mine import Pairs, _explain_drops, _join, _part_table
+    from trainer.mine import Pairs, _join, _part_table
+    from trainer.negatives import explain_drops
 
-    cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
+    cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
                      max_score_ratio=0.9, positive_within=6, fallback="drop")  # fmt: skip
     pairs = Pairs(queries=["a", "b", "c"], corpus=[f"d{i}" for i in range(12)], rows=[(0, 0), (1, 1), (2, 2)],
                   positives=[{0}, {1}, {2}])  # fmt: skip
@@ -98,7 +99,7 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     assert sum(stats["random_negatives"].values()) == 0
     assert pq.read_table(tmp_path / "train.parquet").column("row").to_pylist() == [0]
     with caplog.at_level("INFO", logger="trainer"):
-        _explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
+        explain_drops(stats["dropped"], 3, len(pairs.corpus), cfg.mine)
     lines = [r.getMessage() for r in caplog.records]
     fix = "raise mine.top_k (now 10, at most 1000) to keep them"
     assert any("1 of 3 rows (33%) dropped" in m and fix in m for m in lines), lines
@@ -111,7 +112,7 @@ def test_a_row_with_too_few_candidates_is_kept_with_random_negatives_by_default(
     one of the query's positives, seeded per row; positive_within still drops, as the option it names."""
     from trainer.mine import Pairs, _join, _part_table
 
-    cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
+    cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
                      max_score_ratio=0.9, positive_within=6)  # fmt: skip
     pairs = Pairs(queries=["a", "b", "c", "d"], corpus=[f"d{i}" for i in range(12)],
                   rows=[(0, 0), (1, 1), (2, 2), (3, 4)], positives=[{0}, {1, 11}, {2}, {4}])  # fmt: skip
@@ -170,23 +171,11 @@ def test_bad_mining_configs_are_one_line(mine, needle, tmp_path):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def _pairs_cfg(tmp_path: Path, rows: list[dict], **mine) -> object:
-    data = tmp_path / "pairs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return parse_config(
-        {
-            "data": {"train": {"path": str(data)}, "cache_dir": str(tmp_path / "cache")},
-            "training": {"max_steps": 1},
-            "mine": mine,
-        }
-    )
-
-
 def test_pairs_without_negatives_are_enough_and_queries_group_their_positives(tmp_path):
     from trainer.mine import load_pairs
 
     rows = [{"query": "a", "positive": "x"}, {"query": "b", "positive": "y"}, {"query": "a", "positive": "z"}]
-    pairs = load_pairs(_pairs_cfg(tmp_path, rows))
+    pairs = load_pairs(pairs_config(tmp_path, rows))
     assert pairs.queries == ["a", "b"] and pairs.corpus == ["x", "y", "z"]
     assert pairs.rows == [(0, 0), (1, 1), (0, 2)] and pairs.positives == [{0, 2}, {1}]
 
@@ -204,7 +193,7 @@ def test_a_query_bm25_cannot_search_loses_its_row_at_most_not_the_job(tmp_path, 
     ]
     odd = "The r.h.s. of ``f(p) = s``."
     rows.insert(5, {"query": odd, "positive": "the right-hand side of an equation"})
-    cfg = _pairs_cfg(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0,
+    cfg = pairs_config(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0,
                      fallback=fallback)  # fmt: skip
     with caplog.at_level("INFO", logger="trainer"):
         table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
@@ -226,7 +215,7 @@ def test_a_positive_missing_from_the_corpus_is_one_line(tmp_path):
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"text": "x"}) + "\n")
-    cfg = _pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b", "positive": "y"}], corpus=str(corpus))
+    cfg = pairs_config(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b", "positive": "y"}], corpus=str(corpus))
     with pytest.raises(DataError) as e:
         load_pairs(cfg)
     assert "1 of 2 positives of data.train are not in mine.corpus" in str(e.value) and "(first: row 2)" in str(e.value)
@@ -237,7 +226,7 @@ def test_a_query_without_a_positive_is_one_line(tmp_path):
     from trainer.mine import load_pairs
 
     with pytest.raises(DataError, match="row 2: column 'positive' is missing"):
-        load_pairs(_pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b"}]))
+        load_pairs(pairs_config(tmp_path, [{"query": "a", "positive": "x"}, {"query": "b"}]))
 
 
 def test_mine_model_retrieves_in_place_of_the_base_model_and_a_bad_one_is_one_line(tmp_path, tiny_model):
@@ -246,14 +235,14 @@ def test_mine_model_retrieves_in_place_of_the_base_model_and_a_bad_one_is_one_li
     import torch
     from transformers import BertModel
 
-    from tests.conftest import make_tiny_bert
+    from tests.helpers import make_tiny_bert
     from trainer.env import Layout
     from trainer.rounds import _mining_model
 
     other = make_tiny_bert(tmp_path / "other", seed=1)
 
     def weights(mine_model):
-        cfg = _pairs_cfg(tmp_path, [{"query": "q", "positive": "p"}], model=mine_model)
+        cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], model=mine_model)
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"name_or_path": str(tiny_model)})})
         model = _mining_model(cfg, Layout(), torch.device("cpu"), None)
         return model[0].auto_model.encoder.layer[0].attention.self.query.weight
@@ -271,48 +260,6 @@ def test_mine_model_retrieves_in_place_of_the_base_model_and_a_bad_one_is_one_li
 # ---- the phase: sharding, resume, rounds ------------------------------------------------------------------
 
 
-def _job(tmp: Path, model: Path, data: Path, **mine) -> Path:
-    cfg = {
-        "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
-        "data": {"train": {"path": str(data)}, "cache_dir": str(tmp / "cache")},
-        "training": {"per_device_batch_size": 4, "max_steps": 2, "seed": 5},
-        "checkpoint": {"every_steps": 1},
-        "evaluation": {"after_training": False},
-        "mine": {
-            "top_k": 20,
-            "rank_range": [2, 12],
-            "negatives": 2,
-            "max_score_ratio": 1.0,
-            "batch_size": 16,
-            "query_chunk": 16,
-            **mine,
-        },  # a random tiny model scores everything alike: no ratio filter
-        "output_dir": str(tmp / "out"),
-    }
-    path = tmp / "train.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def _trainer(config: Path, cwd: Path, world: int = 1) -> subprocess.CompletedProcess:
-    from tests.pods import pod_env
-
-    port = free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "trainer", "--config", str(config)],
-            cwd=cwd,
-            env=pod_env(rank, world, port),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(world)
-    ]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    return subprocess.CompletedProcess(["trainer"], max(p.returncode for p in procs), outs[0], "\n".join(outs[1:]))
-
-
 @pytest.mark.slow
 def test_mined_rows_do_not_depend_on_the_world_size(tmp_path, tiny_model):
     """Exact MaxSim with the corpus sharded over 2 ranks mines byte-identical rows to 1 rank: the
@@ -322,7 +269,7 @@ def test_mined_rows_do_not_depend_on_the_world_size(tmp_path, tiny_model):
     for world in (1, 2):
         ws = tmp_path / f"w{world}"
         ws.mkdir()
-        res = _trainer(_job(ws, tiny_model, data), ws, world)
+        res = run_trainer(mining_job(ws, tiny_model, data), ws, world)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         files.append(ws / "out" / "mined" / "round-1" / "train.parquet")
     a, b = (pq.read_table(f) for f in files)
@@ -335,8 +282,8 @@ def test_mined_rows_do_not_depend_on_the_world_size(tmp_path, tiny_model):
 @pytest.mark.slow
 def test_a_killed_mining_phase_redoes_only_the_missing_parts(tmp_path, tiny_model):
     data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = _job(tmp_path, tiny_model, data, retriever="bm25")
-    assert _trainer(config, tmp_path).returncode == 0
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25")
+    assert run_trainer(config, tmp_path).returncode == 0
     mined = tmp_path / "out" / "mined" / "round-1"
     whole = (mined / "train.parquet").read_bytes()
     parts = sorted(mined.glob("part-*.parquet"))
@@ -347,7 +294,7 @@ def test_a_killed_mining_phase_redoes_only_the_missing_parts(tmp_path, tiny_mode
     for leftover in (tmp_path / "out").glob("*"):
         if leftover.name != "mined":
             subprocess.run(["rm", "-rf", str(leftover)], check=True)
-    res = _trainer(config, tmp_path)
+    res = run_trainer(config, tmp_path)
     assert res.returncode == 0, res.stdout[-3000:]
     assert "1 of 3 parts to do" in res.stdout
     assert (mined / "train.parquet").read_bytes() == whole
@@ -356,23 +303,88 @@ def test_a_killed_mining_phase_redoes_only_the_missing_parts(tmp_path, tiny_mode
 @pytest.mark.slow
 def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(tmp_path, tiny_model):
     data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = _job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
-    res = _trainer(config, tmp_path)
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
+    res = run_trainer(config, tmp_path)
     assert res.returncode == 0, res.stdout[-3000:]
     out = tmp_path / "out"
     assert (out / "rounds" / "round-1" / "final-model").is_dir() and (out / "final-model").is_dir()
     first, second = (pq.read_table(out / "mined" / f"round-{r}" / "train.parquet") for r in (1, 2))
     assert first.column("negatives").to_pylist() != second.column("negatives").to_pylist()  # BM25, then the model
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2
-    again = _trainer(config, tmp_path)
+    again = run_trainer(config, tmp_path)
     assert again.returncode == 0 and again.stdout.count("done before") == 2
+
+
+def test_a_continuing_round_trains_from_the_round_befores_final_weights(tmp_path, tiny_model, monkeypatch):
+    """``round_start: previous``: round 2 starts from round 1's final model, not the base; ``base`` (the
+    default) from the base. Round 1's training is stubbed: it writes a model of other weights."""
+    import torch
+
+    from tests.helpers import make_tiny_bert
+    from trainer import rounds
+    from trainer.env import Layout
+    from trainer.model import build_model
+
+    data = write_triplets(tmp_path / "t.jsonl", 24)
+    starts: list = []
+
+    def fake_train(rcfg, layout, labelled_from=None, progress=None, weights=None):
+        starts.append(weights)
+        out = Path(rcfg.output_dir)
+        make_tiny_bert(out / "final-model", seed=len(starts) + 7)  # "trained": weights unlike the base's
+        return {"steps": 2}
+
+    monkeypatch.setattr(rounds.train, "run", fake_train)
+    monkeypatch.setattr(rounds, "_trained_before", lambda *a: False)
+    monkeypatch.setattr(rounds, "_export", lambda *a: None)
+    for start in ("previous", "base"):
+        starts.clear()
+        ws = tmp_path / start
+        ws.mkdir()
+        cfg = load_config(mining_job(ws, tiny_model, data, retriever="bm25", rounds=2, round_start=start))
+        rounds.run(cfg, Layout())
+        assert starts[0] is None  # round 1: the base model, always
+        if start == "base":
+            assert starts[1] is None
+            continue
+        trained = str(ws / "out" / "rounds" / "round-1" / "final-model")
+        first = build_model(cfg.model.model_copy(update={"name_or_path": trained}), "cpu")
+        base = build_model(cfg.model, "cpu").state_dict()
+        name = "0.auto_model.encoder.layer.0.attention.self.query.weight"
+        assert torch.equal(starts[1][name], first.state_dict()[name]) and not torch.equal(starts[1][name], base[name])
+
+
+@pytest.mark.slow
+def test_a_refresh_killed_while_mining_resumes_to_the_same_rows_and_model(tmp_path, tiny_model):
+    """ANCE's refresh (``round_start: previous``): round 2 mines with the model being trained and trains on
+    from it; killed while mining round 2, the restart skips round 1 and writes the same bytes."""
+    data = write_triplets(tmp_path / "t.jsonl", 48)
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2, round_start="previous")
+    res = run_trainer(config, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    out = tmp_path / "out"
+    mined = out / "mined" / "round-2"
+    rows = (mined / "train.parquet").read_bytes()
+    model = (out / "final-model" / "model.safetensors").read_bytes()
+    (mined / "train.parquet").unlink()
+    sorted(mined.glob("part-*.parquet"))[1].unlink()
+    for leftover in out.glob("*"):  # round 2 not trained yet: only round 1 and round 2's mined parts remain
+        if leftover.name not in ("mined", "rounds"):
+            subprocess.run(["rm", "-rf", str(leftover)], check=True)
+    again = run_trainer(config, tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.stdout.count("done before") == 1 and "1 of 3 parts to do" in again.stdout
+    assert (mined / "train.parquet").read_bytes() == rows
+    assert (out / "final-model" / "model.safetensors").read_bytes() == model
 
 
 @pytest.mark.slow
 def test_a_mining_job_that_keeps_no_row_fails_with_one_line(tmp_path, tiny_model):
     """Every candidate above the score ratio: nothing to train on, and nothing left where the trainer reads."""
     data = write_triplets(tmp_path / "t.jsonl", 24)
-    res = _trainer(_job(tmp_path, tiny_model, data, max_score_ratio=0.0001, fallback="drop"), tmp_path, world=2)
+    res = run_trainer(
+        mining_job(tmp_path, tiny_model, data, max_score_ratio=0.0001, fallback="drop"), tmp_path, world=2
+    )
     assert res.returncode == 2
     errors = [line for line in res.stdout.splitlines() if "error:" in line]
     assert len(errors) == 1 and "mining kept no row" in errors[0] and "Traceback" not in res.stdout
@@ -416,11 +428,11 @@ def test_a_teacher_of_another_kind_is_one_line(tiny_model, tiny_cross_encoder, t
 @pytest.mark.slow
 def test_cross_encoder_scores_become_distillation_rows_and_train(tmp_path, tiny_model, tiny_cross_encoder):
     data = write_triplets(tmp_path / "t.jsonl", 32)
-    config = _job(tmp_path, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(tiny_cross_encoder)})
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(tiny_cross_encoder)})
     cfg = yaml.safe_load(config.read_text())
     cfg["loss"] = {"name": "distillation"}
     config.write_text(yaml.safe_dump(cfg))
-    res = _trainer(config, tmp_path)
+    res = run_trainer(config, tmp_path)
     assert res.returncode == 0, res.stdout[-3000:]
     rows = pq.read_table(tmp_path / "out" / "mined" / "round-1" / "train.parquet")
     docs, scores = rows.column("documents").to_pylist(), rows.column("scores").to_pylist()
@@ -473,7 +485,7 @@ def test_a_bad_mining_corpus_is_one_line(tmp_path, content, needle):
     if content is not None:
         corpus.write_text(content)
     with pytest.raises(DataError) as e:
-        load_pairs(_pairs_cfg(tmp_path, [{"query": "a", "positive": "x"}], corpus=str(corpus)))
+        load_pairs(pairs_config(tmp_path, [{"query": "a", "positive": "x"}], corpus=str(corpus)))
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
@@ -488,7 +500,7 @@ def test_plaid_mining_shards_the_index_over_ranks_and_finds_what_exact_maxsim_fi
     for retriever, world in (("model", 1), ("plaid", 2)):
         ws = tmp_path / retriever
         ws.mkdir()
-        res = _trainer(_job(ws, tiny_model, data, retriever=retriever, nbits=8), ws, world)
+        res = run_trainer(mining_job(ws, tiny_model, data, retriever=retriever, nbits=8), ws, world)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         assert not list((ws / "out" / "mined" / "round-1").glob(".plaid-*"))  # the indexes are removed
         tables[retriever] = pq.read_table(ws / "out" / "mined" / "round-1" / "train.parquet")
@@ -523,7 +535,7 @@ def test_a_peer_frozen_while_mining_is_noticed_by_the_heartbeat(tmp_path, tiny_m
     collective timeout (30 minutes by default). SIGSTOP keeps its sockets open, as a lost node does."""
     import signal
 
-    from tests.pods import last_log, start_pods
+    from tests.helpers.pods import last_log, start_pods
     from trainer.errors import EXIT_PEER
 
     data = write_triplets(tmp_path / "t.jsonl", 48)
@@ -531,7 +543,7 @@ def test_a_peer_frozen_while_mining_is_noticed_by_the_heartbeat(tmp_path, tiny_m
     positives = [json.loads(line)["positive"] for line in data.open()]
     texts = positives + [f"filler document {i} on sorting lists of numbers {i % 97}" for i in range(3000)]
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    config = _job(tmp_path, tiny_model, data, retriever="model", corpus=str(corpus))
+    config = mining_job(tmp_path, tiny_model, data, retriever="model", corpus=str(corpus))
     cfg = yaml.safe_load(config.read_text())
     cfg["distributed"] = {"peer_timeout_seconds": 5}  # the collective timeout stays at its 1800 s
     config.write_text(yaml.safe_dump(cfg))

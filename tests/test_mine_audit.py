@@ -21,8 +21,8 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import write_triplets
-from tests.test_mine import _job, _pairs_cfg, _trainer
+from tests.helpers import write_triplets
+from tests.helpers.mining import mining_job, pairs_config, run_trainer
 from trainer.config import ConfigError
 from trainer.config_yaml import parse_config
 from trainer.env import Layout
@@ -129,7 +129,7 @@ def test_bm25_never_hands_out_a_document_it_scored_zero(tmp_path, caplog):
     rows += [{"query": f"plain text note{i}", "positive": f"plain text {i} of nothing"} for i in range(8)]
     rows.append({"query": "rare zebra", "positive": "a zebra page"})  # one other document shares no word
     rows.append({"query": "日本語のテキスト", "positive": "a Japanese text"})
-    cfg = _pairs_cfg(
+    cfg = pairs_config(
         tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0, fallback="drop"
     )  # its concern: what BM25 itself hands out
     with caplog.at_level("INFO", logger="trainer"):
@@ -150,7 +150,7 @@ def _bm25_rows(tmp_path, name, **mine_kw):
     rows = [{"query": f"how to sort list {i} quickly", "positive": f"sorting list {i} with sorted and key"}
             for i in range(21)]  # fmt: skip
     (tmp_path / name).mkdir()
-    return _pairs_cfg(tmp_path / name, rows, retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0,
+    return pairs_config(tmp_path / name, rows, retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0,
                       **mine_kw)  # fmt: skip
 
 
@@ -186,7 +186,7 @@ def test_a_copy_of_the_positive_under_another_id_is_never_its_negative(tmp_path)
     corpus = tmp_path / "corpus.jsonl"
     texts = ["sorting a list with sorted", "a list of files", "sorting a list with sorted", "parsing a list", "zip"]
     corpus.write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)))
-    cfg = _pairs_cfg(tmp_path, [{"query": "sorting a list", "positive": texts[0]}], corpus=str(corpus),
+    cfg = pairs_config(tmp_path, [{"query": "sorting a list", "positive": texts[0]}], corpus=str(corpus),
                      retriever="bm25", top_k=4, rank_range=[1, 3], negatives=1, max_score_ratio=1.0)  # fmt: skip
     assert load_pairs(cfg).positives == [{0, 2}]
     # the copy scores exactly the positive's score: ratio 1.0 (allowed) admitted it; so does a positive at <= 0
@@ -201,7 +201,7 @@ def test_a_copy_of_the_positive_under_another_id_is_never_its_negative(tmp_path)
 def test_rows_per_query_keeps_a_sample_of_rows_and_every_positive_still_counts(tmp_path):
     rows = [{"query": "sorting lists", "positive": f"sorting lists way {i}"} for i in range(6)]
     rows += [{"query": f"other {i}", "positive": f"other document {i} sorting lists"} for i in range(6)]
-    cfg = _pairs_cfg(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 6], negatives=2,
+    cfg = pairs_config(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 6], negatives=2,
                      max_score_ratio=1.0, rows_per_query=2)  # fmt: skip
     table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
     first = [r for r in table.to_pylist() if r["query"] == "sorting lists"]
@@ -241,12 +241,12 @@ def test_teacher_scores_are_the_same_bits_on_one_rank_and_two(tmp_path, tiny_mod
     for world in (1, 2):
         ws = tmp_path / f"w{world}"
         ws.mkdir()
-        config = _job(ws, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(ce), "batch_size": 5},
+        config = mining_job(ws, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(ce), "batch_size": 5},
                       query_chunk=1000)  # fmt: skip
         cfg = yaml.safe_load(config.read_text())
         cfg["loss"] = {"name": "distillation"}
         config.write_text(yaml.safe_dump(cfg))
-        res = _trainer(config, ws, world)
+        res = run_trainer(config, ws, world)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         tables.append(pq.read_table(ws / "out" / "mined" / "round-1" / "train.parquet"))
     assert tables[0].num_rows > 64 and tables[0].equals(tables[1])
@@ -286,9 +286,9 @@ def test_the_labelled_mask_is_the_same_on_two_gloo_ranks_as_on_one_process(tmp_p
     import sys
     from pathlib import Path
 
-    from tests.conftest import free_port
+    from tests.helpers import free_port
 
-    helper = Path(__file__).parent / "helpers" / "labelled_checks.py"
+    helper = Path(__file__).parent / "scripts" / "labelled_checks.py"
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            str(helper), str(out)]  # fmt: skip
@@ -303,11 +303,11 @@ def test_the_labelled_mask_is_the_same_on_two_gloo_ranks_as_on_one_process(tmp_p
 def test_a_mined_job_masks_the_pairs_of_its_own_data_train(tmp_path, tiny_model):
     """Mined rows replace data.train in training; the labelled pairs still come from the user's pairs."""
     data = write_triplets(tmp_path / "t.jsonl", 32)
-    config = _job(tmp_path, tiny_model, data, retriever="bm25")
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25")
     cfg = yaml.safe_load(config.read_text())
     cfg["loss"] = {"name": "contrastive", "mask_labelled_positives": True}
     config.write_text(yaml.safe_dump(cfg))
-    res = _trainer(config, tmp_path, world=2)
+    res = run_trainer(config, tmp_path, world=2)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "loss: 32 labelled (query, document) pairs kept out of in-batch negatives" in res.stdout
 
@@ -319,8 +319,8 @@ def test_changed_mining_settings_under_training_checkpoints_are_refused_before_m
     import shutil
 
     data = write_triplets(tmp_path / "t.jsonl", 32)
-    config = _job(tmp_path, tiny_model, data, retriever="bm25")
-    assert _trainer(config, tmp_path).returncode == 0
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25")
+    assert run_trainer(config, tmp_path).returncode == 0
     out = tmp_path / "out"
     assert list((out / "checkpoints").glob("step-*"))  # every_steps 1: the step-1 checkpoint stays
     (out / "metrics.json").unlink()  # as if killed after that checkpoint
@@ -329,12 +329,12 @@ def test_changed_mining_settings_under_training_checkpoints_are_refused_before_m
     cfg["mine"]["negatives"] = 3
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(cfg))
-    res = _trainer(changed, tmp_path)
+    res = run_trainer(changed, tmp_path)
     errors = [line for line in res.stdout.splitlines() if "error:" in line]
     assert res.returncode == 2 and len(errors) == 1, res.stdout[-3000:]
     assert "the mining inputs changed (mine.negatives: 2 -> 3)" in errors[0] and "Traceback" not in res.stdout
     assert "mine: retrieving" not in res.stdout  # refused before any mining
-    res = _trainer(config, tmp_path)  # set back: resumes
+    res = run_trainer(config, tmp_path)  # set back: resumes
     assert res.returncode == 0 and "resumed from" in res.stdout, res.stdout[-3000:]
 
 

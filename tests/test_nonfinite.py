@@ -157,7 +157,7 @@ def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_th
     tmp_path, tiny_model, monkeypatch
 ):
     """The count lived in the process only: a restart after one skipped step could skip N more."""
-    from tests.conftest import write_triplets
+    from tests.helpers import write_triplets
     from trainer.config_yaml import parse_config
     from trainer.env import Layout
     from trainer.train import run
@@ -238,7 +238,7 @@ def test_fp16_skips_reach_metrics_json_survive_a_restart_and_a_nan_at_every_step
     a restart from a checkpoint keeps the count, and a NaN loss at every step ends the job (exit 2's error)
     instead of publishing the base weights after a full run."""
     import trainer.train as train
-    from tests.conftest import write_triplets
+    from tests.helpers import write_triplets
     from trainer.config_yaml import parse_config
     from trainer.env import Layout
     from trainer.train import run

@@ -17,10 +17,10 @@ from operator_cli.kube.kinds import plan_pods
 from operator_cli.kube.runtime import RuntimeSpec, known_runtime, render_runtime, runtime_policy
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
-from tests.kube_emulator import Emulator
-from tests.schemas import CRD_CHECKS, crd_available, validate_all, validate_runtime
-from tests.test_chart import CONFIG, _normalise, helm_render
-from tests.test_kube_trainjob import TORCH_RUNTIME, _stock_runtime
+from tests.helpers.chart import CONFIG, helm_render, normalise
+from tests.helpers.kube_emulator import Emulator
+from tests.helpers.runtimes import TORCH_RUNTIME, stock_runtime
+from tests.helpers.schemas import CRD_CHECKS, crd_available, validate_all, validate_runtime
 
 TEXT = yaml.safe_dump(CONFIG)
 
@@ -73,7 +73,7 @@ def test_runtime_render_is_crd_valid_with_the_fail_fast_rules(opts):
 
 
 def test_the_stock_runtime_has_no_permanent_code():
-    policy = runtime_policy(_stock_runtime())
+    policy = runtime_policy(stock_runtime())
     assert not policy.is_permanent(2) and policy.restarts == 3 and not policy.recreates_pods
 
 
@@ -153,7 +153,7 @@ def test_scheduling_options_are_crd_valid_and_chart_equals_cli(api, case):
             assert limits == {"nvidia.com/gpu": 1}
     from_helm = helm_render({**values, "api": api})
     validate_all(from_helm)
-    assert _normalise(from_helm) == _normalise(from_cli)
+    assert normalise(from_helm) == normalise(from_cli)
 
 
 @pytest.mark.parametrize(
@@ -210,11 +210,11 @@ def test_runtime_install_creates_then_updates_only_its_own(tmp_path):
         assert res.exit_code == 0 and "updated ClusterTrainingRuntime colbert-torch" in res.output, res.output
         (stored,) = emu.objects(C.V2_RUNTIME_PLURAL)
         assert stored["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 6
-        emu.add(f"{C.V2_GROUP}/{C.V2_VERSION}/{C.V2_RUNTIME_PLURAL}", None, _stock_runtime())
+        emu.add(f"{C.V2_GROUP}/{C.V2_VERSION}/{C.V2_RUNTIME_PLURAL}", None, stock_runtime())
         res = run(emu, "runtime", "install", "--name", C.V2_STOCK_RUNTIME)
         assert res.exit_code == 1 and "was not created by colbert-k8s" in res.output, res.output
         stock = [o for o in emu.objects(C.V2_RUNTIME_PLURAL) if o["metadata"]["name"] == C.V2_STOCK_RUNTIME]
-        assert stock == [_stock_runtime()]
+        assert stock == [stock_runtime()]
 
 
 def _config(tmp_path):
@@ -225,7 +225,7 @@ def _config(tmp_path):
 
 @pytest.mark.parametrize("installed", [True, False], ids=["runtime-installed", "stock-only"])
 def test_submit_trainjob_uses_the_runtime_when_it_exists(tmp_path, installed):
-    runtimes = (_stock_runtime(),) + ((render_runtime(RuntimeSpec()),) if installed else ())
+    runtimes = (stock_runtime(),) + ((render_runtime(RuntimeSpec()),) if installed else ())
     with Emulator(tmp_path, with_v2=True, runtimes=runtimes) as emu:
         res = run(emu, "submit", "--config", _config(tmp_path), "--name", "demo", "--gpus-per-node", "0",
                   "--api", "trainjob")  # fmt: skip
@@ -276,18 +276,18 @@ def test_suspend_and_resume_patch_only_this_tools_jobs(tmp_path, kind):
 
 
 def test_doctor_reports_the_runtime_topologies_flavors_and_mig(tmp_path):
-    from tests.test_doctor import _healthy, _lines, doctor
+    from tests.helpers.doctor import check_rows, doctor, healthy_cluster
 
     mig_node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a100-mig"},
                 "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "cpu": "64"}}}  # fmt: skip
-    with _healthy(tmp_path, runtimes=(TORCH_RUNTIME,)) as emu:
-        rows = _lines(doctor(emu, "-o", "json"))
+    with healthy_cluster(tmp_path, runtimes=(TORCH_RUNTIME,)) as emu:
+        rows = check_rows(doctor(emu, "-o", "json"))
         assert (
             rows["torch runtime"][0] == "WARN" and "no ClusterTrainingRuntime colbert-torch" in rows["torch runtime"][1]
         )
         assert rows["Kueue topologies"] == ("OK", "Kueue is not installed (--topology-* not usable)")
         assert rows["MIG slices"][0] == "OK" and "--mig not usable" in rows["MIG slices"][1]
-    with _healthy(tmp_path, runtimes=(TORCH_RUNTIME, render_runtime(RuntimeSpec())),
+    with healthy_cluster(tmp_path, runtimes=(TORCH_RUNTIME, render_runtime(RuntimeSpec())),
                   nodes=(mig_node,)) as emu:  # fmt: skip
         kueue = f"/apis/{C.KUEUE_GROUP}/{C.KUEUE_VERSION}"
         emu.react(f"get {kueue}/topologies") << {
@@ -309,7 +309,7 @@ def test_doctor_reports_the_runtime_topologies_flavors_and_mig(tmp_path):
                 {"metadata": {"name": "cpu"}},
             ]
         }
-        rows = _lines(doctor(emu, "-o", "json"))
+        rows = check_rows(doctor(emu, "-o", "json"))
         assert rows["torch runtime"][0] == "OK" and "fails a TrainJob at once" in rows["torch runtime"][1]
         assert rows["Kueue topologies"] == ("OK", "Topology default: cloud.google.com/gce-topology-block > "
                                             "kubernetes.io/hostname; ResourceFlavor(s) cpu, h100 (topology: "

@@ -16,31 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import write_triplets
-from trainer.checkpoint import write_manifest
-
-
-def _fake_output(out: Path, index: bool) -> None:
-    """An output_dir as a finished job leaves it, written by the production manifest code."""
-    (out / "final-model" / "1_Dense").mkdir(parents=True)
-    (out / "final-model" / "model.safetensors").write_bytes(b"\x00" * 64)
-    (out / "final-model" / "1_Dense" / "config.json").write_text("{}")
-    write_manifest(out / "final-model")
-    metrics = {"steps": 2, "model_dir": str(out / "final-model")}
-    if index:
-        (out / "index" / "colbert").mkdir(parents=True)
-        (out / "index" / "colbert" / "ivf.pt").write_bytes(b"\x01" * 32)
-        write_manifest(out / "index")
-        metrics["index"] = {"ndcg@10": 0.5}
-    (out / "metrics.json").write_text(json.dumps(metrics))
-
-
-def _cfg(out: Path, index: bool, beir: str = "beir"):
-    from trainer.config_yaml import parse_config
-
-    cfg = {"data": {"train": {"path": "t.jsonl"}, "eval_beir": beir}, "training": {"max_steps": 2},
-           "output_dir": str(out), **({"index": {}} if index else {})}  # fmt: skip
-    return parse_config(cfg)
+from tests.helpers import write_triplets
+from tests.helpers.outputs import fake_output, phases_config
 
 
 def _flip(path: Path) -> None:
@@ -74,9 +51,9 @@ def test_a_phase_that_does_not_verify_is_redone_from_where_it_broke(tmp_path, da
     from trainer import phases
 
     out = tmp_path / "out"
-    _fake_output(out, index)
+    fake_output(out, index)
     damage(out)
-    found, line = phases.redo_from(_cfg(out, index))
+    found, line = phases.redo_from(phases_config(out, index))
     assert found == phase and why in line and "\n" not in line, line
 
 
@@ -85,8 +62,8 @@ def test_done_is_marked_only_when_every_phase_verifies_and_vouches_for_nothing_r
     from trainer.errors import PhaseNotWhole
 
     out = tmp_path / "out"
-    _fake_output(out, index=True)
-    cfg = _cfg(out, index=True)
+    fake_output(out, index=True)
+    cfg = phases_config(out, index=True)
     phases.mark_done(cfg)
     assert phases.redo_from(cfg) == (None, "")
     (out / "metrics.json").write_text(json.dumps({"steps": 3, "index": {}}))  # rewritten after the marker
@@ -165,7 +142,7 @@ def test_a_full_disk_during_the_index_build_is_one_line_and_leaves_no_temporary(
     from trainer.index import build_and_evaluate
 
     beir = _beir(tmp_path / "beir", write_triplets(tmp_path / "t.jsonl", 24))
-    cfg = _cfg(tmp_path / "out", index=True, beir=str(beir))
+    cfg = phases_config(tmp_path / "out", index=True, beir=str(beir))
 
     def full(self, *args, **kwargs):
         Path(self._index.index_path, "centroids.npy").write_bytes(b"0" * 100)  # half an index

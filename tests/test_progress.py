@@ -195,7 +195,7 @@ def test_a_training_run_reports_and_survives_a_failing_endpoint(tls, tmp_path, t
 
     import yaml
 
-    from tests.conftest import ROOT, write_triplets
+    from tests.helpers import ROOT, write_triplets
 
     server, env = tls("500")
     data = write_triplets(tmp_path / "t.jsonl", 16)
@@ -418,11 +418,11 @@ def test_a_two_round_mining_job_reports_one_progress_to_the_trainjob(tls, tmp_pa
 
     import yaml
 
-    from tests.conftest import ROOT, write_triplets
-    from tests.test_mine import _job
+    from tests.helpers import ROOT, write_triplets
+    from tests.helpers.mining import mining_job
 
     server, env = tls("ok")
-    config = _job(tmp_path, tiny_model, write_triplets(tmp_path / "t.jsonl", 48), retriever="bm25", rounds=2)
+    config = mining_job(tmp_path, tiny_model, write_triplets(tmp_path / "t.jsonl", 48), retriever="bm25", rounds=2)
     cfg = yaml.safe_load(config.read_text())
     cfg["training"]["log_every"] = 1
     config.write_text(yaml.safe_dump(cfg))

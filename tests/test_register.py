@@ -1,5 +1,5 @@
 """Registration (trainer/serve/register.py) against a stand-in of the Kubeflow Model Registry's REST API
-(tests/registry.py): the version points at the export and carries its figures, and it is made once, whatever
+(tests/helpers/registry.py): the version points at the export and carries its figures, and it is made once, whatever
 restarts in between."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.registry import RegistryStandIn
-from tests.stores import moto_available
+from tests.helpers.registry import RegistryStandIn
+from tests.helpers.stores import moto_available
 from trainer.config_yaml import parse_config
 from trainer.serve.register import MARKER, RegisterFailed, after_export, entry_for, register
 from trainer.serve.registry import Registry, RegistryError
@@ -154,8 +154,8 @@ def test_a_local_job_killed_after_the_export_registers_exactly_once(tmp_path, ti
     import psutil
     import yaml
 
-    from tests.conftest import ROOT, write_triplets
-    from tests.stores import MotoS3
+    from tests.helpers import ROOT, write_triplets
+    from tests.helpers.stores import MotoS3
     from trainer.quickstart_data import TEST_MODULES, _triplets, write_beir
 
     s3 = MotoS3()

@@ -11,8 +11,8 @@ import yaml
 from operator_cli.errors import CliError
 from operator_cli.render import render, to_yaml
 from operator_cli.spec import JobSpec, SecretRef
-from tests.conftest import ROOT
-from tests.schemas import validate_all, validate_pytorchjob
+from tests.helpers import ROOT
+from tests.helpers.schemas import validate_all, validate_pytorchjob
 
 CONFIG = "data:\n  train: {path: data/train.jsonl}\n"
 

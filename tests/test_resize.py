@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.kube_emulator import Emulator
-from tests.test_kube_trainjob import TORCH_RUNTIME
+from tests.helpers.kube_emulator import Emulator
+from tests.helpers.runtimes import TORCH_RUNTIME
 
 ELASTIC = "data:\n  train: {path: data/train.jsonl}\ntraining: {global_batch_size: 32}\n"
 FIXED = "data:\n  train: {path: data/train.jsonl}\n"

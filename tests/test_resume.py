@@ -1,7 +1,7 @@
 """Multi-pod recovery: one resume decision for the job, per-pod storage, SIGKILL and SIGTERM, bad checkpoints.
 
 Every "pod" here is a trainer process with the operator's variables and its own working directory
-(tests/pods.py), so rank 1 never sees the checkpoints rank 0 writes, as with an ``emptyDir``. A
+(tests/helpers/pods.py), so rank 1 never sees the checkpoints rank 0 writes, as with an ``emptyDir``. A
 resumed run must end with the same bytes as an uninterrupted one (CPU training is deterministic).
 """
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import free_port, make_tiny_bert, write_triplets
-from tests.pods import last_log, start_pods, wait_pods
+from tests.helpers import free_port, make_tiny_bert, write_triplets
+from tests.helpers.pods import last_log, start_pods, wait_pods
+from tests.helpers.states import tiny_state
 from trainer.config_yaml import load_config
 from trainer.errors import EXIT_PEER
 from trainer.scale import job_scale
@@ -267,8 +268,8 @@ def test_diverged_weights_stop_every_rank(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
-    from tests.pods import pod_env
+    from tests.helpers import ROOT
+    from tests.helpers.pods import pod_env
 
     port = free_port()
     procs = [
@@ -384,29 +385,6 @@ def test_a_checkpoint_is_refused_for_other_rows_of_data_train(setup, tmp_path):
     _one_error(pods[0], "was trained on other rows than data.train holds now")
 
 
-def _tiny_state(tmp_path: Path):
-    """A TrainState of a linear model after one step, with a config: what resume.capture reads."""
-    import torch
-
-    from trainer.config_yaml import parse_config
-    from trainer.state import TrainState
-
-    model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 4},
-                        "output_dir": str(tmp_path / "out")})  # fmt: skip
-    t = TrainState(
-        cfg=cfg, model=model, forward=model, params=list(model.parameters()), optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=None, data=None, loss_fn=None, total_steps=4,
-        data_identity="rows-1",
-    )  # fmt: skip
-    model(torch.ones(1, 3)).sum().backward()
-    optimizer.step()
-    t.step, t.metrics, t.skipped_nonfinite = 1, {"before": {"ndcg@10": 0.5}}, 1
-    return t
-
-
 def test_a_checkpoint_round_trips_the_state_and_its_header_lists_every_key(tmp_path):
     """capture(t) -> save -> load -> restore(t') gives t' the step, weights, metrics and skips of t; and
     checkpoint.py's header names each key capture writes (the format's documentation, issue 33)."""
@@ -415,7 +393,7 @@ def test_a_checkpoint_round_trips_the_state_and_its_header_lists_every_key(tmp_p
     import trainer.checkpoint as C
     from trainer import resume
 
-    t = _tiny_state(tmp_path)
+    t = tiny_state(tmp_path)
     state = resume.capture(t)
     assert state["format"] == C.CHECKPOINT_FORMAT
     documented = re.findall(r"^        (\w+)  ", C.__doc__, re.M)
@@ -423,7 +401,7 @@ def test_a_checkpoint_round_trips_the_state_and_its_header_lists_every_key(tmp_p
     path = resume.save(t.ckpt_dir, state, keep_last=1)
     loaded = resume.load_for_job(t.ckpt_dir, t.cfg, 1, "rows-1")
     assert loaded is not None and loaded[0] == path
-    fresh = _tiny_state(tmp_path / "fresh")
+    fresh = tiny_state(tmp_path / "fresh")
     with torch.no_grad():
         fresh.model.weight.zero_()
     fresh.step, fresh.metrics, fresh.skipped_nonfinite = 0, {}, 0
@@ -443,7 +421,7 @@ def test_a_checkpoint_of_another_format_is_refused_in_one_line(tmp_path, where):
     from trainer import resume
     from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, save_checkpoint, write_manifest
 
-    t = _tiny_state(tmp_path)
+    t = tiny_state(tmp_path)
     state = resume.capture(t)
     state["format"] = CHECKPOINT_FORMAT + 1
     path = save_checkpoint(t.ckpt_dir, t.step, state, keep_last=1)

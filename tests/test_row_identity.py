@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_mine import _pairs_cfg
+from tests.helpers.mining import pairs_config
 from trainer.config import DataSource
 from trainer.data import load_rows
 from trainer.env import Layout
@@ -54,7 +54,7 @@ def test_one_edited_row_between_the_samples_changes_the_identity_and_a_copy_does
 def test_a_restart_after_one_positive_is_edited_mines_again(tmp_path, caplog):
     """Mined rows made from the old positive were trusted ("mined rows found"); now the parts are mined again
     and equal what mining the edited file from scratch writes."""
-    cfg = _pairs_cfg(tmp_path, _pairs(), retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0,
+    cfg = pairs_config(tmp_path, _pairs(), retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0,
                      negatives=2)  # fmt: skip
     out = tmp_path / "mined"
     mine(cfg, Layout(), out)
@@ -70,13 +70,13 @@ def test_a_restart_after_one_positive_is_edited_mines_again(tmp_path, caplog):
 
 
 def test_a_checkpoint_is_refused_after_one_positive_is_edited_and_one_of_0_3_is_checked_as_it_was(tmp_path):
-    from tests.test_resume import _tiny_state
+    from tests.helpers.states import tiny_state
     from trainer import resume
     from trainer.checkpoint import CheckpointError
 
     data = _write(tmp_path / "t.jsonl", _pairs())
     rows = _rows(data, tmp_path / "cache")
-    t = _tiny_state(tmp_path)
+    t = tiny_state(tmp_path)
     t.data_identity, t.data_sampled = rows.identity(), rows.sampled_identity()
     resume.save(t.ckpt_dir, resume.capture(t), keep_last=1)
     assert resume.load_for_job(t.ckpt_dir, t.cfg, 1, rows.identity(), rows.sampled_identity())  # the same rows
@@ -85,7 +85,7 @@ def test_a_checkpoint_is_refused_after_one_positive_is_edited_and_one_of_0_3_is_
         resume.load_for_job(t.ckpt_dir, t.cfg, 1, edited.identity(), edited.sampled_identity())
     assert "\n" not in str(e.value)
     # a checkpoint 0.3 wrote holds its sampled identity: it resumes on its rows, and a big change is refused
-    old = _tiny_state(tmp_path / "old")
+    old = tiny_state(tmp_path / "old")
     old.data_identity = rows.sampled_identity()
     resume.save(old.ckpt_dir, resume.capture(old), keep_last=1)
     assert resume.load_for_job(old.ckpt_dir, old.cfg, 1, rows.identity(), rows.sampled_identity())

@@ -8,7 +8,7 @@ import pytest
 
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
-from tests.schemas import CRD_DIR, check_crd, crd_available, validate_pytorchjob
+from tests.helpers.schemas import CRD_DIR, check_crd, crd_available, validate_pytorchjob
 
 CONFIG = "data:\n  train: {path: data/train.jsonl}\n"
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.serving import SERVE_PYTHON, SKIP_REASON, Predictor, served_output
+from tests.helpers import ROOT
+from tests.helpers.serving import SERVE_PYTHON, SKIP_REASON, Predictor, served_output
 from trainer.serve.requests import MAX_BODY, BadRequest, Rerank, Search, parse_v1, parse_v2
 
 needs_kserve = pytest.mark.skipif(not SERVE_PYTHON.exists(), reason=SKIP_REASON)

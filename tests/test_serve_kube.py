@@ -12,8 +12,8 @@ import yaml
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
-from tests.kube_emulator import Emulator
-from tests.schemas import CRD_CHECKS, check_crd, crd_available, validate_core
+from tests.helpers.kube_emulator import Emulator
+from tests.helpers.schemas import CRD_CHECKS, check_crd, crd_available, validate_core
 from trainer.credentials import credential_in
 
 ISVC_CRD = "serving.kserve.io_inferenceservices.yaml"

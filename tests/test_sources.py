@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_triplets
-from tests.stores import FileServer, MotoS3, moto_available
+from tests.helpers import write_triplets
+from tests.helpers.stores import FileServer, MotoS3, moto_available
 from trainer import sources
 from trainer.config import DataSource
 from trainer.data import DataError, load_rows
@@ -203,7 +203,7 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
 
     import yaml
 
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     server, _ = files
     s3.bucket("e2e-models")

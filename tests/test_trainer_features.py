@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT, write_triplets
+from tests.helpers import ROOT, write_triplets
 
 
 def _distill_rows(path: Path, n: int) -> Path:

@@ -19,7 +19,7 @@ from operator_cli.render import render
 from operator_cli.spec import JobSpec
 from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
-from tests import schemas
+from tests.helpers import schemas
 
 CONFIG = """\
 model: {name_or_path: sentence-transformers/all-MiniLM-L6-v2}

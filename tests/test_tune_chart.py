@@ -13,8 +13,8 @@ from operator_cli.kube.kinds import SWEEPS
 from operator_cli.spec import JobSpec
 from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
-from tests.schemas import validate_all
-from tests.test_chart import CHART
+from tests.helpers.chart import CHART
+from tests.helpers.schemas import validate_all
 from trainer.config_yaml import load_yaml
 
 CONFIG = {

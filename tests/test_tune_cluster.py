@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from operator_cli.cli import cli
 from operator_cli.constants import V2_SHIPPED_RUNTIME
 from operator_cli.kube.runtime import known_runtime
-from tests.kube_emulator import Emulator
+from tests.helpers.kube_emulator import Emulator
 
 CONFIG = """\
 data:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.stores import MotoS3, moto_available
+from tests.helpers.stores import MotoS3, moto_available
 
 CLI = [sys.executable, "-m", "operator_cli.cli"]
 

@@ -144,20 +144,30 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("world size", _where_trained(metrics)),
         ("learning rate", f"{t.learning_rate:g} ({t.lr_scheduler}, warm-up {t.warmup_ratio:g})"),
         ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
-    ]  # fmt: skip
+    ]
     if m is not None:
         model = f"`{origin(m.model)}`" if m.model else "the base model"  # a staged one by the URL it came from
         by = f"{model} ({m.retriever})" if RETRIEVERS[m.retriever].needs_model else m.retriever
-        rows.append(("negatives", f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
-                                  f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else "")))  # fmt: skip
+        rows.append(
+            (
+                "negatives",
+                f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
+                f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else ""),
+            )
+        )
     else:
         rows.append(("negatives", "as given in the training data, plus in-batch"))
     if hard := metrics.get("hardness"):  # trainer/losses/hardness.py: did the negatives stay hard?
         first, last = hard["first"], hard["last"]
         stale = f"; most rows easy from step {hard['stale_at']}" if hard.get("stale_at") else ""
-        rows.append(("negatives' hardness", f"rows with a near-zero loss {100 * first['easy_share']:.0f}% at step "
-                     f"{first['step']}, {100 * last['easy_share']:.0f}% at step {last['step']}; positive-to-hardest "
-                     f"margin {first['margin']:.2f} -> {last['margin']:.2f}{stale}"))  # fmt: skip
+        rows.append(
+            (
+                "negatives' hardness",
+                f"rows with a near-zero loss {100 * first['easy_share']:.0f}% at step "
+                f"{first['step']}, {100 * last['easy_share']:.0f}% at step {last['step']}; positive-to-hardest "
+                f"margin {first['margin']:.2f} -> {last['margin']:.2f}{stale}",
+            )
+        )
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -183,8 +193,11 @@ def _where_trained(metrics: dict) -> str:
 
 
 def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
-    columns = [("before training", metrics.get("before")), ("after training", metrics.get("after")),
-               ("through the PLAID index", metrics.get("index"))]  # fmt: skip
+    columns = [
+        ("before training", metrics.get("before")),
+        ("after training", metrics.get("after")),
+        ("through the PLAID index", metrics.get("index")),
+    ]
     columns = [(label, figures) for label, figures in columns if figures]
     if not columns:
         return "No evaluation was asked for (set `data.eval_beir`)."

@@ -79,8 +79,13 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="colbert-train", description=DESCRIPTION)
     parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (see README)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key (a sweep's trial values; trainer/overrides.py)")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key (a sweep's trial values; trainer/overrides.py)",
+    )
     parser.add_argument(
         "--metrics-file",
         help="append each evaluation here as a JSON line (Katib's File collector): the periodic ones as they "
@@ -198,7 +203,7 @@ def stage(cfg: TrainConfig) -> TrainConfig:
     if cfg.mine:  # mining reads (query, positive) pairs; it writes the rows training reads
         load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
     else:
-        load_rows(cfg.data.train, distillation=cfg.loss.name == "distillation", cache_dir=cfg.data.cache_dir)
+        load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     return cfg
 
 

@@ -17,12 +17,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from trainer.config_base import Location, Strict, parse_destination
+from trainer.config_base import DESTINATION_PATTERN, Location, Strict, parse_destination
 from trainer.config_mine import MineConfig
+from trainer.losses import LOSSES
+from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
 
 __all__ = [
@@ -129,29 +131,8 @@ class DataConfig(Strict):
     pretokenize: bool = Field(False, description="Tokenise every row before step 1 (small sets only).")
 
 
-class ContrastiveLoss(Strict):
-    name: Literal["contrastive"] = "contrastive"
-    temperature: float = Field(1.0, gt=0, description="Scores are divided by this before the softmax.")
-    mask_labelled_positives: bool = Field(
-        False,
-        description="Leave out of each query's in-batch negatives every document data.train labels relevant to "
-        "it (another row's positive of the same query, or of a query with the same text): on data with many "
-        "positives per query these are not negatives (trainer/data/labelled.py).",
-    )
-
-
-class CachedContrastiveLoss(Strict):
-    name: Literal["cached-contrastive"]
-    temperature: float = Field(1.0, gt=0)
-    mini_batch_size: int = Field(8, ge=1, description="Texts encoded at once; bounds activation memory.")
-
-
-class DistillationLoss(Strict):
-    name: Literal["distillation"]
-    normalize_scores: bool = Field(True, description="Teacher scores are softmax-normalised before KL.")
-
-
-LossConfig = Annotated[ContrastiveLoss | CachedContrastiveLoss | DistillationLoss, Field(discriminator="name")]
+# A section per loss, chosen by ``name``: the classes the loss registry lists (trainer/losses/__init__.py).
+LossConfig = Annotated[Union[tuple(LOSSES.values())], Field(discriminator="name")]  # noqa: UP007 (a runtime tuple)
 
 
 class TrainingConfig(Strict):
@@ -246,9 +227,7 @@ class ExportConfig(Strict):
     destination: Annotated[str, AfterValidator(_destination)] = Field(
         description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
         "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
-        json_schema_extra={
-            "pattern": r"^((s3|gs|az)://[^/@?#\s]+(/[^@?#\s]*)?|hf://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
-        },
+        json_schema_extra={"pattern": DESTINATION_PATTERN},
     )
     include: list[Literal["best-model", "index", "checkpoint"]] = Field(
         default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
@@ -410,18 +389,19 @@ class TrainConfig(Strict):
         if (
             self.training.global_batch_size is not None
             and self.training.gather_across_devices is False
-            and self.loss.name != "distillation"
+            and not self.loss.scored
         ):
             raise ValueError(
                 "training.global_batch_size (an elastic job) with gather_across_devices: false draws each query's "
                 "in-batch negatives from its own rank only, so the loss changes with the world size; remove "
                 "training.gather_across_devices, or unset global_batch_size"
             )
-        if self.mine is not None and self.mine.teacher is None and self.loss.name == "distillation":
-            raise ValueError("loss distillation with mine needs mine.teacher to score the mined documents")
-        if self.mine is not None and self.mine.teacher is not None and self.loss.name != "distillation":
+        if self.mine is not None and self.mine.teacher is None and self.loss.scored:
+            raise ValueError(f"loss {self.loss.name} with mine needs mine.teacher to score the mined documents")
+        if self.mine is not None and self.mine.teacher is not None and not self.loss.scored:
+            scored = " | ".join(k for k, loss in LOSSES.items() if loss.scored)
             raise ValueError(
-                "mine.teacher writes teacher scores for loss: {name: distillation}; set it, or remove mine.teacher"
+                f"mine.teacher writes teacher scores for loss: {{name: {scored}}}; set it, or remove mine.teacher"
             )
         self._check_export()
         if self.registration is not None and self.export is None:
@@ -431,7 +411,7 @@ class TrainConfig(Strict):
     def _check_export(self) -> None:
         if self.export is None:
             return
-        hub = self.export.destination.startswith("hf://")
+        hub = parse_destination(self.export.destination).hub
         if not hub and (self.export.revision or self.export.private or self.export.replace):
             raise ValueError(
                 "export.revision, export.private and export.replace apply to hf:// destinations only; remove them"

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-__all__ = ["OBJECT_SCHEMES", "Destination", "Location", "Strict", "parse_destination"]
+from trainer.destinations import DESTINATIONS
+
+__all__ = ["DESTINATION_PATTERN", "OBJECT_SCHEMES", "Destination", "Location", "Strict", "parse_destination"]
 
 # Where a source may live besides a local path: staged by trainer/sources.py (hf:// goes to the hub's client)
 OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
@@ -67,8 +69,24 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-_STORE_SCHEMES = ("s3", "gs", "az")
+# export.destination's schemes, from the destinations' registry (trainer/destinations/__init__.py)
+_STORE_SCHEMES = tuple(k for k, s in DESTINATIONS.items() if not s.hub)  # BUCKET/PREFIX/
+_HUB_SCHEMES = tuple(k for k, s in DESTINATIONS.items() if s.hub)  # ORG/NAME
 _HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def _either(schemes: tuple[str, ...]) -> str:
+    return schemes[0] if len(schemes) == 1 else f"({'|'.join(schemes)})"
+
+
+DESTINATION_PATTERN = (
+    rf"^({_either(_STORE_SCHEMES)}://[^/@?#\s]+(/[^@?#\s]*)?|"
+    rf"{_either(_HUB_SCHEMES)}://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
+)
+"""``export.destination`` as the chart's schema checks it (:func:`parse_destination` checks more)."""
+_USE = ", ".join([f"{_STORE_SCHEMES[0]}://BUCKET/PREFIX/", *(f"{k}://..." for k in _STORE_SCHEMES[1:])]) + "".join(
+    f" or {k}://ORG/NAME" for k in _HUB_SCHEMES
+)  # the schemes, as the refusal of another lists them
 
 
 @dataclass(frozen=True)
@@ -81,10 +99,10 @@ class Destination:
 
     @property
     def hub(self) -> bool:
-        return self.scheme == "hf"
+        return DESTINATIONS[self.scheme].hub
 
     def __str__(self) -> str:
-        return f"hf://{self.bucket}" if self.hub else f"{self.scheme}://{self.bucket}/{self.prefix}"
+        return f"{self.scheme}://{self.bucket}" if self.hub else f"{self.scheme}://{self.bucket}/{self.prefix}"
 
 
 def parse_destination(value: str) -> Destination:
@@ -107,7 +125,7 @@ def parse_destination(value: str) -> Destination:
         raise ValueError("holds credentials; pass them as environment variables from a Secret (--secret-env)")
     if parts.query or parts.fragment:
         raise ValueError("has a query or fragment; give s3://BUCKET/PREFIX/ or hf://ORG/NAME alone")
-    if parts.scheme == "hf":
+    if parts.scheme in _HUB_SCHEMES:
         names = [p for p in (parts.netloc + parts.path).split("/") if p]
         if names and names[0] in ("datasets", "spaces"):
             raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
@@ -117,11 +135,10 @@ def parse_destination(value: str) -> Destination:
             or any(".." in n or "--" in n for n in names)
         ):
             raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
-        return Destination("hf", "/".join(names))
+        return Destination(parts.scheme, "/".join(names))
     if parts.scheme not in _STORE_SCHEMES:
         raise ValueError(
-            f"{parts.scheme + '://' if parts.scheme else 'a path'} is not an export destination; use "
-            "s3://BUCKET/PREFIX/, gs://..., az://... or hf://ORG/NAME"
+            f"{parts.scheme + '://' if parts.scheme else 'a path'} is not an export destination; use {_USE}"
         )
     if not parts.netloc:
         raise ValueError(f"{parts.scheme}:// names no bucket")

@@ -113,7 +113,14 @@ class MineConfig(Strict):
         ge=1,
         le=10,
         description="Mine then train, N times: each round after the first mines with the model the round "
-        "before trained, then trains model.name_or_path again on the new negatives.",
+        "before trained, then trains again on the new negatives (from where mine.round_start says).",
+    )
+    round_start: Literal["base", "previous"] = Field(
+        "base",
+        description="Where each round after the first starts training: base: model.name_or_path again, so a "
+        "round's gain is its negatives alone; previous: the round before's model, so the negatives are "
+        "refreshed by the model being trained every training.max_steps steps (ANCE-style; each round has its "
+        "own warm-up and schedule, and the job trains rounds x max_steps steps).",
     )
     batch_size: int = Field(64, ge=1, description="Texts per forward pass while encoding.")
     teacher: TeacherConfig | None = Field(

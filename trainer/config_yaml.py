@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from trainer.config import ConfigError, TrainConfig
 from trainer.credentials import credential_in
+from trainer.losses import LOSSES
 
 __all__ = ["FLOAT_1_2", "MAX_CONFIG_BYTES", "load_config", "load_yaml", "parse_config", "read_config_text"]
 
@@ -32,8 +33,8 @@ def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-after"))
     # drop the discriminator tag pydantic inserts into union paths
-    for tag in ("contrastive.", "cached-contrastive.", "distillation."):
-        loc = loc.replace(f"loss.{tag}", "loss.")
+    for tag in LOSSES:
+        loc = loc.replace(f"loss.{tag}.", "loss.")
     kind = first["type"]
     if kind == "extra_forbidden":
         msg = f"unknown key '{loc}': remove it or check its spelling"

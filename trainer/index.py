@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from trainer.config import METRICS
+from trainer.config import METRICS, TrainConfig
 from trainer.errors import DiskFull, no_space
 
 __all__ = ["build_and_evaluate"]
@@ -30,7 +30,7 @@ def _size_mb(path: Path) -> float:
     return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 2)
 
 
-def build_and_evaluate(model_dir: str, cfg) -> dict:
+def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
     from pylate import models
 
@@ -49,8 +49,9 @@ def build_and_evaluate(model_dir: str, cfg) -> dict:
         docs = model.encode(split.corpus, is_query=False, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
         index = build_index(tmp, "colbert", cfg.index.nbits, split.corpus_ids, docs, cfg.training.seed)
         build_seconds = time.perf_counter() - started
-        queries = model.encode(split.queries, is_query=True, batch_size=cfg.evaluation.batch_size,
-                               show_progress_bar=False)  # fmt: skip
+        queries = model.encode(
+            split.queries, is_query=True, batch_size=cfg.evaluation.batch_size, show_progress_bar=False
+        )
         hits = search_index(index, queries, min(TOP_K, len(split.corpus_ids)))
         run = {qid: dict(found) for qid, found in zip(split.query_ids, hits)}
         del index

@@ -1,12 +1,12 @@
 """Hard-negative mining: for every (query, positive) row of ``data.train``, retrieve the top-k of a corpus,
 drop the query's positives and likely false negatives, and sample ``mine.negatives`` from a rank range.
 
-retrieve (``trainer/retrieval.py``: exact MaxSim or PLAID with the corpus sharded over ranks, or BM25 with
-the queries sharded over ranks) -> choose (pure, seeded per row: the same negatives whatever the world
-size) -> score (``mine.teacher``, optional) -> parts (one Parquet file per ``mine.query_chunk`` queries,
-written whole by each node's first process, beside a fingerprint of the inputs) -> ``train.parquet``
-(every part, renamed into place last). A killed job redoes only the parts that are missing on some node;
-parts mined from other inputs are mined again. The trainer reads the result with
+retrieve (``trainer/retrieval/``: exact MaxSim or PLAID with the corpus sharded over ranks, or BM25 with
+the queries sharded over ranks) -> choose (``trainer/negatives.py``: pure, seeded per row, the same
+negatives whatever the world size) -> score (``mine.teacher``, optional) -> parts (one Parquet file per
+``mine.query_chunk`` queries, written whole by each node's first process, beside a fingerprint of the
+inputs) -> ``train.parquet`` (every part, renamed into place last). A killed job redoes only the parts
+that are missing on some node; parts mined from other inputs are mined again. The trainer reads the result with
 ``columns: {query: query, positive: positive, negatives: [negatives]}`` (teacher scores:
 ``{query, documents, scores}``), and ``mining.json`` counts the rows dropped, by reason.
 """
@@ -30,11 +30,10 @@ from tqdm import tqdm
 from trainer import distributed as D
 from trainer.atomic import replacing, write_text
 from trainer.config import Columns, DataSource, TrainConfig
-from trainer.config_mine import MineConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.env import Layout
 from trainer.errors import JobVerdict
-from trainer.negatives import FALLS_BACK, Dropped, choose_negatives, random_negatives
+from trainer.negatives import Dropped, choose_negatives, explain_drops, row_negatives
 from trainer.progress import Progress
 from trainer.retrieval import RETRIEVERS, round_retriever
 from trainer.retrieval.search import build_retriever
@@ -183,8 +182,12 @@ def mine(
     todo = [i for i, part in enumerate(parts) if not all(D.gather_objects(part.is_file() or not writes))]
     log.info(
         "mine: %d rows, %d distinct queries, %d documents; %d of %d parts to do",
-        len(pairs.rows), len(pairs.queries), len(pairs.corpus), len(todo), len(parts),
-    )  # fmt: skip
+        len(pairs.rows),
+        len(pairs.queries),
+        len(pairs.corpus),
+        len(todo),
+        len(parts),
+    )
     if not todo:
         progress.skip("encode", "search", "teacher")
     else:
@@ -203,10 +206,14 @@ def mine(
         stats.update(rows_in=len(pairs.rows), seconds=round(time.perf_counter() - started, 1))
         write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
         log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
-        _explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
+        explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
         if drawn := sum(stats["random_negatives"].values()):
-            log.info("mine: %d of %d rows kept with random negatives: the retriever left them too few candidates "
-                     "(mine.fallback: drop drops them instead)", drawn, len(pairs.rows))  # fmt: skip
+            log.info(
+                "mine: %d of %d rows kept with random negatives: the retriever left them too few candidates "
+                "(mine.fallback: drop drops them instead)",
+                drawn,
+                len(pairs.rows),
+            )
     return final
 
 
@@ -228,8 +235,9 @@ def _mine_parts(
     for _, queries, part in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
         qs = list(queries)
         progress.begin("search", items=total, done=before)
-        cands, pos_scores = retriever.search([pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs],
-                                             mcfg.top_k)  # fmt: skip
+        cands, pos_scores = retriever.search(
+            [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
+        )
         table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
         progress.advance("search")
         if teacher is not None:
@@ -334,9 +342,10 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
     out: list[tuple[int, str, str, list[str], list[float | None]]] = []
     dropped = dict.fromkeys((d.value for d in Dropped), 0)
     fallback = dict.fromkeys((d.value for d in Dropped), 0)  # rows kept with random negatives, by why
+    n = len(pairs.corpus)
     for q, found, scores in zip(qs, cands, pos_scores):
         # the retriever returned fewer than it was asked for (BM25 scores 0 for documents sharing no word)
-        short = found is not None and len(found) < min(cfg.mine.top_k + len(pairs.positives[q]), len(pairs.corpus))
+        short = found is not None and len(found) < min(cfg.mine.top_k + len(pairs.positives[q]), n)
         rows = rows_of[q]
         if cfg.mine.rows_per_query is not None and len(rows) > cfg.mine.rows_per_query:
             rows = sorted(random.Random(f"rows-{cfg.training.seed}-{q}").sample(rows, cfg.mine.rows_per_query))
@@ -344,22 +353,21 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
         for row in rows:
             positive = pairs.rows[row][1]
             rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
-            if found is None:
-                chosen = Dropped.NO_TERMS
-            else:
-                chosen = choose_negatives(found, pairs.positives[q], scores.get(positive, 0.0), cfg.mine, rng)
-            if chosen is Dropped.TOO_FEW and short:
-                chosen = Dropped.UNMATCHED
-            if isinstance(chosen, Dropped) and chosen in FALLS_BACK and cfg.mine.fallback == "random":
-                drawn = random_negatives(len(pairs.corpus), pairs.positives[q], cfg.mine.negatives, rng)
-                if drawn is not None:
-                    fallback[chosen.value] += 1
-                    chosen = [(d, None) for d in drawn]  # no retriever score: drawn at random
-            if isinstance(chosen, Dropped):
-                dropped[chosen.value] += 1
+            chosen, why = row_negatives(found, pairs.positives[q], scores.get(positive, 0.0), short, n, cfg.mine, rng)
+            if chosen is None:
+                dropped[why.value] += 1
                 continue
-            out.append((row, pairs.queries[q], pairs.corpus[positive], [pairs.corpus[d] for d, _ in chosen],
-                        [scores.get(positive, 0.0)] + [s for _, s in chosen]))  # fmt: skip
+            if why is not None:
+                fallback[why.value] += 1
+            out.append(
+                (
+                    row,
+                    pairs.queries[q],
+                    pairs.corpus[positive],
+                    [pairs.corpus[d] for d, _ in chosen],
+                    [scores.get(positive, 0.0)] + [s for _, s in chosen],
+                )
+            )
     out.sort()
     return pa.table(
         {
@@ -398,33 +406,3 @@ def _join(parts: list[Path], final: Path) -> dict:
             pq.write_table(table, tmp)
     dropped, fallback = counts[_DROPPED_KEY], counts[_FALLBACK_KEY]
     return {"rows": table.num_rows, "parts": len(parts), "dropped": dropped, "random_negatives": fallback}
-
-
-def _explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:
-    """A line per reason rows were dropped, naming the setting that changes it. Dropping can be right:
-    on the quickstart, keeping the rows top_k 100 dropped (top_k 1000) lost most of mining's gain, while
-    on the packages benchmark a quarter of the rows went (docs/mining.md). The user should know which."""
-    too_few = dropped.get(Dropped.TOO_FEW.value, 0)
-    if too_few:
-        fix = (
-            "mine.corpus holds too few documents for that; add documents or lower mine.rank_range"
-            if documents <= cfg.top_k + 1
-            else f"raise mine.top_k (now {cfg.top_k}, at most 1000) to keep them"
-        )
-        (log.warning if too_few >= 0.05 * rows else log.info)(
-            "mine: %d of %d rows (%.0f%%) dropped with fewer than %d candidates left in ranks %d-%d of the top %d "
-            "below %.2f x the positive's score (the retriever ranks their positive low); %s",
-            too_few, rows, 100 * too_few / rows, cfg.negatives, *cfg.rank_range, cfg.top_k, cfg.max_score_ratio, fix,
-        )  # fmt: skip
-    if unsearchable := dropped.get(Dropped.NO_TERMS.value, 0):
-        log.info("mine: %d of %d rows dropped: their query holds no word BM25 can search for (stopwords, "
-                 "punctuation, one-letter words); mine.retriever: model keeps them", unsearchable, rows)  # fmt: skip
-    if unmatched := dropped.get(Dropped.UNMATCHED.value, 0):
-        (log.warning if unmatched >= 0.05 * rows else log.info)(
-            "mine: %d of %d rows dropped: BM25 scored too few documents above 0 for their query (a document "
-            "sharing no word with it is never a negative); mine.retriever: model ranks every document",
-            unmatched, rows,
-        )  # fmt: skip
-    if inconsistent := dropped.get(Dropped.POSITIVE_WITHIN.value, 0):
-        log.info("mine: %d of %d rows dropped: their positive ranks below mine.positive_within (%d)",
-                 inconsistent, rows, cfg.positive_within)  # fmt: skip

@@ -11,13 +11,16 @@ as 0.3 did (docs/mining.md measures both).
 
 from __future__ import annotations
 
+import logging
 import random
 from enum import Enum
 
 from trainer.config_mine import MineConfig
 from trainer.retrieval.search import Candidates
 
-__all__ = ["FALLS_BACK", "Dropped", "choose_negatives", "random_negatives"]
+__all__ = ["FALLS_BACK", "Dropped", "choose_negatives", "explain_drops", "random_negatives", "row_negatives"]
+
+log = logging.getLogger("trainer")
 
 
 class Dropped(str, Enum):
@@ -68,7 +71,7 @@ def random_negatives(documents: int, positives: set[int], count: int, rng: rando
     row's ``rng``; None when the corpus holds too few others.
 
     >>> random_negatives(5, {0, 1}, 2, random.Random(0))
-    [2, 4]
+    [2, 3]
     >>> random_negatives(3, {0, 1}, 2, random.Random(0)) is None
     True
     """
@@ -81,3 +84,82 @@ def random_negatives(documents: int, positives: set[int], count: int, rng: rando
         if d not in positives:
             chosen.add(d)
     return sorted(chosen)
+
+
+def row_negatives(
+    found: Candidates | None,
+    positives: set[int],
+    positive_score: float,
+    short: bool,
+    documents: int,
+    cfg: MineConfig,
+    rng: random.Random,
+) -> tuple[list[tuple[int, float | None]], None] | tuple[list[tuple[int, float | None]] | None, Dropped]:
+    """One row's negatives and, when the retriever's candidates did not serve, why: ``(chosen, None)``
+    from the candidates; ``(drawn, reason)`` drawn at random (``mine.fallback: random``, no retriever
+    score); ``(None, reason)`` when the row is dropped. ``found`` is None when BM25 could search no word
+    of the query; ``short`` when the retriever returned fewer than it was asked for (BM25 scores 0 for
+    documents sharing no word), so that too few left is the retriever's doing, not the settings'.
+
+    >>> cfg = MineConfig(negatives=1, rank_range=[1, 2], top_k=2)
+    >>> row_negatives([(3, 0.5), (4, 0.4)], {0}, 1.0, False, 5, cfg, random.Random(0))
+    ([(4, 0.4)], None)
+    >>> row_negatives(None, {0}, 1.0, False, 5, cfg, random.Random(0))
+    ([(3, None)], <Dropped.NO_TERMS: 'no_terms'>)
+    """
+    why = Dropped.NO_TERMS if found is None else choose_negatives(found, positives, positive_score, cfg, rng)
+    if not isinstance(why, Dropped):
+        return list(why), None
+    if why is Dropped.TOO_FEW and short:
+        why = Dropped.UNMATCHED
+    if why in FALLS_BACK and cfg.fallback == "random":
+        drawn = random_negatives(documents, positives, cfg.negatives, rng)
+        if drawn is not None:
+            return [(d, None) for d in drawn], why
+    return None, why
+
+
+def explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:
+    """A line per reason rows were dropped, naming the setting that changes it. Dropping can be right:
+    on the quickstart, keeping the rows top_k 100 dropped (top_k 1000) lost most of mining's gain, while
+    on the packages benchmark a quarter of the rows went (docs/mining.md). The user should know which."""
+    too_few = dropped.get(Dropped.TOO_FEW.value, 0)
+    if too_few:
+        fix = (
+            "mine.corpus holds too few documents for that; add documents or lower mine.rank_range"
+            if documents <= cfg.top_k + 1
+            else f"raise mine.top_k (now {cfg.top_k}, at most 1000) to keep them"
+        )
+        (log.warning if too_few >= 0.05 * rows else log.info)(
+            "mine: %d of %d rows (%.0f%%) dropped with fewer than %d candidates left in ranks %d-%d of the top %d "
+            "below %.2f x the positive's score (the retriever ranks their positive low); %s",
+            too_few,
+            rows,
+            100 * too_few / rows,
+            cfg.negatives,
+            *cfg.rank_range,
+            cfg.top_k,
+            cfg.max_score_ratio,
+            fix,
+        )
+    if unsearchable := dropped.get(Dropped.NO_TERMS.value, 0):
+        log.info(
+            "mine: %d of %d rows dropped: their query holds no word BM25 can search for (stopwords, "
+            "punctuation, one-letter words); mine.retriever: model keeps them",
+            unsearchable,
+            rows,
+        )
+    if unmatched := dropped.get(Dropped.UNMATCHED.value, 0):
+        (log.warning if unmatched >= 0.05 * rows else log.info)(
+            "mine: %d of %d rows dropped: BM25 scored too few documents above 0 for their query (a document "
+            "sharing no word with it is never a negative); mine.retriever: model ranks every document",
+            unmatched,
+            rows,
+        )
+    if inconsistent := dropped.get(Dropped.POSITIVE_WITHIN.value, 0):
+        log.info(
+            "mine: %d of %d rows dropped: their positive ranks below mine.positive_within (%d)",
+            inconsistent,
+            rows,
+            cfg.positive_within,
+        )

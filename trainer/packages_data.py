@@ -64,8 +64,9 @@ def collect_package(name: str, root: Path) -> list[dict]:
             summary, body = lines[0], " ".join(line for line in lines[1:] if line)
             if len(summary) < 15 or len(body) < 60:
                 continue
-            items.append({"id": f"{module}.{node.name}:{node.lineno}", "summary": summary,
-                          "body": f"{node.name}: {body}"[:1200]})  # fmt: skip
+            items.append(
+                {"id": f"{module}.{node.name}:{node.lineno}", "summary": summary, "body": f"{node.name}: {body}"[:1200]}
+            )
     return items
 
 
@@ -97,8 +98,13 @@ def build(
             f.write(json.dumps({"_id": item["id"], "text": item["body"]}) + "\n")
     queries = rng.sample(test, min(max_test_queries, len(test)))
     write_beir(out / "beir", [(i["id"], i["body"]) for i in test], [(i["id"], i["summary"]) for i in queries])
-    counts = {"train": len(train), "test_corpus": len(test), "test_queries": len(queries), "heldout": held,
-              "train_packages": sorted(set(packages) - set(held))}  # fmt: skip
+    counts = {
+        "train": len(train),
+        "test_corpus": len(test),
+        "test_queries": len(queries),
+        "heldout": held,
+        "train_packages": sorted(set(packages) - set(held)),
+    }
     (out / "counts.json").write_text(json.dumps(counts, indent=2) + "\n")
     return counts
 

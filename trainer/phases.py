@@ -22,6 +22,7 @@ from pathlib import Path
 from trainer import card
 from trainer.atomic import write_text
 from trainer.checkpoint import CheckpointError, remove_stale_temporaries, verify, write_manifest
+from trainer.config import TrainConfig
 from trainer.errors import DiskFull, PhaseNotWhole, no_space
 
 __all__ = ["DONE", "finish", "mark_done", "redo_from", "started"]
@@ -39,7 +40,7 @@ def _problem(directory: Path, name: str = "manifest.json") -> str | None:
         return str(e)
 
 
-def redo_from(cfg) -> tuple[str | None, str]:
+def redo_from(cfg: TrainConfig) -> tuple[str | None, str]:
     """The first phase of ``cfg``'s job that is not whole in its ``output_dir`` and why: ``train`` (the
     final model or metrics.json), ``index``, ``done`` (only the marker is missing); ``(None, "")`` when
     every phase is whole."""
@@ -62,16 +63,16 @@ def redo_from(cfg) -> tuple[str | None, str]:
     return None, ""
 
 
-def _marked(cfg) -> list[str]:
+def _marked(cfg: TrainConfig) -> list[str]:
     return ["metrics.json", "final-model/manifest.json", *(["index/manifest.json"] if cfg.index is not None else [])]
 
 
-def started(cfg) -> None:
+def started(cfg: TrainConfig) -> None:
     """A phase is about to be written again: the old marker goes first, so it never vouches for a mix."""
     (Path(cfg.output_dir) / DONE).unlink(missing_ok=True)
 
 
-def mark_done(cfg) -> None:
+def mark_done(cfg: TrainConfig) -> None:
     """Verify every phase ``cfg`` asks for, then write ``done.json``; raises :class:`PhaseNotWhole` (retryable:
     the restart redoes that phase) when one is not whole."""
     phase, why = redo_from(cfg)
@@ -87,7 +88,7 @@ def mark_done(cfg) -> None:
         raise
 
 
-def finish(cfg, metrics: dict) -> None:
+def finish(cfg: TrainConfig, metrics: dict) -> None:
     """Rank 0, once the final model and metrics.json are written: the index if asked (metrics.json gains
     its entry), then the marker."""
     if cfg.index is not None:

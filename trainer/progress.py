@@ -57,8 +57,10 @@ __all__ = ["LOG_PREFIX", "Phase", "Progress", "endpoint", "job_plan", "with_expo
 
 log = logging.getLogger("trainer")
 LOG_PREFIX = "progress "
-_VARS = [(f"KUBEFLOW_TRAINER_{kind}_URL", f"KUBEFLOW_TRAINER_{kind}_CA_CERT", f"KUBEFLOW_TRAINER_{kind}_TOKEN")
-         for kind in ("SERVER", "STATUS")]  # fmt: skip
+_VARS = [
+    (f"KUBEFLOW_TRAINER_{kind}_URL", f"KUBEFLOW_TRAINER_{kind}_CA_CERT", f"KUBEFLOW_TRAINER_{kind}_TOKEN")
+    for kind in ("SERVER", "STATUS")
+]
 
 
 def endpoint(env: Mapping[str, str]) -> tuple[str, str | None, str | None] | None:
@@ -222,8 +224,11 @@ class Progress:
             log.warning("the TrainJob's status endpoint %s; progress goes to the log only", problem)
             self.target = None
         if self.target and self.target[2] and not self.target[0].lower().startswith("https://"):
-            log.warning("the TrainJob's status endpoint %s is not https: progress is posted without the token "
-                        "(it would travel in clear)", redact(self.target[0]))  # fmt: skip
+            log.warning(
+                "the TrainJob's status endpoint %s is not https: progress is posted without the token "
+                "(it would travel in clear)",
+                redact(self.target[0]),
+            )
             self.target = (self.target[0], self.target[1], None)
         if self.target:
             self._thread = threading.Thread(target=self._send_loop, name="trainer-status", daemon=True)
@@ -403,5 +408,8 @@ class Progress:
                 kind, e = "redirect", RuntimeError(f"HTTP {e.code}: a redirect, not followed (the token stays home)")
             if kind not in self._warned:
                 self._warned.add(kind)
-                log.warning("could not report progress to the TrainJob's status (%s: %s); the job goes on",
-                            kind, str(e).splitlines()[0][:160] if str(e) else "")  # fmt: skip
+                log.warning(
+                    "could not report progress to the TrainJob's status (%s: %s); the job goes on",
+                    kind,
+                    str(e).splitlines()[0][:160] if str(e) else "",
+                )

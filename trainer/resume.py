@@ -29,6 +29,7 @@ import torch
 
 from trainer import distributed as D
 from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, latest_checkpoint, save_checkpoint
+from trainer.config import TrainConfig
 from trainer.errors import NonFinite, WeightsDiverged
 from trainer.state import TrainState
 
@@ -190,7 +191,13 @@ def load_for_job(
     return answer
 
 
-def apply_changed_hyperparameters(state_config: dict, cfg, optimizer, scheduler, decay_group: int = 0) -> list[str]:
+def apply_changed_hyperparameters(
+    state_config: dict,
+    cfg: TrainConfig,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    decay_group: int = 0,
+) -> list[str]:
     """A checkpoint restores the optimizer's and scheduler's own copies of the learning rate and weight decay;
     the config's new values replace them here (the schedule keeps its shape and position, scaled to the new
     peak), so a changed value is applied, never silently dropped. Returns a line per change, for the log."""

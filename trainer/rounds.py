@@ -2,9 +2,12 @@
 
 round 1: mine with ``mine.retriever``: BM25, or ``mine.model`` (default: the base model) -> train the base
 round r: mine with round r-1's final model -> train ``model.name_or_path`` again on the new rows
+         (``mine.round_start: previous``: train on from round r-1's final model instead)
 
-Each round trains from the base model, so a round's gain comes from its negatives alone (the recipe
-behind ANCE's and ColBERTv2's later rounds, and the one issue 20 measured). Rounds before the last
+By default each round trains from the base model, so a round's gain comes from its negatives alone (the
+recipe behind ColBERTv2's later rounds, and the one issue 20 measured). ``round_start: previous`` is ANCE's
+refresh: the model being trained re-mines its negatives every ``training.max_steps`` steps, so they stay
+hard for it; mining stays split-invariant and resumable, as in any round. Rounds before the last
 write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, so the final model and
 ``metrics.json`` are where a job without mining puts them. Mined rows go to
 ``output_dir/mined/round-R/``. A round whose phases all verify (``trainer/phases.py``: the final model, the
@@ -96,12 +99,11 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
             _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
             mined = mine(cfg, layout, mined_dir, load, source, progress)
             rcfg = rcfg.model_copy(
-                update={
-                    "data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.name == "distillation")})
-                }
+                update={"data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})}
             )
+            start = _trained_weights(cfg, layout, previous) if cfg.mine.round_start == "previous" else None
             pairs = cfg.data.train.pairs()
-            metrics = train.run(rcfg, layout, labelled_from=pairs, progress=progress, metrics_file=metrics_file)
+            metrics = train.run(rcfg, layout, pairs, progress, weights=start, metrics_file=metrics_file)
         previous = out / "final-model"
     return metrics
 
@@ -135,8 +137,8 @@ def _trained_before(cfg: TrainConfig, layout: Layout, what: str) -> bool:
     out = Path(cfg.output_dir)
     phase, why = D.broadcast_object(phases.redo_from(cfg) if layout.is_main else None)
     if phase is None:
-        log.info("%s: done before (%s verifies): not trained again, and config changes since are not applied; "
-                 "to train again, use a new output_dir", what, out / phases.DONE)  # fmt: skip
+        again = "not trained again, and config changes since are not applied; to train again, use a new output_dir"
+        log.info("%s: done before (%s verifies): %s", what, out / phases.DONE, again)
     elif phase in ("index", "done"):
         then = "building the index again" if phase == "index" else "the rest verified, marking it done"
         log.warning("%s: trained before, but %s: %s", what, why, then)
@@ -220,9 +222,16 @@ def _mining_model(cfg: TrainConfig, layout: Layout, device: torch.device, previo
         path, key = cfg.model.name_or_path, "model.name_or_path"
     model = build_model(cfg.model.model_copy(update={"name_or_path": path}), device, key)
     if previous is not None:
-        state = None
-        if layout.is_main:
-            trained = build_model(cfg.model.model_copy(update={"name_or_path": str(previous)}), "cpu")
-            state = trained.state_dict()
-        model.load_state_dict(D.broadcast_object(state))
+        model.load_state_dict(_trained_weights(cfg, layout, previous))
     return model
+
+
+def _trained_weights(cfg: TrainConfig, layout: Layout, previous: Path | None) -> dict | None:
+    """The previous round's final weights on every rank (None in the first round): rank 0 reads them and
+    broadcasts them, since with per-pod storage only its pod has them."""
+    if previous is None:
+        return None
+    state = None
+    if layout.is_main:
+        state = build_model(cfg.model.model_copy(update={"name_or_path": str(previous)}), "cpu").state_dict()
+    return D.broadcast_object(state)

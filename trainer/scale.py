@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer.config import ConfigError, TrainConfig
+from trainer.losses import LOSSES
 
 __all__ = ["Scale", "job_scale", "micro_batches"]
 
@@ -32,11 +33,11 @@ class Scale:
 
     @property
     def negatives_per_query(self) -> int:
-        """Documents each query is scored against besides its positive (0 for distillation).
+        """Documents each query is scored against besides its positive (0 for a loss that reads teacher scores).
 
         Contrastive losses draw them from one micro-batch (across ranks when gathering), never
         across accumulation micro-batches: accumulation grows the global batch, not the negatives."""
-        if self.loss == "distillation":
+        if LOSSES[self.loss].scored:
             return 0
         return self.per_device * (self.world_size if self.gather else 1) * self.docs_per_query - 1
 
@@ -67,12 +68,13 @@ def micro_batches(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
     Without ``training.global_batch_size``: the config's own two numbers. With it, both are derived so that
     every step still covers exactly that many queries: the same mathematics on any world size (issue 19).
     Contrastive losses take their in-batch negatives from one micro-batch, so they never accumulate; the
-    distillation loss sums over micro-batches, so a micro-batch is capped by ``per_device_batch_size``."""
+    losses that read teacher scores (distillation) sum over micro-batches, so a micro-batch is capped by
+    ``per_device_batch_size``."""
     t = cfg.training
     if t.global_batch_size is None:
         return t.per_device_batch_size, t.gradient_accumulation_steps
     g = t.global_batch_size
-    cap = t.per_device_batch_size if cfg.loss.name == "distillation" else g
+    cap = t.per_device_batch_size if cfg.loss.scored else g
     if (split := _split(g, world_size, cap)) is not None:
         return split
     fits = [w for w in range(1, min(g, 4096) + 1) if _split(g, w, cap) is not None]

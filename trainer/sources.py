@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 
 from trainer.atomic import sha256_of, write_text
-from trainer.config import ConfigError
+from trainer.config import ConfigError, TrainConfig
 from trainer.config_base import OBJECT_SCHEMES
 from trainer.stores import bucket_store, reason
 
@@ -220,8 +220,10 @@ def _export_manifest(store, prefix: str, objects: list[_Object], url: str) -> di
 
     names = {o.path[len(prefix.rstrip("/")) :].lstrip("/") for o in objects}
     if PARTIAL in names:
-        raise SourceError(f"{_shown(url)}: an export is being written there, or one was interrupted ({PARTIAL}); "
-                          "wait for it, or restart the job that exports there")  # fmt: skip
+        raise SourceError(
+            f"{_shown(url)}: an export is being written there, or one was interrupted ({PARTIAL}); "
+            "wait for it, or restart the job that exports there"
+        )
     if MANIFEST not in names:
         return None
     try:
@@ -240,8 +242,9 @@ def _check_export(files: Path, listed: dict, url: str) -> None:
         path = files / name
         if path.stat().st_size != want["size"] or sha256_of(path) != want["sha256"]:
             path.unlink()
-            raise SourceError(f"{_shown(url)}: {name} does not match the export's manifest (size or sha256); "
-                              "export it again")  # fmt: skip
+            raise SourceError(
+                f"{_shown(url)}: {name} does not match the export's manifest (size or sha256); export it again"
+            )
 
 
 def _as_prefix(url: str) -> str:
@@ -257,7 +260,7 @@ def _model_path(name: str, cache) -> str:
     return name.removeprefix("hf://")
 
 
-def stage_config(cfg):
+def stage_config(cfg: TrainConfig) -> TrainConfig:
     """The config with every remote source replaced by its staged local copy (one pass per pod)."""
     cache = cfg.data.cache_dir
     updates: dict = {}
@@ -285,7 +288,7 @@ def _looks_local(value: str) -> bool:
     return "://" not in value and (value.startswith(("/", "./", "../", "~")) or value.strip("/").count("/") >= 2)
 
 
-def check_present(cfg) -> None:
+def check_present(cfg: TrainConfig) -> None:
     """Every local file and directory the config names, found now, once per pod, before any mining,
     training or model load: a missing ``data.eval_beir`` was met only after mining had run. Remote
     sources are staged by then (:func:`stage_config`); a Hub name is the hub client's to find. Not

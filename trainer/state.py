@@ -9,14 +9,20 @@ holds of it is listed in ``trainer/checkpoint.py`` (``CHECKPOINT_FORMAT``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from trainer.config import TrainConfig
+from trainer.data.batches import StreamingData, TokenizedData
 from trainer.env import Layout
+from trainer.evaluate import BeirSplit
+from trainer.losses.base import LossOutput
+from trainer.preemption import StopRequest
+from trainer.progress import Progress
+from trainer.tracking import Tracker
 
 __all__ = ["TrainState"]
 
@@ -30,21 +36,21 @@ class TrainState:
     cfg: TrainConfig | None = None
     layout: Layout = field(default_factory=Layout)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    tracker: Any = None  # rank 0's sinks (tracking.py), entered and closed by train.run
-    stop: Any = None  # the SIGTERM flag (preemption.StopRequest)
-    progress: Any = None  # rank 0's Progress (progress.py), set once the resumed step is known
-    split: Any = None  # the held-out BEIR split evaluated on (None: no data.eval_beir)
+    tracker: Tracker | None = None  # rank 0's sinks (tracking.py), entered and closed by train.run
+    stop: StopRequest | None = None  # the SIGTERM flag
+    progress: Progress | None = None  # rank 0's progress reports, set once the resumed step is known
+    split: BeirSplit | None = None  # the held-out BEIR split evaluated on (None: no data.eval_beir)
     metrics_file: str | None = None  # colbert-train --metrics-file: rank 0 appends each periodic evaluation
     # the training objects
     model: torch.nn.Module  # the ColBERT model itself: evaluation, saving, checkpoints
     forward: torch.nn.Module  # what losses call: the model under DDP when there are several ranks
     params: list[torch.nn.Parameter]  # trainable, in model order (clipping)
     optimizer: torch.optim.Optimizer
-    scheduler: Any
+    scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
-    autocast: Callable[[], Any]
-    data: Any  # the batch schedule (data/batches.py): batches are a pure function of (seed, step)
-    loss_fn: Callable
+    autocast: Callable[[], AbstractContextManager[object]]  # a fresh autocast (or null) context per forward
+    data: StreamingData | TokenizedData  # the batch schedule: batches are a pure function of (seed, step)
+    loss_fn: Callable[..., LossOutput]  # (model, batch) -> the loss (losses/)
     total_steps: int
     accumulation: int = 1
     max_grad_norm: float | None = None

@@ -80,8 +80,13 @@ def _skip_nonfinite(t: TrainState, grad_norm: torch.Tensor) -> float:
             "(teacher scores), lower training.learning_rate, or allow a few with training.skip_nonfinite_steps"
         )
     t.skipped_nonfinite += 1
-    log.warning("step %d: non-finite gradient (norm %s), skipped (%d of training.skip_nonfinite_steps %d)",
-                t.step + 1, float(grad_norm), t.skipped_nonfinite, t.skip_nonfinite)  # fmt: skip
+    log.warning(
+        "step %d: non-finite gradient (norm %s), skipped (%d of training.skip_nonfinite_steps %d)",
+        t.step + 1,
+        float(grad_norm),
+        t.skipped_nonfinite,
+        t.skip_nonfinite,
+    )
     t.scheduler.step()
     t.step += 1
     return float(grad_norm)

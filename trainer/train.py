@@ -60,11 +60,14 @@ def run(
     layout: Layout,
     labelled_from: DataSource | None = None,
     progress: Progress | None = None,
+    weights: dict | None = None,
     metrics_file: str | None = None,
 ) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
     (query, positive) pairs that say which documents are labelled positives, when data.train is mined
     rows (default: data.train itself). ``progress``: the job's, when training is one of its phases.
+    ``weights``: a state dict to start from instead of model.name_or_path's (a round continuing the one
+    before: trainer/rounds.py); a checkpoint of this training still wins over it on resume.
     ``metrics_file``: where each periodic evaluation is appended as it happens (a sweep's early stopping)."""
     device = D.device_for(layout)
     with (
@@ -73,7 +76,7 @@ def run(
         StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
-        t = build(cfg, layout, device, labelled_from)
+        t = build(cfg, layout, device, labelled_from, weights)
         t.stop, t.tracker, t.metrics_file = stop, tracker, metrics_file
         _resume(t)
         t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line
@@ -90,13 +93,19 @@ def run(
 
 
 def build(
-    cfg: TrainConfig, layout: Layout, device: torch.device, labelled_from: DataSource | None = None
+    cfg: TrainConfig,
+    layout: Layout,
+    device: torch.device,
+    labelled_from: DataSource | None = None,
+    weights: dict | None = None,
 ) -> TrainState:
     """Model (the same initial weights everywhere), data, loss, optimizer, schedule, precision."""
     tcfg = cfg.training
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
     model = build_model(cfg.model, device)
+    if weights is not None:  # the same on every rank (broadcast by the caller)
+        model.load_state_dict(weights)
     if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tcfg.tf32
     if tcfg.compile:
@@ -104,8 +113,7 @@ def build(
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
-    distill = cfg.loss.name == "distillation"
-    rows = load_rows(cfg.data.train, distillation=distill, cache_dir=cfg.data.cache_dir)
+    rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
     scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
@@ -119,8 +127,14 @@ def build(
         log.info("loss: %d labelled (query, document) pairs kept out of in-batch negatives", len(labelled))
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     log.info("scale: %s", scale.line())
-    log.info("steps=%d (%d/epoch) mode=%s master=%s:%s", total_steps, data.steps_per_epoch, layout.mode,
-             layout.master_addr, layout.master_port)  # fmt: skip
+    log.info(
+        "steps=%d (%d/epoch) mode=%s master=%s:%s",
+        total_steps,
+        data.steps_per_epoch,
+        layout.mode,
+        layout.master_addr,
+        layout.master_port,
+    )
 
     optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
@@ -151,7 +165,7 @@ def build(
             "precision": precision,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
             "train_data": origin((labelled_from or cfg.data.train).path),  # the user's, not the mined rows' copy
-        },  # fmt: skip
+        },
     )
 
 
@@ -199,9 +213,14 @@ def _resume(t: TrainState) -> None:
         resume.restore(t, path, state)
         if written_by != layout.world_size:  # an elastic resume: the data position and the mathematics carry over
             t.rng = resume.derived_rng(cfg.training.seed, t.step, layout.rank, t.device)
-            log.info("world size %s -> %d at step %d (training.global_batch_size %d): the same batches, RNG "
-                     "streams derived from (seed, step, rank)", written_by, layout.world_size, t.step,
-                     cfg.training.global_batch_size)  # fmt: skip
+            log.info(
+                "world size %s -> %d at step %d (training.global_batch_size %d): the same batches, RNG "
+                "streams derived from (seed, step, rank)",
+                written_by,
+                layout.world_size,
+                t.step,
+                cfg.training.global_batch_size,
+            )
         log.info("resumed from %s at step %d/%d", path, t.step, t.total_steps)
         for change in resume.apply_changed_hyperparameters(saved_config, cfg, t.optimizer, t.scheduler):
             log.info("changed since the checkpoint, applied from step %d: %s", t.step + 1, change)
@@ -228,8 +247,9 @@ def _loop(t: TrainState) -> tuple[float, int]:
     t.model.train()
     started, first_step = time.perf_counter(), t.step
     bar = tqdm(total=t.total_steps, initial=t.step, desc="train", disable=not layout.is_main, dynamic_ncols=True)
-    feed = batches(t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size,
-                   t.accumulation)  # fmt: skip
+    feed = batches(
+        t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size, t.accumulation
+    )
     every_eval, every_ckpt, log_every = cfg.evaluation.every_steps, cfg.checkpoint.every_steps, cfg.training.log_every
     with contextlib.closing(feed):  # its workers end on every way out of the loop, errors included
         if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
@@ -315,8 +335,10 @@ def _hardness(t: TrainState) -> dict[str, float]:
                 "step %d: %.0f%% of rows have a near-zero loss (the positive beats the hardest negative by %.2f): "
                 "the negatives have gone stale and teach little; mine again with the trained model "
                 "(mine.rounds: 2) or from a stronger retriever (mine.retriever: dense)",
-                t.step, 100 * hard["easy_share"], hard["margin"],
-            )  # fmt: skip
+                t.step,
+                100 * hard["easy_share"],
+                hard["margin"],
+            )
     return hard
 
 

@@ -4,19 +4,22 @@ and refuse a single-valued flag given twice, and the options and helpers of the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from operator_cli import constants as C
-from operator_cli import rules
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, connect, redact
 from operator_cli.kube import default_namespace as kubeconfig_namespace
+from operator_cli.options import JOB_OPTIONS, Option
 from operator_cli.values import shown
 
 __all__ = [
     "Command",
     "Group",
+    "click_option",
     "cluster_of",
     "cluster_options",
     "default_namespace",
@@ -113,8 +116,32 @@ def cluster_options(fn):
     return fn
 
 
+_BY_FLAG = {o.flag: o for o in JOB_OPTIONS}
+_NAMESPACE, _NAME = _BY_FLAG["--namespace"], _BY_FLAG["--name"]  # declared once: the job's own options
+
+
+def click_option(option: Option, defaults: dict[str, Any]) -> Callable[[Any], Any]:
+    """The click option of one :class:`Option` (``JOB_OPTIONS``, ``RUNTIME_OPTIONS``): its default is the spec's
+    field's (one place states them)."""
+    kwargs: dict = {"help": option.help or None, "metavar": option.metavar, "required": option.required}
+    if option.is_flag:
+        kwargs["is_flag"] = True
+    elif option.multiple:
+        kwargs["multiple"] = True
+    elif option.choices:
+        kwargs["type"] = click.Choice(option.choices)
+    elif option.file:
+        kwargs["type"] = click.Path(dir_okay=False)
+    elif option.type is not str:
+        kwargs["type"] = option.type
+    if option.show_default:
+        kwargs.update(default=defaults[option.spec_field], show_default=True)
+    return click.option(*filter(None, (option.short, option.flag)), **kwargs)
+
+
 def namespace_option(fn):
-    return click.option("-n", "--namespace", help="Default: the kubeconfig context's namespace, else 'default'.")(fn)
+    """``-n/--namespace`` of the commands that read or change a job: the job option itself (help and rule)."""
+    return click_option(_NAMESPACE, {})(fn)
 
 
 def output_option(fn):
@@ -137,8 +164,7 @@ def default_namespace(o: dict) -> str:
 def cluster_of(o: dict) -> Cluster:
     """The :class:`operator_cli.kube.Cluster` the options name (its namespace checked before any request)."""
     namespace = default_namespace(o) if o.get("namespace") is None else o["namespace"]  # -n "" is refused
-    if not rules.full("dns1123_label", namespace):
-        raise CliError(f"--namespace must be a DNS-1123 label, got {shown(namespace)}")
+    _NAMESPACE.check(namespace)
     return Cluster(
         connect(o.get("kubeconfig"), o.get("context"), o.get("request_timeout", C.REQUEST_TIMEOUT)), namespace
     )
@@ -146,7 +172,7 @@ def cluster_of(o: dict) -> Cluster:
 
 def job_name(name: str) -> str:
     """A NAME argument, checked before any request: never empty, '.', or a path the API would misread."""
-    if not rules.full("dns1035", name):
+    if not _NAME.rule(name):  # the rule --name gives a job
         raise CliError(
             f"NAME must be a job name (a DNS-1035 label: a-z, 0-9, '-', starting with a letter), got {shown(name)}",
             hint="see `colbert-k8s list`",

@@ -32,8 +32,10 @@ def resize_cmd(name: str, nodes: int, gpus_per_node: int | None, **o) -> None:
     name = job_name(name)
     check_shape(nodes, gpus_per_node)  # before any request, as every other flag
     job = resize(cluster_of(o), name, nodes, gpus_per_node)
-    click.echo(f"resized {job['kind']} {job['metadata'].get('namespace', '')}/{name} to {nodes} node(s); "
-               f"it resumes from its newest checkpoint (colbert-k8s logs {name} -f)")  # fmt: skip
+    click.echo(
+        f"resized {job['kind']} {job['metadata'].get('namespace', '')}/{name} to {nodes} node(s); "
+        f"it resumes from its newest checkpoint (colbert-k8s logs {name} -f)"
+    )
 
 
 @click.command("delete", cls=Command)
@@ -73,8 +75,7 @@ def _set_suspended(name: str, suspend: bool, o: dict) -> None:
     elif suspend:
         click.echo(f"suspended {kind} {name}: its pods are removed; `colbert-k8s resume {name}` brings them back")
     else:
-        click.echo(f"resumed {kind} {name}: new pods resume from the newest checkpoint "
-                   f"(colbert-k8s logs {name} -f)")  # fmt: skip
+        click.echo(f"resumed {kind} {name}: new pods resume from the newest checkpoint (colbert-k8s logs {name} -f)")
 
 
 @click.command("suspend", cls=Command)

@@ -16,35 +16,16 @@ from pathlib import Path
 
 import click
 
-from operator_cli import constants as C
-from operator_cli.commands.base import Command, cluster_of, cluster_options, default_namespace
+from operator_cli.commands.base import Command, click_option, cluster_of, cluster_options, default_namespace
 from operator_cli.errors import CliError
 from operator_cli.follow import wait_for_job
-from operator_cli.kube.runtime import known_runtime
+from operator_cli.kube.runtime import dry_run_note, known_runtime, runtime_or_stock
 from operator_cli.render import render, to_yaml
-from operator_cli.spec import JOB_OPTIONS, JobSpec, Option, generate_name, read_config
+from operator_cli.spec import JOB_OPTIONS, JobSpec, generate_name, read_config
 
 __all__ = ["build_spec", "job_options", "local_cmd", "render_cmd", "submit_cmd"]
 
 FORMATS = ("yaml", "json")
-
-
-def _click_option(option: Option, defaults: dict):
-    """The click option of one :class:`Option`: its default is the JobSpec field's (one place states them)."""
-    kwargs: dict = {"help": option.help or None, "metavar": option.metavar, "required": option.required}
-    if option.is_flag:
-        kwargs["is_flag"] = True
-    elif option.multiple:
-        kwargs["multiple"] = True
-    elif option.choices:
-        kwargs["type"] = click.Choice(option.choices)
-    elif option.file:
-        kwargs["type"] = click.Path(dir_okay=False)
-    elif option.type is not str:
-        kwargs["type"] = option.type
-    if option.show_default:
-        kwargs.update(default=defaults[option.spec_field], show_default=True)
-    return click.option(*filter(None, (option.short, option.flag)), **kwargs)
 
 
 SET_HELP = (
@@ -60,7 +41,7 @@ def job_options(fn):
     for option in reversed(JOB_OPTIONS):  # the last decorator applied is the first option listed
         if option.key == "config":
             fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)(fn)
-        fn = _click_option(option, defaults)(fn)
+        fn = click_option(option, defaults)(fn)
     return fn
 
 
@@ -158,13 +139,16 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
     runtime_default = spec.kind.uses_runtime and o["runtime"] is None
     if dry_run:
         if runtime_default:
-            click.echo(f"runtime: {spec.runtime} (submit uses the stock {C.V2_STOCK_RUNTIME} where the cluster "
-                       "lacks it)", err=True)  # fmt: skip
+            click.echo(dry_run_note(spec.runtime), err=True)
         click.echo(to_yaml(objects), nl=False)
         return
     cluster = cluster or cluster_of(o)
-    if runtime_default:
-        spec, objects = _runtime_or_stock(cluster, spec, objects)
+    if runtime_default:  # this tool's runtime where the cluster has it, else the stock one, and what that costs
+        runtime, warning = runtime_or_stock(cluster, spec.runtime)
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+            spec = dataclasses.replace(spec, runtime=runtime)
+            objects = render(spec)
     secrets = sorted({ref.secret for ref in spec.secret_env.values()} | set(spec.image_pull_secrets))
     cluster.preflight(spec.api, secrets, spec.pvc, spec.runtime)
     for obj in cluster.create_all(objects):
@@ -177,21 +161,6 @@ def submit_cmd(dry_run: bool, wait: bool, timeout: float | None, poll_interval: 
         sys.exit(wait_for_job(cluster, spec.name, poll_interval, timeout, click.echo))
 
 
-def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
-    """``--runtime`` not given: this tool's runtime when the cluster has it, else the stock one, with the one
-    line saying what that costs."""
-    if cluster.runtime_exists(spec.runtime):
-        return spec, objects
-    click.echo(
-        f"warning: ClusterTrainingRuntime {spec.runtime} is not installed: using the stock {C.V2_STOCK_RUNTIME}, "
-        "which retries a permanent error (a bad config or data row, a traceback: exit 1-127) until its restarts "
-        "run out instead of failing at once; `colbert-k8s runtime install` installs it",
-        err=True,
-    )
-    spec = dataclasses.replace(spec, runtime=C.V2_STOCK_RUNTIME)
-    return spec, render(spec)
-
-
 @click.command("local", cls=Command)
 @job_options
 @click.option(
@@ -202,8 +171,13 @@ def _runtime_or_stock(cluster, spec: JobSpec, objects: list[dict]):
     help="Local stand-in for the /workspace volume (the PVC): relative paths in the config resolve here.",
 )
 @click.option("--isolate-network", is_flag=True, help="Each replica in its own network namespace (root, Linux).")
-@click.option("-v", "--verbose", is_flag=True, help="Every line the replicas print, every rank's, progress bars and "
-              "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Every line the replicas print, every rank's, progress bars and "
+    "JSON progress included (default: rank 0's lines, other ranks' warnings and errors).",
+)
 def local_cmd(workdir: str, isolate_network: bool, verbose: bool, **o) -> None:  # fmt: skip
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
     missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]

@@ -58,8 +58,18 @@ def status_cmd(name: str, output: str, watch: bool, poll_interval: float, **o) -
 @click.option("-p", "--previous", is_flag=True, help="The previous container's log (before its last restart).")
 @click.option("--timestamps", is_flag=True, help="Prefix each line with the kubelet's RFC3339 timestamp.")
 @click.option("--poll-interval", default=5.0, type=float, hidden=True)
-def logs_cmd(name: str, follow: bool, rank: int | None, all_pods: bool, tail: int | None, since: str | None,
-             previous: bool, timestamps: bool, poll_interval: float, **o) -> None:  # fmt: skip
+def logs_cmd(
+    name: str,
+    follow: bool,
+    rank: int | None,
+    all_pods: bool,
+    tail: int | None,
+    since: str | None,
+    previous: bool,
+    timestamps: bool,
+    poll_interval: float,
+    **o,
+) -> None:
     """Log lines of the job's pods, each prefixed by its replica and rank."""
     if rank is not None and all_pods:
         raise CliError("--rank and --all exclude each other")
@@ -113,9 +123,17 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
         kind = kind_of(j)
         nodes, gpus = kind.nodes_and_gpus(j)
         meta = j["metadata"]
-        items.append({"namespace": meta.get("namespace", ""), "name": meta["name"], "kind": kind.kind,
-                      "state": job_state(j), "nodes": nodes, "gpusPerNode": gpus,
-                      "created": meta.get("creationTimestamp")})  # fmt: skip
+        items.append(
+            {
+                "namespace": meta.get("namespace", ""),
+                "name": meta["name"],
+                "kind": kind.kind,
+                "state": job_state(j),
+                "nodes": nodes,
+                "gpusPerNode": gpus,
+                "created": meta.get("creationTimestamp"),
+            }
+        )
     items += [list_row(s) for s in list_sweeps(cluster, all_namespaces)]  # tune's sweeps, beside the jobs
     if output != "table":
         click.echo(show.formatted({"items": items}, output))
@@ -123,16 +141,23 @@ def list_cmd(all_namespaces: bool, output: str, **o) -> None:
     if not items:
         click.echo("no colbert-k8s jobs" + ("" if all_namespaces else f" in namespace {cluster.ns}"))
         return
-    rows = [[i["namespace"], i["name"], i["kind"], i["state"], i["nodes"], i["gpusPerNode"], show.age(i["created"])]
-            for i in items]  # fmt: skip
+    rows = [
+        [i["namespace"], i["name"], i["kind"], i["state"], i["nodes"], i["gpusPerNode"], show.age(i["created"])]
+        for i in items
+    ]
     click.echo(show.table(["NAMESPACE", "NAME", "KIND", "STATE", "NODES", "GPUS/NODE", "AGE"], rows))
 
 
 @click.command("doctor", cls=Command)
 @namespace_option
 @cluster_options
-@click.option("--api", type=click.Choice(API_CHOICES), default="auto", show_default=True,
-              help="The job API you will submit with; auto: whichever the cluster serves.")  # fmt: skip
+@click.option(
+    "--api",
+    type=click.Choice(API_CHOICES),
+    default="auto",
+    show_default=True,
+    help="The job API you will submit with; auto: whichever the cluster serves.",
+)
 @output_option
 def doctor_cmd(api: str, output: str, **o) -> None:
     """Check the cluster before a first submit: one line per check, OK/WARN/FAIL with a hint.
@@ -163,7 +188,7 @@ def doctor_cmd(api: str, output: str, **o) -> None:
     type=click.IntRange(min=60, max=7 * 24 * 3600),
     help="Seconds the fetch pod may live (its activeDeadlineSeconds); raise it for large outputs.",
 )
-def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> None:  # fmt: skip
+def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> None:
     """Copy a finished job's final-model, metrics.json, best-model and index off its claim.
 
     A short-lived pod of this tool's own mounts the claim read-only and streams a tar (as kubectl cp);
@@ -174,6 +199,13 @@ def fetch_cmd(name: str, to: str | None, overwrite: bool, timeout: int, **o) -> 
     def bar(total: int):
         return click.progressbar(length=total, label=f"fetching {name}", file=sys.stderr)
 
-    done = fetch(cluster_of(o), name, dest, overwrite=overwrite, deadline=timeout, progress=bar,
-                 warn=lambda line: click.echo(line, err=True))  # fmt: skip
+    done = fetch(
+        cluster_of(o),
+        name,
+        dest,
+        overwrite=overwrite,
+        deadline=timeout,
+        progress=bar,
+        warn=lambda line: click.echo(line, err=True),
+    )
     click.echo(f"fetched {', '.join(done.items)} of {name} into {dest} ({done.bytes / 1e6:.1f} MB)")

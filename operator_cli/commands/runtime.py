@@ -3,50 +3,39 @@
     colbert-k8s runtime render [--name colbert-torch] [--max-restarts 3] [--nccl ib] [--priority-class P]
     colbert-k8s runtime install [--name colbert-torch] ...       (cluster-scoped: needs the right to create it)
 
-A TrainJob on it fails at once on a permanent exit code, and restarts otherwise.
+A TrainJob on it fails at once on a permanent exit code, and restarts otherwise. The options are
+:data:`operator_cli.kube.runtime.RUNTIME_OPTIONS`: the pod template's are the job options themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from operator_cli import constants as C
-from operator_cli.commands.base import Command, Group, cluster_of, cluster_options
-from operator_cli.kube.runtime import RuntimeSpec, install_runtime, render_runtime
+from operator_cli.commands.base import Command, Group, click_option, cluster_of, cluster_options
+from operator_cli.kube.runtime import RUNTIME_OPTIONS, RuntimeSpec, install_runtime, render_runtime
 from operator_cli.render import to_yaml
-from operator_cli.values import NCCL_PRESETS
 
 __all__ = ["runtime_group"]
 
 
-def _runtime_options(fn):
-    d = RuntimeSpec()
-    for option in reversed([
-        click.option("--name", default=d.name, show_default=True, help="The ClusterTrainingRuntime's name."),
-        click.option("--image", default=d.image, show_default=True, help="The node container's default image."),
-        click.option("--max-restarts", default=d.max_restarts, show_default=True, type=int,
-                     help="JobSet restarts for retryable failures (lost peer, preemption) before the job fails."),
-        click.option("--nccl", type=click.Choice(tuple(NCCL_PRESETS)),
-                     help="NCCL network preset of the node container."),
-        click.option("--shm-size", default=d.shm_size, show_default=True, help="Memory-backed /dev/shm; 0 disables."),
-        click.option("--priority-class", help="PriorityClass of every pod (a TrainJob cannot set its own)."),
-        click.option("--termination-grace-period", default=d.termination_grace, show_default=True, type=int,
-                     help="Seconds from SIGTERM to SIGKILL; the trainer checkpoints in them."),
-    ]):  # fmt: skip
-        fn = option(fn)
+def _runtime_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    defaults = RuntimeSpec.defaults()
+    for option in reversed(RUNTIME_OPTIONS):  # the last decorator applied is the first option listed
+        fn = click_option(option, defaults)(fn)
     return fn
 
 
-def _runtime_spec(o: dict) -> RuntimeSpec:
-    return RuntimeSpec(
-        name=o["name"],
-        image=o["image"],
-        max_restarts=o["max_restarts"],
-        nccl=o["nccl"],
-        shm_size=None if o["shm_size"] in ("0", "") else o["shm_size"],
-        priority_class=o["priority_class"],
-        termination_grace=o["termination_grace_period"],
-    )
+def _runtime_spec(o: dict[str, Any]) -> RuntimeSpec:
+    """Options -> RuntimeSpec: each option's value through its parser (``--shm-size 0`` -> no /dev/shm)."""
+    values = {opt.spec_field: o[opt.key] for opt in RUNTIME_OPTIONS}
+    for opt in RUNTIME_OPTIONS:
+        if opt.parse and values[opt.spec_field] is not None:
+            values[opt.spec_field] = opt.parse(values[opt.spec_field])
+    return RuntimeSpec(**values)
 
 
 @click.group("runtime", cls=Group)
@@ -56,7 +45,7 @@ def runtime_group() -> None:
 
 @runtime_group.command("render", cls=Command)
 @_runtime_options
-def runtime_render_cmd(**o) -> None:
+def runtime_render_cmd(**o: Any) -> None:
     """Print the ClusterTrainingRuntime (the object `runtime install` creates)."""
     click.echo(to_yaml([render_runtime(_runtime_spec(o))]), nl=False)
 
@@ -64,7 +53,7 @@ def runtime_render_cmd(**o) -> None:
 @runtime_group.command("install", cls=Command)
 @_runtime_options
 @cluster_options
-def runtime_install_cmd(**o) -> None:
+def runtime_install_cmd(**o: Any) -> None:
     """Create the ClusterTrainingRuntime, or update the one this tool created under that name."""
     runtime = render_runtime(_runtime_spec(o))
     done = install_runtime(cluster_of({**o, "namespace": "default"}), runtime)

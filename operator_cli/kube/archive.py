@@ -161,11 +161,14 @@ def extract(fileobj: IO[bytes], dest: Path, names: set[str], what: str) -> None:
             members = _spooled(tar, spool, names, what)
         _place(members, dest)
     except tarfile.TarError as e:
-        raise CliError(f"{what}: the archive is cut short or corrupt ({e}); nothing was written",
-                       hint="run fetch again") from None  # fmt: skip
+        raise CliError(
+            f"{what}: the archive is cut short or corrupt ({e}); nothing was written", hint="run fetch again"
+        ) from None
     except OSError as e:
-        raise CliError(f"cannot write into {dest.parent}: {e.strerror or e}; nothing was written",
-                       hint="free some space or pass another --to") from None  # fmt: skip
+        raise CliError(
+            f"cannot write into {dest.parent}: {e.strerror or e}; nothing was written",
+            hint="free some space or pass another --to",
+        ) from None
     finally:
         shutil.rmtree(spool, ignore_errors=True)
 

@@ -2,7 +2,8 @@
 
 :class:`Cluster` is the one way the commands (``submit``, ``status``, ``resize``, ``doctor``, ``fetch``,
 ``runtime`` ...) reach the API: every request goes through :meth:`Cluster.request`
-(:func:`operator_cli.kube.transport.call`: timeouts, one-line errors). What differs between job kinds is
+(:func:`operator_cli.kube.transport.call`: timeouts, one-line errors). A TrainJob's runtime (check, fall back
+to the stock one, install) is :mod:`operator_cli.kube.runtime`'s. What differs between job kinds is
 asked of the kind (:mod:`operator_cli.kube.kinds`); derived names come from :mod:`operator_cli.kube.names`.
 Nothing here prints; the CLI decides how to show results.
 """
@@ -17,6 +18,7 @@ from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import AUTO_ORDER, KINDS, JobKind, kind_named, kind_of, shape_problem, sweep_named
 from operator_cli.kube.pods import PodInfo, status_reason, warning_reason
+from operator_cli.kube.runtime import check_runtime
 from operator_cli.kube.transport import NOT_THE_API_SERVER, call, redact
 from operator_cli.lines import text_lines
 
@@ -85,9 +87,15 @@ class Cluster:
         owners = []
         if job is not None:
             k = kind_of(job)
-            owners = [{"apiVersion": job.get("apiVersion", k.api_version), "kind": job.get("kind", k.kind),
-                       "name": job["metadata"]["name"],
-                       "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}]  # fmt: skip
+            owners = [
+                {
+                    "apiVersion": job.get("apiVersion", k.api_version),
+                    "kind": job.get("kind", k.kind),
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                    "blockOwnerDeletion": False,
+                }
+            ]
         body = {"metadata": {"ownerReferences": owners}}
         self.request(lambda: self.core.patch_namespaced_config_map(cm, self.ns, body), "patch", "ConfigMap", cm)
 
@@ -129,75 +137,44 @@ class Cluster:
                 hint=f"pass --api {other.api} or --api auto" if other else f"install it with: {kind.install}",
             )
         if kind.uses_runtime:
-            self.check_runtime(runtime or C.V2_DEFAULT_RUNTIME)
-        self._must_exist(lambda: self.core.read_namespace(self.ns), "Namespace", self.ns, None,
-                         f"namespace {self.ns!r} does not exist", f"kubectl create namespace {self.ns}")  # fmt: skip
-        for secret in secrets:
-            self._must_exist(lambda s=secret: self.core.read_namespaced_secret(s, self.ns), "Secret", secret, self.ns,
-                             f"Secret {self.ns}/{secret} does not exist "
-                             "(referenced by --secret-env/--image-pull-secret)",
-                             f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...")  # fmt: skip
-        if claim:
-            self._must_exist(lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
-                             "PersistentVolumeClaim", claim, self.ns,
-                             f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
-                             "create it first, or use --pvc-size to have one created")  # fmt: skip
-
-    def runtime(self, name: str) -> dict[str, Any] | None:
-        """The ClusterTrainingRuntime ``name``; None when it is not there. A 403 is one line."""
-        return self.read(
-            lambda: self.custom.get_cluster_custom_object(C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL, name),
-            "get",
-            C.V2_RUNTIME_KIND,
-            name,
-            namespace=None,
+            check_runtime(self, runtime or C.V2_DEFAULT_RUNTIME)
+        self._must_exist(
+            lambda: self.core.read_namespace(self.ns),
+            "Namespace",
+            self.ns,
+            None,
+            f"namespace {self.ns!r} does not exist",
+            f"kubectl create namespace {self.ns}",
         )
-
-    def check_runtime(self, name: str) -> None:
-        """The ClusterTrainingRuntime exists and runs torch (its framework label or its mlPolicy)."""
-        try:
-            runtime = self.runtime(name)
-        except CliError as e:
-            if e.status == 403:
-                return  # may create TrainJobs without reading runtimes: the controller will tell
-            raise
-        if runtime is None:
-            raise CliError(
-                f"ClusterTrainingRuntime {name!r} does not exist",
-                hint=f"`colbert-k8s runtime install` installs {C.V2_SHIPPED_RUNTIME}; the stock one is "
-                f"{C.V2_STOCK_RUNTIME} ({C.TRAINER_V2_INSTALL})",
-                status=404,
+        for secret in secrets:
+            self._must_exist(
+                lambda s=secret: self.core.read_namespaced_secret(s, self.ns),
+                "Secret",
+                secret,
+                self.ns,
+                f"Secret {self.ns}/{secret} does not exist (referenced by --secret-env/--image-pull-secret)",
+                f"kubectl create secret generic {secret} -n {self.ns} --from-literal=KEY=...",
             )
-        labels = (runtime.get("metadata") or {}).get("labels") or {}
-        policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
-        framework = labels.get(C.V2_FRAMEWORK_LABEL)
-        if framework != "torch" and "torch" not in policy:
-            raise CliError(
-                f"ClusterTrainingRuntime {name!r} is for {framework or 'another framework'}, not torch "
-                "(colbert-train is started by torchrun)",
-                hint=f"pick a torch runtime, e.g. --runtime {C.V2_SHIPPED_RUNTIME} (`colbert-k8s runtime install`)",
+        if claim:
+            self._must_exist(
+                lambda: self.core.read_namespaced_persistent_volume_claim(claim, self.ns),
+                "PersistentVolumeClaim",
+                claim,
+                self.ns,
+                f"PersistentVolumeClaim {self.ns}/{claim} does not exist",
+                "create it first, or use --pvc-size to have one created",
             )
-
-    def runtime_exists(self, name: str) -> bool:
-        """Whether the ClusterTrainingRuntime is there; a user who may not read runtimes is told by preflight."""
-        return self.runtime(name) is not None
-
-    def put_runtime(self, runtime: dict[str, Any], replace: bool) -> None:
-        """Create the ClusterTrainingRuntime, or replace it whole (``replace``: its resourceVersion is in it)."""
-        name, args = runtime["metadata"]["name"], (C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL)
-        if replace:
-            fn = lambda: self.custom.replace_cluster_custom_object(*args, name, runtime)
-        else:
-            fn = lambda: self.custom.create_cluster_custom_object(*args, runtime)
-        self.request(fn, "replace" if replace else "create", C.V2_RUNTIME_KIND, name, namespace=None)
 
     def access_review(self, verb: str, group: str, plural: str) -> dict[str, Any]:
         """May this user ``verb`` ``plural`` of ``group`` in this namespace? The SelfSubjectAccessReview's status."""
         from kubernetes import client
 
         attributes = {"namespace": self.ns, "verb": verb, "group": group, "resource": plural}
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": attributes}}  # fmt: skip
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
         auth = client.AuthorizationV1Api(self.api)
         review = self.request(
             lambda: auth.create_self_subject_access_review(body), "create", "SelfSubjectAccessReview", namespace=None
@@ -231,9 +208,11 @@ class Cluster:
     def _verbs(self, kind: str) -> tuple[Any, Any, Any]:
         """(create(obj), get(name), delete(name)) for ``kind``: a core object's CoreV1Api calls, or a job kind's."""
         if job_kind := kind_named(kind) or sweep_named(kind):  # a sweep (tune) is created and deleted alike
-            return (lambda obj: job_kind.create(self.custom, self.ns, obj),
-                    lambda name: job_kind.get(self.custom, self.ns, name),
-                    lambda name: job_kind.delete(self.custom, self.ns, name))  # fmt: skip
+            return (
+                lambda obj: job_kind.create(self.custom, self.ns, obj),
+                lambda name: job_kind.get(self.custom, self.ns, name),
+                lambda name: job_kind.delete(self.custom, self.ns, name),
+            )
         if kind not in _CORE:
             raise CliError(f"cannot create objects of kind {kind}")
         create, read, delete = (getattr(self.core, f"{verb}_namespaced_{_CORE[kind]}") for verb in VERBS)
@@ -402,8 +381,9 @@ class Cluster:
         oldest first; none when they cannot be read."""
         selector = f"involvedObject.name={name}"
         try:
-            answer = self.request(lambda: self.core.list_namespaced_event(self.ns, field_selector=selector), "list",
-                                  "Event")  # fmt: skip
+            answer = self.request(
+                lambda: self.core.list_namespaced_event(self.ns, field_selector=selector), "list", "Event"
+            )
         except CliError:  # events are a nicety: no permission, no resource or a malformed answer must not break status
             return []
         items = [e for e in answer.items or [] if e.involved_object and e.involved_object.name == name]
@@ -420,14 +400,22 @@ class Cluster:
         ``timestamps``), passed as given."""
         options = {k: v for k, v in query.items() if v not in (None, False)}
         if not follow:
-            text = self.request(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container,
-                                **options), "get logs of", "Pod", pod)  # fmt: skip
+            text = self.request(
+                lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container, **options),
+                "get logs of",
+                "Pod",
+                pod,
+            )
             yield from (text or "").splitlines()
             return
         # a quiet log is not a stalled server (the poller checks that): a day's read timeout
         streaming = dict(follow=True, _preload_content=False, _request_timeout=(10, 24 * 3600))
-        resp = self.request(lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container,
-                            **streaming, **options), "follow logs of", "Pod", pod)  # fmt: skip
+        resp = self.request(
+            lambda: self.core.read_namespaced_pod_log(pod, self.ns, container=kind.container, **streaming, **options),
+            "follow logs of",
+            "Pod",
+            pod,
+        )
         yield from text_lines(resp.stream(4096))
 
 

@@ -33,18 +33,55 @@ default ``restartStrategy`` (Recreate) is left implicit, so a release without In
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Protocol
 
 from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
-from operator_cli.podplan import FailurePolicy, code_ranges
+from operator_cli.kube.kinds.trainjob import runtime_policy
+from operator_cli.options import JOB_OPTIONS, Option
 from operator_cli.render import render_one
-from operator_cli.values import NCCL_PRESETS, shown
+from operator_cli.values import NCCL_PRESETS
 from trainer.errors import PERMANENT_EXIT_CODES
 
-__all__ = ["RuntimeSpec", "known_runtime", "render_runtime", "install_runtime", "runtime_policy"]
+__all__ = [
+    "RUNTIME_OPTIONS",
+    "RuntimeSpec",
+    "check_runtime",
+    "dry_run_note",
+    "install_runtime",
+    "known_runtime",
+    "read_runtime",
+    "render_runtime",
+    "runtime_health",
+    "runtime_or_stock",
+    "runtime_policy",
+]
+
+_JOB = {o.flag: o for o in JOB_OPTIONS}
+RUNTIME_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "--name",
+        "The ClusterTrainingRuntime's name.",
+        show_default=True,
+        rule=lambda v: rules.full("dns1123", v) and len(v) <= 253,
+        must="must be a DNS-1123 name for a ClusterTrainingRuntime",
+    ),
+    _JOB["--image"],
+    Option(
+        "--max-restarts",
+        "JobSet restarts for retryable failures (lost peer, preemption) before the job fails.",
+        type=int,
+        show_default=True,
+        rule=lambda v: 0 <= v <= C.MAX_RUNTIME_RESTARTS,
+        must=f"must be between 0 and {C.MAX_RUNTIME_RESTARTS}",
+    ),
+    *(_JOB[flag] for flag in ("--nccl", "--shm-size", "--priority-class", "--termination-grace-period")),
+)
+"""``runtime render|install``'s options: its own two, and the job options the pod template shares with a job's
+(declared once, in :data:`operator_cli.options.JOB_OPTIONS`: the same help, the same rule)."""
 
 
 @dataclass(frozen=True)
@@ -70,20 +107,13 @@ class RuntimeSpec:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not rules.full("dns1123", self.name) or len(self.name) > 253:
-            raise CliError(f"--name must be a DNS-1123 name for a ClusterTrainingRuntime, got {shown(self.name)}")
-        if not rules.full("image", self.image):
-            raise CliError(f"--image must be an image reference like REGISTRY/NAME:TAG, got {shown(self.image)}")
-        if not 0 <= self.max_restarts <= C.MAX_RUNTIME_RESTARTS:
-            raise CliError(f"--max-restarts must be between 0 and {C.MAX_RUNTIME_RESTARTS}, got {self.max_restarts}")
-        if self.shm_size is not None and not rules.full("quantity", self.shm_size):
-            raise CliError(f"--shm-size must be a Kubernetes quantity like 8Gi, got {shown(self.shm_size)}")
-        if self.nccl is not None and self.nccl not in NCCL_PRESETS:
-            raise CliError(f"--nccl must be one of {sorted(NCCL_PRESETS)}, got {shown(self.nccl)}")
-        if self.priority_class is not None and not rules.full("dns1123", self.priority_class):
-            raise CliError(f"--priority-class must be a DNS-1123 name, got {shown(self.priority_class)}")
-        if not 0 <= self.termination_grace <= 24 * 3600:
-            raise CliError(f"--termination-grace-period must be 0..86400 seconds, got {self.termination_grace}")
+        for option in RUNTIME_OPTIONS:  # whoever builds it (the CLI, the tests): each option's own rule
+            option.check(getattr(self, option.spec_field))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default, for the CLI's options (which show them in --help)."""
+        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
     @property
     def nccl_env(self) -> dict[str, str]:
@@ -105,58 +135,127 @@ def render_runtime(spec: RuntimeSpec) -> dict[str, Any]:
     return render_one("runtime.yaml.j2", spec)
 
 
-def runtime_policy(runtime: dict[str, Any]) -> FailurePolicy:
-    """A ClusterTrainingRuntime's failure policy: the exit codes its ``node`` Job fails on with FailJob,
-    when a JobSet rule turns a PodFailurePolicy failure into FailJobSet; ``maxRestarts`` for the rest. A
-    runtime without a failurePolicy (the stock one) fails on no code at once; JobSet's default then
-    restarts nothing, but its Job's pods restart in place, which ``local`` replays as 3 restarts."""
-    spec = (runtime.get("spec") or {}).get("template", {}).get("spec", {}) or {}
-    policy = spec.get("failurePolicy")
-    if not policy:
-        return FailurePolicy(restarts=3)
-    fails_fast = any(
-        r.get("action") == "FailJobSet" and "PodFailurePolicy" in (r.get("onJobFailureReasons") or [])
-        for r in policy.get("rules") or []
-    )
-    codes: list[int] = []
-    for job in spec.get("replicatedJobs") or []:
-        if job.get("name") != C.V2_REPLICATED_JOB:
-            continue
-        for rule in ((job.get("template") or {}).get("spec", {}).get("podFailurePolicy") or {}).get("rules") or []:
-            exits = rule.get("onExitCodes") or {}
-            if (rule.get("action") == "FailJob" and exits.get("operator") == "In"
-                    and exits.get("containerName") in (None, C.V2_CONTAINER)):  # fmt: skip
-                codes += [int(v) for v in exits.get("values") or []]
-    ranges = code_ranges(codes)
-    listed = ", ".join(f"{low}-{high}" if high > low else str(low) for low, high in ranges)
-    return FailurePolicy(
-        restarts=int(policy.get("maxRestarts") or 0),
-        permanent=ranges if fails_fast else (),
-        recreates_pods=True,
-        rule=f"podFailurePolicy FailJob on exit code(s) {listed} -> FailJobSet",
-    )
-
-
 def known_runtime(name: str, image: str = C.DEFAULT_IMAGE) -> dict[str, Any] | None:
     """The runtime ``local`` can replay without a cluster: this tool's (rendered as ``runtime install`` would
     install it under that name) or the stock one (no failure policy); None for any other name."""
     if name == C.V2_STOCK_RUNTIME:
-        return {"apiVersion": f"{C.V2_GROUP}/{C.V2_VERSION}", "kind": C.V2_RUNTIME_KIND,
-                "metadata": {"name": name, "labels": {C.V2_FRAMEWORK_LABEL: "torch"}},
-                "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}}}  # fmt: skip
+        return {
+            "apiVersion": f"{C.V2_GROUP}/{C.V2_VERSION}",
+            "kind": C.V2_RUNTIME_KIND,
+            "metadata": {"name": name, "labels": {C.V2_FRAMEWORK_LABEL: "torch"}},
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}},
+        }
     if name == C.V2_SHIPPED_RUNTIME:
         return render_runtime(RuntimeSpec(name=name, image=image))
     return None
 
 
-def install_runtime(cluster, runtime: dict[str, Any]) -> str:
+# ---- the workflow on a cluster: check, fall back to the stock runtime, warn, install ------------------------
+
+
+class _Api(Protocol):
+    """What this module asks of :class:`operator_cli.kube.cluster.Cluster` (whose preflight calls
+    :func:`check_runtime`, so it is described here rather than imported)."""
+
+    custom: Any
+
+    def read(
+        self, fn: Callable[[], Any], verb: str, kind: str, name: str | None = None, namespace: str | None = ""
+    ) -> dict[str, Any] | None: ...
+
+    def request(
+        self, fn: Callable[[], Any], verb: str, kind: str, name: str | None = None, namespace: str | None = ""
+    ) -> Any: ...
+
+
+_ARGS = (C.V2_GROUP, C.V2_VERSION, C.V2_RUNTIME_PLURAL)
+
+
+def read_runtime(cluster: _Api, name: str) -> dict[str, Any] | None:
+    """The ClusterTrainingRuntime ``name``; None when it is not there. A 403 is one line."""
+    return cluster.read(
+        lambda: cluster.custom.get_cluster_custom_object(*_ARGS, name), "get", C.V2_RUNTIME_KIND, name, namespace=None
+    )
+
+
+def check_runtime(cluster: _Api, name: str) -> None:
+    """The ClusterTrainingRuntime exists and runs torch (its framework label or its mlPolicy)."""
+    try:
+        runtime = read_runtime(cluster, name)
+    except CliError as e:
+        if e.status == 403:
+            return  # may create TrainJobs without reading runtimes: the controller will tell
+        raise
+    if runtime is None:
+        raise CliError(
+            f"ClusterTrainingRuntime {name!r} does not exist",
+            hint=f"`colbert-k8s runtime install` installs {C.V2_SHIPPED_RUNTIME}; the stock one is "
+            f"{C.V2_STOCK_RUNTIME} ({C.TRAINER_V2_INSTALL})",
+            status=404,
+        )
+    labels = (runtime.get("metadata") or {}).get("labels") or {}
+    policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
+    framework = labels.get(C.V2_FRAMEWORK_LABEL)
+    if framework != "torch" and "torch" not in policy:
+        raise CliError(
+            f"ClusterTrainingRuntime {name!r} is for {framework or 'another framework'}, not torch "
+            "(colbert-train is started by torchrun)",
+            hint=f"pick a torch runtime, e.g. --runtime {C.V2_SHIPPED_RUNTIME} (`colbert-k8s runtime install`)",
+        )
+
+
+_STOCK_COST = (
+    f"the stock {C.V2_STOCK_RUNTIME}, which retries a permanent error (a bad config or data row, a traceback: exit "
+    "1-127) until its restarts run out instead of failing at once"
+)
+
+
+def dry_run_note(name: str) -> str:
+    """``submit --dry-run`` without ``--runtime``: which runtime it names, and what a real submit may do instead."""
+    return f"runtime: {name} (submit uses the stock {C.V2_STOCK_RUNTIME} where the cluster lacks it)"
+
+
+def runtime_or_stock(cluster: _Api, name: str) -> tuple[str, str | None]:
+    """``--runtime`` not given: ``name`` (this tool's) when the cluster has it, else the stock one and the
+    warning that says what that costs."""
+    if read_runtime(cluster, name) is not None:
+        return name, None
+    return C.V2_STOCK_RUNTIME, (
+        f"ClusterTrainingRuntime {name} is not installed: using {_STOCK_COST}; `colbert-k8s runtime install` "
+        "installs it"
+    )
+
+
+def runtime_health(cluster: _Api) -> tuple[str, str, str]:
+    """``doctor``'s (status, line, hint): this tool's runtime (fails fast on exit 1-127) if it is there, else
+    the stock one that submit falls back to (WARN), else FAIL."""
+    if read_runtime(cluster, C.V2_SHIPPED_RUNTIME) is not None:
+        check_runtime(cluster, C.V2_SHIPPED_RUNTIME)
+        line = f"ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME} runs torch and fails a TrainJob at once on a permanent"
+        return "OK", f"{line} exit code", ""
+    try:
+        check_runtime(cluster, C.V2_STOCK_RUNTIME)
+    except CliError as e:
+        if e.status in (None, 404):
+            return "FAIL", e.message, e.hint or ""
+        raise
+    line = f"no ClusterTrainingRuntime {C.V2_SHIPPED_RUNTIME}: TrainJobs use the stock {C.V2_STOCK_RUNTIME}, which"
+    return (
+        "WARN",
+        f"{line} retries a permanent error (a bad config or data row) until its restarts run out",
+        ("colbert-k8s runtime install"),
+    )
+
+
+def install_runtime(cluster: _Api, runtime: dict[str, Any]) -> str:
     """Create the runtime, or replace it when this tool made the one of that name; returns what it did.
 
     A same-named runtime without this tool's labels (the stock one, an admin's) is left alone, in one line."""
     name = runtime["metadata"]["name"]
-    found = cluster.runtime(name)
+    found = read_runtime(cluster, name)
     if found is None:
-        cluster.put_runtime(runtime, replace=False)
+        create = lambda: cluster.custom.create_cluster_custom_object(*_ARGS, runtime)
+        cluster.request(create, "create", C.V2_RUNTIME_KIND, name, namespace=None)
         return "created"
     labels = (found.get("metadata") or {}).get("labels") or {}
     if labels.get(C.LABEL_MANAGED_BY) != C.MANAGED_BY or labels.get(C.LABEL_INSTANCE) != name:
@@ -169,5 +268,6 @@ def install_runtime(cluster, runtime: dict[str, Any]) -> str:
     body = {**runtime, "metadata": {**runtime["metadata"], "resourceVersion": found["metadata"].get("resourceVersion")}}
     if body["metadata"]["resourceVersion"] is None:
         del body["metadata"]["resourceVersion"]
-    cluster.put_runtime(body, replace=True)
+    replace = lambda: cluster.custom.replace_cluster_custom_object(*_ARGS, name, body)
+    cluster.request(replace, "replace", C.V2_RUNTIME_KIND, name, namespace=None)
     return "updated"

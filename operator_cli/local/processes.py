@@ -134,9 +134,12 @@ def start_reaper(tag_prefix: bytes, temp_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen(
         [sys.executable, "-c", _REAPER, tag_prefix.decode(), str(temp_dir)],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, env=env,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
 
 
 def wait_any_failure(replicas: list[Replica]) -> Replica | None:

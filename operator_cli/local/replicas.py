@@ -11,13 +11,13 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import click
 
 from operator_cli import constants as C
 from operator_cli.kube.kinds import plan_pods
 from operator_cli.local.workspaces import pod_workspace, shares_workspace
+from operator_cli.objects import KubeObject
 from operator_cli.podplan import PodPlan
 
 __all__ = ["Replica", "plan_replicas", "unsupported"]
@@ -70,7 +70,7 @@ def unsupported(plan: PodPlan, gpus_here: int) -> list[str]:
 
 
 def plan_replicas(
-    objects: list[dict[str, Any]],
+    objects: list[KubeObject],
     workdir: Path,
     config_dir: Path,
     master_addr: str,

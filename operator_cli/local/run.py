@@ -13,7 +13,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 from filelock import FileLock, Timeout
@@ -26,6 +25,7 @@ from operator_cli.local.processes import start, start_reaper, stop, wait_any_fai
 from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage, prepare_pod_workspaces
 from operator_cli.netns import Network
+from operator_cli.objects import KubeObject
 from operator_cli.podplan import PodPlan
 from operator_cli.spec import parse_training_config
 from trainer.config import METRICS
@@ -100,9 +100,7 @@ def _gpus_here() -> int:
     return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU "))
 
 
-def run_local(
-    objects: list[dict[str, Any]], workdir: Path, isolate_network: bool = False, verbose: bool = False
-) -> int:
+def run_local(objects: list[KubeObject], workdir: Path, isolate_network: bool = False, verbose: bool = False) -> int:
     """Run the job; returns the job's exit status (0 succeeded, 1 failed). ``verbose``: every line the
     replicas print, every rank's (operator_cli/local/output.py says what is left out without it)."""
     plan = plan_pods(objects)
@@ -112,7 +110,7 @@ def run_local(
         return _replay(plan, objects, workdir, isolate_network, verbose)
 
 
-def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate_network: bool, verbose: bool) -> int:
+def _replay(plan: PodPlan, objects: list[KubeObject], workdir: Path, isolate_network: bool, verbose: bool) -> int:
     """Lay out the workspaces and the config, run the replicas (:func:`_restarts`, or torchrun's agents for an
     elastic job), and leave no process, namespace or temporary directory behind, however it ends."""
     name = plan.name
@@ -126,8 +124,11 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
     network = None
     if isolate_network:
         network = Network.create(plan.hosts, domain=plan.domain)
-        click.echo("local: replicas isolated in network namespaces: "
-                   + ", ".join(f"{h}={a}" for h, a in network.hosts.items()), err=True)  # fmt: skip
+        click.echo(
+            "local: replicas isolated in network namespaces: "
+            + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
+            err=True,
+        )
     started = time.time()
     live: list[Replica] = []  # the replicas running now, for the cleanup below
     previous_term = signal.signal(signal.SIGTERM, _terminated)
@@ -168,8 +169,16 @@ def _replay(plan: PodPlan, objects: list[dict[str, Any]], workdir: Path, isolate
             network.destroy()
 
 
-def _restarts(plan: PodPlan, new_replicas: Callable[[], list[Replica]], wrap: Callable, grace: float,
-              workdir: Path, config_text: str, master_ws: Path, verbose: bool) -> tuple[int, int]:  # fmt: skip
+def _restarts(
+    plan: PodPlan,
+    new_replicas: Callable[[], list[Replica]],
+    wrap: Callable,
+    grace: float,
+    workdir: Path,
+    config_text: str,
+    master_ws: Path,
+    verbose: bool,
+) -> tuple[int, int]:
     """The controller's part: all replicas again after a failure, within the job's restarts, unless the
     failure is permanent under its rule; returns (exit status, restarts)."""
     failure, restarts = plan.failure, 0
@@ -193,8 +202,11 @@ def _restarts(plan: PodPlan, new_replicas: Callable[[], list[Replica]], wrap: Ca
                 if permanent
                 else f"{plan.restart_limit} {failure.restarts} is used up ({restarts} restart(s))"
             )
-            click.echo(f"error: job {plan.name} failed: replica {failed.replica} ended with {why}, {verdict}; "
-                       "see its log lines above", err=True)  # fmt: skip
+            click.echo(
+                f"error: job {plan.name} failed: replica {failed.replica} ended with {why}, {verdict}; "
+                "see its log lines above",
+                err=True,
+            )
             return 1, restarts
         restarts += 1
         click.echo(

@@ -15,18 +15,19 @@ from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube import Cluster, job_state
 from operator_cli.kube.kinds import SWEEPS, SweepKind, sweep_named
+from operator_cli.objects import KubeObject
 from operator_cli.tune.record import best_of
 
 __all__ = ["delete_sweep", "get_sweep", "list_sweeps", "sweep_record"]
 
 
-def _ours(obj: dict[str, Any], name: str | None = None) -> bool:
+def _ours(obj: KubeObject, name: str | None = None) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     mine = labels.get(C.LABEL_MANAGED_BY) == C.MANAGED_BY
     return mine and (name is None or labels.get(C.LABEL_INSTANCE) == name)
 
 
-def get_sweep(cluster: Cluster, name: str) -> tuple[SweepKind, dict[str, Any]]:
+def get_sweep(cluster: Cluster, name: str) -> tuple[SweepKind, KubeObject]:
     """The sweep called ``name`` (of whichever kind), if this tool created it; else one line, exit 1."""
     for kind in SWEEPS.values():
         try:
@@ -51,7 +52,7 @@ def get_sweep(cluster: Cluster, name: str) -> tuple[SweepKind, dict[str, Any]]:
     )
 
 
-def list_sweeps(cluster: Cluster, all_namespaces: bool = False) -> list[dict[str, Any]]:
+def list_sweeps(cluster: Cluster, all_namespaces: bool = False) -> list[KubeObject]:
     """This tool's sweeps of every kind the cluster serves."""
     selector = f"{C.LABEL_MANAGED_BY}={C.MANAGED_BY}"
     namespace = None if all_namespaces else cluster.ns
@@ -65,7 +66,7 @@ def list_sweeps(cluster: Cluster, all_namespaces: bool = False) -> list[dict[str
     return found
 
 
-def list_row(obj: dict[str, Any]) -> dict[str, Any]:
+def list_row(obj: KubeObject) -> dict[str, Any]:
     """A sweep as ``list`` shows it beside the jobs: its trials' shape is its template's."""
     meta = obj["metadata"]
     spec = obj.get("spec", {})

@@ -50,8 +50,16 @@ class Batch:
     def _map(self, fn) -> Batch:
         tensors = lambda f: {k: fn(v) for k, v in f.items()}
         opt = lambda t: fn(t) if t is not None else None
-        return Batch(tensors(self.queries), tensors(self.documents), self.docs_per_query, self.query_length,
-                     self.document_length, opt(self.scores), opt(self.query_keys), opt(self.document_keys))  # fmt: skip
+        return Batch(
+            tensors(self.queries),
+            tensors(self.documents),
+            self.docs_per_query,
+            self.query_length,
+            self.document_length,
+            opt(self.scores),
+            opt(self.query_keys),
+            opt(self.document_keys),
+        )
 
     def to(self, device: torch.device) -> Batch:
         return self._map(lambda t: t.to(device, non_blocking=True))
@@ -144,8 +152,9 @@ class TokenizedData(_Schedule):
         q = {k: v[idx] for k, v in self.queries.items()}
         d = {k: v[idx].flatten(0, 1) for k, v in self.documents.items()}
         keys = (self.key_table[0][idx], self.key_table[1][idx].flatten()) if self.keys else (None, None)
-        return _trimmed(q, d, self.docs_per_query, self.model, self.scores[idx] if self.scores is not None else None,
-                        keys)  # fmt: skip
+        return _trimmed(
+            q, d, self.docs_per_query, self.model, self.scores[idx] if self.scores is not None else None, keys
+        )
 
 
 class _Steps(torch.utils.data.Dataset):

@@ -242,9 +242,12 @@ class _RowChecker:
         if not self.distillation:
             if self.pairs_if_absent and n == 1 and isinstance(row, dict) and not set(self.negatives) & set(row):
                 self.negatives = []  # (query, positive) pairs, as PyLate's own script trains them
-                log.info("%s: no %s column: plain (query, positive) pairs, trained with in-batch negatives only "
-                         "(data.train.columns.negatives names a column of hard negatives; mine: finds them)",
-                         self.source, " or ".join(repr(c) for c in cols.negatives))  # fmt: skip
+                log.info(
+                    "%s: no %s column: plain (query, positive) pairs, trained with in-batch negatives only "
+                    "(data.train.columns.negatives names a column of hard negatives; mine: finds them)",
+                    self.source,
+                    " or ".join(repr(c) for c in cols.negatives),
+                )
             documents = [_text(row, cols.positive, where)]
             for col in self.negatives:  # a column holds one negative, or a list of them (mined rows)
                 value = row.get(col)
@@ -254,8 +257,10 @@ class _RowChecker:
                         "(pairs without negatives go in a file of their own, with data.train.columns.negatives: [])"
                     )
                 many = value if isinstance(value, list) else [value]
-                documents += [_text({col: v}, col, f"{where} ({col}[{i}])" if many is value else where)
-                              for i, v in enumerate(many)]  # fmt: skip
+                documents += [
+                    _text({col: v}, col, f"{where} ({col}[{i}])" if many is value else where)
+                    for i, v in enumerate(many)
+                ]
             self._same_width(len(documents), where)
             return query, documents, None
         docs, sc = row.get(cols.documents), row.get(cols.scores)

@@ -45,8 +45,13 @@ class DenseRetriever:
             on_chunk()
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
-        emb = self.model.encode(texts, batch_size=self.batch_size, convert_to_tensor=True,
-                                normalize_embeddings=True, show_progress_bar=False)  # fmt: skip
+        emb = self.model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_tensor=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
         return emb.float().cpu()  # (texts, dim)
 
     @torch.no_grad()

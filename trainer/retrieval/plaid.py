@@ -51,8 +51,9 @@ class PlaidRetriever:
         self.index = None
         model.eval()
         if self.ids:  # a rank past the last chunk holds nothing
-            docs = model.encode([corpus[i] for i in self.ids], is_query=False, batch_size=batch_size,
-                                show_progress_bar=show)  # fmt: skip
+            docs = model.encode(
+                [corpus[i] for i in self.ids], is_query=False, batch_size=batch_size, show_progress_bar=show
+            )
             self.index = build_index(folder, f"rank-{D.rank()}", nbits, [str(i) for i in self.ids], docs, seed)
 
     @torch.no_grad()
@@ -70,8 +71,14 @@ class PlaidRetriever:
         held = sorted({p for pos in positives for p in pos} & owned)
         if held:
             q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
-            d_emb, d_mask = embed_texts(self.model, [self.corpus[p] for p in held], False, self.batch_size,
-                                        self.model.document_length, self.device)  # fmt: skip
+            d_emb, d_mask = embed_texts(
+                self.model,
+                [self.corpus[p] for p in held],
+                False,
+                self.batch_size,
+                self.model.document_length,
+                self.device,
+            )
             scores = colbert_scores(q_emb, d_emb, documents_mask=d_mask.float()).cpu()
             column = {p: j for j, p in enumerate(held)}
             for qi, pos in enumerate(positives):

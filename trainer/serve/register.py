@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainer.config import TrainConfig
 from trainer.export import ExportFailed
 from trainer.serve.registry import Registry, RegistryError, metadata
 
@@ -211,7 +212,7 @@ def register_export(uri: str, rcfg, job: str | None = None) -> dict:
     return register(Registry.from_env(rcfg.url), entry)
 
 
-def preflight(cfg) -> None:
+def preflight(cfg: TrainConfig) -> None:
     """At start, before hours of training: the registry's endpoint is known (config or environment)."""
     from trainer.config import ConfigError
 
@@ -219,7 +220,7 @@ def preflight(cfg) -> None:
         raise ConfigError("register: no registry endpoint; set register.url, or pass --env MODEL_REGISTRY_URL=URL")
 
 
-def after_export(cfg) -> dict:
+def after_export(cfg: TrainConfig) -> dict:
     """Rank 0, after ``export.run`` verified the export: register it unless ``registered.json`` says it was."""
     from trainer.card import origin
     from trainer.config_base import parse_destination

@@ -39,7 +39,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | quote }}
 {{/*
 A label or annotation key, validated and quoted: values.schema.json already refuses a bad key
 (propertyNames); this guard keeps a key from ever changing the YAML's structure even if the schema is
-skipped. The pattern is rules.PATTERNS["qualified_name"] (a test checks they are equal).
+skipped. The pattern is rules.PATTERNS["qualified_name"] (tests/test_chart.py renders keys both ways).
 */}}
 {{- define "colbert-train.key" -}}
 {{- if or (gt (len .) 317) (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" .)) -}}

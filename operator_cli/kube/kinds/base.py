@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from operator_cli import constants as C
-
-if TYPE_CHECKING:
-    from operator_cli.podplan import PodPlan
-    from operator_cli.spec import JobSpec
+from operator_cli.jobshape import JobShape
+from operator_cli.podplan import PodPlan
 
 __all__ = ["JobKind", "find_all", "gpus_in", "job_state", "set_gpus", "shape_problem", "workspace_claim"]
 
@@ -49,11 +47,11 @@ class JobKind(ABC):
         return f"<JobKind {self.kind}>"
 
     # ---- the spec --------------------------------------------------------------------------------------
-    def check_spec(self, spec: JobSpec) -> None:  # noqa: B027 (a hook: most kinds take every spec)
+    def check_spec(self, spec: JobShape) -> None:  # noqa: B027 (a hook: most kinds take every spec)
         """What this API cannot express, refused in one line (JobSpec calls it on construction)."""
 
     @abstractmethod
-    def pod_names(self, spec: JobSpec) -> list[str]:
+    def pod_names(self, spec: JobShape) -> list[str]:
         """The pods' host names, in node-rank order, as the controller will name them."""
 
     # ---- a live job ------------------------------------------------------------------------------------

@@ -18,15 +18,13 @@ config must evaluate during training (checked before anything is created).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.jobshape import SweepShape
 from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state
-
-if TYPE_CHECKING:
-    from operator_cli.tune.space import Space
-    from operator_cli.tune.spec import SweepSpec
+from operator_cli.tune.space import Space
 
 __all__ = ["KatibExperiment"]
 
@@ -69,21 +67,21 @@ class KatibExperiment(SweepKind):
     template = "experiment.yaml.j2"
     trial_api = "pytorchjob"
 
-    def check(self, sweep: SweepSpec) -> None:
+    def check(self, sweep: SweepShape) -> None:
         if sweep.job.api != self.trial_api:
             raise CliError(
                 f"--engine katib runs PyTorchJob trials (Katib's own kind); --api {sweep.job.api} is not one",
                 hint="drop --api, or use --engine optimizationjob for TrainJob trials",
             )
 
-    def trial_args(self, sweep: SweepSpec) -> list[str]:
+    def trial_args(self, sweep: SweepShape) -> list[str]:
         args = []
         for space in sweep.params:
             args += ["--set", f"{space.key}=${{trialParameters.{space.name}}}"]
         out = sweep.job.train_config.output_dir.rstrip("/")
         return [*args, "--set", f"output_dir={out}/${{trialParameters.{TRIAL_NAME}}}", "--metrics-file", METRICS_FILE]
 
-    def context(self, sweep: SweepSpec, trial: dict[str, Any]) -> dict[str, Any]:
+    def context(self, sweep: SweepShape, trial: dict[str, Any]) -> dict[str, Any]:
         from trainer.config import METRICS
 
         meta = {k: v for k, v in trial["metadata"].items() if k in ("labels", "annotations")}  # Katib names it

@@ -11,15 +11,13 @@ claim is refused, each trial keeps its own emptyDir. The CRD has no early stoppi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from operator_cli.errors import CliError
+from operator_cli.jobshape import SweepShape
 from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state
 from operator_cli.kube.kinds.trainjob import TrainJob
-
-if TYPE_CHECKING:
-    from operator_cli.tune.space import Space
-    from operator_cli.tune.spec import SweepSpec
+from operator_cli.tune.space import Space
 
 __all__ = ["OptimizationJob"]
 
@@ -56,7 +54,7 @@ class OptimizationJob(SweepKind):
     trial_api = "trainjob"
     experimental = True
 
-    def check(self, sweep: SweepSpec) -> None:
+    def check(self, sweep: SweepShape) -> None:
         if sweep.job.api != self.trial_api:
             raise CliError(
                 f"--engine optimizationjob runs TrainJob trials; --api {sweep.job.api} is not one",
@@ -81,13 +79,13 @@ class OptimizationJob(SweepKind):
         if sweep.trial_count > 100 or any(len(s.grid()) > 100 for s in sweep.params if sweep.algorithm == "grid"):
             raise CliError("an OptimizationJob runs at most 100 trials of at most 100 choices per parameter")
 
-    def trial_args(self, sweep: SweepSpec) -> list[str]:
+    def trial_args(self, sweep: SweepShape) -> list[str]:
         args = []
         for space in sweep.params:
             args += ["--set", f"{space.key}={{{{.{space.name}}}}}"]
         return args
 
-    def context(self, sweep: SweepSpec, trial: dict[str, Any]) -> dict[str, Any]:
+    def context(self, sweep: SweepShape, trial: dict[str, Any]) -> dict[str, Any]:
         meta = {k: v for k, v in trial["metadata"].items() if k in ("labels", "annotations")}
         grid = sweep.algorithm == "grid"
         return {

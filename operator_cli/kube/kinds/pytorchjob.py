@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.jobshape import JobShape
 from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
 from operator_cli.podplan import PodPlan, operator_policy
-
-if TYPE_CHECKING:
-    from operator_cli.spec import JobSpec
 
 __all__ = ["PyTorchJob"]
 
@@ -41,7 +39,7 @@ class PyTorchJob(JobKind):
         "spec.pytorchReplicaSpecs.*.template.spec.containers.*": dict,
     }
 
-    def pod_names(self, spec: JobSpec) -> list[str]:
+    def pod_names(self, spec: JobShape) -> list[str]:
         if spec.elastic:  # Workers only: the operator's rendezvous endpoint is <job>-worker-0
             return [names.pod(spec.name, f"worker-{i}") for i in range(max(spec.nodes, spec.elastic[1]))]
         return [names.pod(spec.name, "master-0")] + [names.pod(spec.name, f"worker-{i}") for i in range(spec.nodes - 1)]

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from operator_cli import constants as C
+from operator_cli.jobshape import SweepShape
 from operator_cli.kube.kinds.base import find_all, job_state
-
-if TYPE_CHECKING:
-    from operator_cli.tune.spec import SweepSpec
 
 __all__ = ["SweepKind", "add_args", "plain_value", "sweep_state"]
 
@@ -83,18 +81,18 @@ class SweepKind(ABC):
     def __repr__(self) -> str:
         return f"<SweepKind {self.kind}>"
 
-    def check(self, sweep: SweepSpec) -> None:  # noqa: B027 (a hook)
+    def check(self, sweep: SweepShape) -> None:  # noqa: B027 (a hook)
         """What this API cannot express, refused in one line."""
 
     @abstractmethod
-    def trial_args(self, sweep: SweepSpec) -> list[str]:
+    def trial_args(self, sweep: SweepShape) -> list[str]:
         """The trainer arguments each trial adds, in the controller's substitution syntax."""
 
     @abstractmethod
-    def context(self, sweep: SweepSpec, trial: dict[str, Any]) -> dict[str, Any]:
+    def context(self, sweep: SweepShape, trial: dict[str, Any]) -> dict[str, Any]:
         """What the template reads besides ``spec`` (the trial job's JobSpec) and ``sweep``."""
 
-    def render(self, sweep: SweepSpec) -> list[dict[str, Any]]:
+    def render(self, sweep: SweepShape) -> list[dict[str, Any]]:
         """ConfigMap, [PVC], then the sweep object: what ``tune --dry-run`` prints and ``tune`` creates."""
         from operator_cli.render import render, render_one
 

@@ -3,19 +3,16 @@ this tool's pod fields applied as a runtime patch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.jobshape import JobShape
 from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
-from operator_cli.kube.runtime import runtime_policy
-from operator_cli.podplan import PodPlan
+from operator_cli.podplan import FailurePolicy, PodPlan, code_ranges
 
-if TYPE_CHECKING:
-    from operator_cli.spec import JobSpec
-
-__all__ = ["TrainJob"]
+__all__ = ["TrainJob", "runtime_policy"]
 
 
 class TrainJob(JobKind):
@@ -36,7 +33,7 @@ class TrainJob(JobKind):
     uses_runtime = True
     shape = {"spec.trainer": dict, "spec.runtimePatches": list, "spec.runtimePatches.*": dict}
 
-    def check_spec(self, spec: JobSpec) -> None:
+    def check_spec(self, spec: JobShape) -> None:
         if spec.priority_class:
             raise CliError(
                 "--priority-class cannot be set on a TrainJob (Trainer v2.3.0 lets a TrainJob patch no "
@@ -51,7 +48,7 @@ class TrainJob(JobKind):
                 hint="use --api pytorchjob: its elasticPolicy runs torchrun's elastic agents",
             )
 
-    def pod_names(self, spec: JobSpec) -> list[str]:
+    def pod_names(self, spec: JobShape) -> list[str]:
         return [names.pod(spec.name, f"{C.V2_REPLICATED_JOB}-0-{i}") for i in range(spec.nodes)]
 
     def nodes_and_gpus(self, job: dict[str, Any]) -> tuple[int, int]:
@@ -87,11 +84,11 @@ class TrainJob(JobKind):
         failure policy when it is among ``objects``, else the stock runtime's (no rule: every failure restarts)."""
         name, trainer = job["metadata"]["name"], job["spec"]["trainer"]
         runtime_name = job["spec"].get("runtimeRef", {}).get("name", "?")
-        runtime = next((o for o in objects if o["kind"] == C.V2_RUNTIME_KIND and o["metadata"]["name"] == runtime_name),
-                       None)  # fmt: skip
+        runtimes = [o for o in objects if o["kind"] == C.V2_RUNTIME_KIND and o["metadata"]["name"] == runtime_name]
+        runtime = runtimes[0] if runtimes else None
         patch = next(p for p in job["spec"].get("runtimePatches", []) if p.get("manager") == C.V2_PATCH_MANAGER)
-        node = next(r for r in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-                    if r["name"] == C.V2_REPLICATED_JOB)  # fmt: skip
+        replicated = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        node = next(r for r in replicated if r["name"] == C.V2_REPLICATED_JOB)
         pod_spec = node["template"]["spec"]["template"]["spec"]
         patched = next(c for c in pod_spec["containers"] if c["name"] == self.container)
         container = {
@@ -133,3 +130,35 @@ class TrainJob(JobKind):
 
     def launcher_env(self, plan: PodPlan, index: int, master_addr: str, master_port: int) -> dict[str, str]:
         return plan.torchrun_env(index, master_addr, master_port)
+
+
+def runtime_policy(runtime: dict[str, Any]) -> FailurePolicy:
+    """A ClusterTrainingRuntime's failure policy: the exit codes its ``node`` Job fails on with FailJob,
+    when a JobSet rule turns a PodFailurePolicy failure into FailJobSet; ``maxRestarts`` for the rest. A
+    runtime without a failurePolicy (the stock one) fails on no code at once; JobSet's default then
+    restarts nothing, but its Job's pods restart in place, which ``local`` replays as 3 restarts."""
+    spec = (runtime.get("spec") or {}).get("template", {}).get("spec", {}) or {}
+    policy = spec.get("failurePolicy")
+    if not policy:
+        return FailurePolicy(restarts=3)
+    fails_fast = any(
+        r.get("action") == "FailJobSet" and "PodFailurePolicy" in (r.get("onJobFailureReasons") or [])
+        for r in policy.get("rules") or []
+    )
+    codes: list[int] = []
+    for job in spec.get("replicatedJobs") or []:
+        if job.get("name") != C.V2_REPLICATED_JOB:
+            continue
+        for rule in ((job.get("template") or {}).get("spec", {}).get("podFailurePolicy") or {}).get("rules") or []:
+            exits = rule.get("onExitCodes") or {}
+            fails = rule.get("action") == "FailJob" and exits.get("operator") == "In"
+            if fails and exits.get("containerName") in (None, C.V2_CONTAINER):
+                codes += [int(v) for v in exits.get("values") or []]
+    ranges = code_ranges(codes)
+    listed = ", ".join(f"{low}-{high}" if high > low else str(low) for low, high in ranges)
+    return FailurePolicy(
+        restarts=int(policy.get("maxRestarts") or 0),
+        permanent=ranges if fails_fast else (),
+        recreates_pods=True,
+        rule=f"podFailurePolicy FailJob on exit code(s) {listed} -> FailJobSet",
+    )

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port
+from tests.helpers import ROOT, free_port
 
 SERVE_PYTHON = ROOT / ".venv-serve" / "bin" / "python"
 SKIP_REASON = ".venv-serve (kserve) is absent: scripts/setup.sh train,test creates it"

@@ -16,7 +16,7 @@ from pathlib import Path
 from operator_cli import constants as C
 from operator_cli.kube.kinds import kind_named
 from operator_cli.podplan import PodPlan
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def pod_env(rank: int, world: int, port: int) -> dict[str, str]:

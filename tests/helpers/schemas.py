@@ -28,7 +28,7 @@ import kubernetes.client.models as k8s_models
 import kubernetes_validate
 import yaml
 
-from tests.conftest import SHARED
+from tests.helpers import SHARED
 
 K8S_VERSION = "1.32.0"
 CRD_DIR = SHARED / "crds"

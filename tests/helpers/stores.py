@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port
+from tests.helpers import ROOT, free_port
 
 MOTO_SERVER = ROOT / ".venv-moto" / "bin" / "moto_server"
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 WRITE_TOKEN, READ_TOKEN = "hf_write_token_for_tests", "hf_read_token_for_tests"
 _NAMESPACES = ("alice", "my-org")  # where the token's user (alice, of my-org) may write

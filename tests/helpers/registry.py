@@ -22,7 +22,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.conftest import free_port
+from tests.helpers import free_port
 from trainer.serve.registry import API
 
 __all__ = ["RegistryStandIn"]

@@ -1,0 +1,132 @@
+"""Export destinations: every place a trained model can be exported to, by its URL scheme (``export.destination``).
+
+This module is light (standard library only): the config's URL check (``trainer/config_base.py``), the chart's
+pattern, ``colbert-k8s submit``'s "these credentials are missing" line and the chart's credential helper all
+read :data:`DESTINATIONS`. Each :class:`Scheme` names its uploader class, imported only when an export runs
+(``trainer/export.py``: :func:`uploader`):
+
+=====  ===========  ================================================================================
+key    layout       uploader
+=====  ===========  ================================================================================
+s3     BUCKET/PFX/  an object store through obstore: probe object, resumable journal, manifest last
+gs     BUCKET/PFX/  the same
+az     BUCKET/PFX/  the same (the container is the bucket)
+hf     ORG/NAME     a Hugging Face Hub model repository: write probe, one commit, manifest included
+=====  ===========  ================================================================================
+
+An uploader (:class:`Uploader`) has ``preflight(cfg, dest, hint)`` (at start: the destination takes a write)
+and ``upload(cfg, dest, plan, manifest, done)`` (manifest last). A new destination is one module (its
+uploader) and one line here.
+
+>>> sorted(DESTINATIONS)
+['az', 'gs', 'hf', 's3']
+>>> [k for k, s in DESTINATIONS.items() if s.hub]
+['hf']
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["CREDENTIALS", "DESTINATIONS", "Scheme", "Uploader", "credential_hint", "uploader"]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A destination's URL scheme, the credentials its client reads from the environment, and its uploader."""
+
+    key: str
+    credentials: tuple[tuple[str, ...], ...]
+    """Sets of environment variables, any one set enough. Where none is set, an object store's client falls
+    back to the node's identity (instance metadata, EKS/GKE/AKS workload identity); the Hub has none."""
+    cls: str  # "module:Class" under trainer.destinations, imported when an export runs
+    hub: bool = False
+    """A Hub model repository (``ORG/NAME``, with ``export.revision``, ``private`` and ``replace``), not
+    ``BUCKET/PREFIX/``."""
+    needs: str = "needs credentials"  # the missing-credentials line's words
+
+    def hint(self, env: Collection[str]) -> tuple[str, str] | None:
+        """(what is missing, the flags that pass it) when ``env`` holds none of the credential sets; else None."""
+        if any(all(var in env for var in one) for one in self.credentials):
+            return None
+        return self.needs, " and ".join(f"--secret-env {v}=SECRET/KEY" for v in self.credentials[0])
+
+
+DESTINATIONS: dict[str, Scheme] = {
+    s.key: s
+    for s in (
+        Scheme(
+            "s3",
+            (
+                ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+                ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"),  # EKS IRSA
+                ("AWS_CONTAINER_CREDENTIALS_FULL_URI",),  # EKS Pod Identity
+            ),
+            "store:ObjectStore",
+        ),
+        # GOOGLE_SERVICE_ACCOUNT_KEY holds the key's JSON (a Secret's value); the other two name a mounted file
+        Scheme(
+            "gs",
+            (("GOOGLE_SERVICE_ACCOUNT_KEY",), ("GOOGLE_APPLICATION_CREDENTIALS",), ("GOOGLE_SERVICE_ACCOUNT",)),
+            "store:ObjectStore",
+        ),
+        Scheme(
+            "az",
+            (
+                ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY"),
+                ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_SAS_KEY"),
+                ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET"),
+                ("AZURE_FEDERATED_TOKEN_FILE",),  # AKS workload identity
+            ),
+            "store:ObjectStore",
+        ),
+        Scheme(
+            "hf", (("HF_TOKEN",),), "hub:HubRepository", hub=True, needs="needs HF_TOKEN (a token with write access)"
+        ),
+    )
+}
+
+CREDENTIALS = {key: scheme.credentials for key, scheme in DESTINATIONS.items()}
+"""Each scheme's credential sets, as the chart's helper lists them (``tests/test_chart_usage.py``)."""
+
+
+class _Where(Protocol):
+    scheme: str
+
+
+def credential_hint(dest: _Where, env: Collection[str]) -> tuple[str, str] | None:
+    """(what is missing, the flags that pass it) when the environment holds none of the destination's
+    credential sets; else None.
+
+    >>> from trainer.config_base import parse_destination
+    >>> credential_hint(parse_destination("hf://org/m"), {})
+    ('needs HF_TOKEN (a token with write access)', '--secret-env HF_TOKEN=SECRET/KEY')
+    >>> credential_hint(parse_destination("s3://b/p"), {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) is None
+    True
+    """
+    return DESTINATIONS[dest.scheme].hint(env)
+
+
+class Uploader(Protocol):
+    """What ``trainer/export.py`` asks of a destination's uploader."""
+
+    def preflight(self, cfg: Any, dest: Any, hint: str | None) -> None:
+        """At start: the destination takes a write (``hint``: the missing-credentials line, if any)."""
+
+    def upload(
+        self, cfg: Any, dest: Any, plan: dict[str, Path], manifest: dict, done: Callable[[], None]
+    ) -> int | None:
+        """The files of ``plan``, then the manifest; the bytes sent (None: not counted). ``done()`` per step."""
+
+    def steps(self, plan: dict[str, Path]) -> int:
+        """How many times :meth:`upload` calls ``done()``, for the job's progress."""
+
+
+def uploader(dest: _Where) -> Uploader:
+    """The uploader of ``dest``'s scheme (its module imported now: obstore, huggingface_hub)."""
+    module, name = DESTINATIONS[dest.scheme].cls.split(":")
+    return getattr(importlib.import_module(f"trainer.destinations.{module}"), name)()
