@@ -4,7 +4,7 @@
     python bench/tune_plot.py nf.json docs/tune_nfcorpus.png
 
 Each succeeded trial is a point (in the order the sweep ran them), the best so far a line, the best trial
-named; failed trials are marked on the axis.
+named; failed and early-stopped trials are marked on the axis; a trial not run yet is an empty place.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ def plot(record: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(xs, ys, "o", label="trial")
     ax.step(xs, running, where="post", label="best so far")
-    failed = [i + 1 for i, t in enumerate(trials) if t["state"] == "Failed"]
-    if failed:
-        ax.plot(failed, [min(ys or [0])] * len(failed), "x", color="red", label="failed")
+    unscored = (("Failed", "x", "red", "failed"), ("EarlyStopped", "v", "grey", "stopped early"))
+    for state, marker, color, label in unscored:
+        at = [i + 1 for i, t in enumerate(trials) if t["state"] == state]
+        if at:  # no final figure: marked on the axis
+            ax.plot(at, [min(ys or [0])] * len(at), marker, color=color, label=label)
     if record.get("best"):
         best = record["best"]
         ax.annotate(
@@ -39,6 +41,8 @@ def plot(record: dict, path: Path) -> None:
             textcoords="offset points",
             xytext=(4, 4),
         )
+    ax.set_xlim(0.5, len(trials) + 0.5)  # every planned trial has its place, run or not
+    ax.set_xticks(range(1, len(trials) + 1))
     ax.set_xlabel("trial")
     ax.set_ylabel(f"{record['metric']} ({record['engine']} sweep {record['name']})")
     ax.legend(loc="lower right")

@@ -207,6 +207,8 @@ def _pod_properties() -> dict[str, Any]:
 
 def _tune_properties() -> dict[str, Any]:
     """``tune.*``: the Katib Experiment of ``colbert-k8s tune`` (the sweep options' names and rules)."""
+    from operator_cli.tune.early_stop import ALGORITHMS as EARLY_STOPS
+    from operator_cli.tune.early_stop import DEFAULTS as EARLY_STOP_DEFAULTS
     from operator_cli.tune.space import KINDS as SPACES
     from operator_cli.tune.spec import ALGORITHMS, GOALS
     from trainer.config import METRICS
@@ -227,6 +229,8 @@ def _tune_properties() -> dict[str, Any]:
             "seed": {"type": "integer"},
             "maxFailed": {"type": "integer", "minimum": 0},
             "allowTestSplit": {"type": "boolean"},
+            "earlyStop": {"enum": ["", *EARLY_STOPS]},
+            "earlyStopSettings": _obj({name: count for name in EARLY_STOP_DEFAULTS}),
         }
     )
 

@@ -157,7 +157,10 @@ def test_the_experiment_is_valid_and_its_trial_template_is_the_rendered_job():
         "type": "maximize",
         "objectiveMetricName": "ndcg@10",
         "additionalMetricNames": ["mrr@10", "recall@100", "map@100"],
+        # a trial's figure is its last line, the final evaluation, not the best of its intermediate ones
+        "metricStrategies": [{"name": m, "value": "latest"} for m in ("ndcg@10", "mrr@10", "recall@100", "map@100")],
     }
+    assert "earlyStopping" not in spec  # only with --early-stop
     assert spec["algorithm"]["algorithmSettings"] == [{"name": "random_state", "value": "7"}]
     job = render(sweep.job)[-1]
     trial = spec["trialTemplate"]["trialSpec"]
@@ -236,6 +239,17 @@ def test_dry_run_prints_what_submit_would_create(config):
     assert res.exit_code == 0, res.output
     objects = list(yaml.safe_load_all(res.stdout))
     assert objects == SWEEPS["katib"].render(_sweep_of(config))
+
+
+def test_set_reaches_every_trials_config(config):
+    """``--set`` changes the sweep's config as it changes a job's (it was read from --config alone and dropped):
+    the Experiment's ConfigMap, and the text a local trial's config is made from (the same ``config_text``)."""
+    sets = ["--set", "training.seed=1", "--set", "training.max_steps=6"]
+    res = _invoke(["tune", "--config", str(config), "--name", "sweep", *PARAMS, *sets, "--dry-run=client"])
+    assert res.exit_code == 0, res.output
+    configmap = list(yaml.safe_load_all(res.stdout))[0]
+    training = yaml.safe_load(configmap["data"]["train.yaml"])["training"]
+    assert (training["seed"], training["max_steps"]) == (1, 6)
 
 
 def _sweep_of(config: Path) -> SweepSpec:

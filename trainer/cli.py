@@ -86,7 +86,11 @@ def _main(argv: list[str]) -> int:
         metavar="KEY=VALUE",
         help="override one config key (a sweep's trial values; trainer/overrides.py)",
     )
-    parser.add_argument("--metrics-file", help="append the final metrics here as one JSON line (Katib's collector)")
+    parser.add_argument(
+        "--metrics-file",
+        help="append each evaluation here as a JSON line (Katib's File collector): the periodic ones as they "
+        "happen, the final one at the end (trainer/metrics_file.py)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     setup_logging(os.environ.get("RANK", "0"))  # until the layout is resolved
@@ -112,7 +116,7 @@ def _main(argv: list[str]) -> int:
         setup_logging(plan.rank)
         from trainer.rounds import run  # torch, transformers, pylate: imported once the config is good
 
-        run(cfg, plan)  # the export, when asked for, is its last phase
+        run(cfg, plan, args.metrics_file)  # the export, when asked for, is its last phase
         if args.metrics_file and not os.environ.get(EXIT_DIR_ENV):  # a torchrun child leaves it to its launcher
             write_metrics_line(cfg.output_dir, args.metrics_file)
         return 0

@@ -55,8 +55,9 @@ __all__ = ["round_config", "run"]
 log = logging.getLogger("trainer")
 
 
-def run(cfg: TrainConfig, layout: Layout) -> dict:
-    """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training."""
+def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> dict:
+    """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training. ``metrics_file``:
+    ``--metrics-file``, to which every round's periodic evaluations are appended (trainer/metrics_file.py)."""
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
@@ -67,9 +68,9 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
             if _trained_before(cfg, layout, "the job"):
                 progress.skip("train")
             else:
-                metrics = train.run(cfg, layout, progress=progress)
+                metrics = train.run(cfg, layout, progress=progress, metrics_file=metrics_file)
         else:
-            metrics = _rounds(cfg, layout, progress)
+            metrics = _rounds(cfg, layout, progress, metrics_file)
         _export(cfg, layout, progress)
         progress.close()  # the 100%, once, at the very end
     if not metrics and layout.is_main:  # done before: report its figures
@@ -77,7 +78,7 @@ def run(cfg: TrainConfig, layout: Layout) -> dict:
     return metrics
 
 
-def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
+def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: str | None) -> dict:
     """Each round: mine with the previous round's model (the first: ``mine.retriever``/``mine.model``), train."""
     device = D.device_for(layout)
     metrics: dict = {}
@@ -101,7 +102,8 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress) -> dict:
                 update={"data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})}
             )
             start = _trained_weights(cfg, layout, previous) if cfg.mine.round_start == "previous" else None
-            metrics = train.run(rcfg, layout, labelled_from=cfg.data.train.pairs(), progress=progress, weights=start)
+            pairs = cfg.data.train.pairs()
+            metrics = train.run(rcfg, layout, pairs, progress, weights=start, metrics_file=metrics_file)
         previous = out / "final-model"
     return metrics
 

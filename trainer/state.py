@@ -40,6 +40,7 @@ class TrainState:
     stop: StopRequest | None = None  # the SIGTERM flag
     progress: Progress | None = None  # rank 0's progress reports, set once the resumed step is known
     split: BeirSplit | None = None  # the held-out BEIR split evaluated on (None: no data.eval_beir)
+    metrics_file: str | None = None  # colbert-train --metrics-file: rank 0 appends each periodic evaluation
     # the training objects
     model: torch.nn.Module  # the ColBERT model itself: evaluation, saving, checkpoints
     forward: torch.nn.Module  # what losses call: the model under DDP when there are several ranks

@@ -40,6 +40,7 @@ from trainer.errors import NO_SPACE, DiskFull, no_space
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
+from trainer.metrics_file import append_line
 from trainer.model import autocast_for, build_model, choose_precision
 from trainer.preemption import Preempted, StopRequest
 from trainer.progress import Progress
@@ -60,12 +61,14 @@ def run(
     labelled_from: DataSource | None = None,
     progress: Progress | None = None,
     weights: dict | None = None,
+    metrics_file: str | None = None,
 ) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
     (query, positive) pairs that say which documents are labelled positives, when data.train is mined
     rows (default: data.train itself). ``progress``: the job's, when training is one of its phases.
     ``weights``: a state dict to start from instead of model.name_or_path's (a round continuing the one
-    before: trainer/rounds.py); a checkpoint of this training still wins over it on resume."""
+    before: trainer/rounds.py); a checkpoint of this training still wins over it on resume.
+    ``metrics_file``: where each periodic evaluation is appended as it happens (a sweep's early stopping)."""
     device = D.device_for(layout)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
@@ -74,7 +77,7 @@ def run(
         _tracker(cfg, layout) as tracker,
     ):
         t = build(cfg, layout, device, labelled_from, weights)
-        t.stop, t.tracker = stop, tracker
+        t.stop, t.tracker, t.metrics_file = stop, tracker, metrics_file
         _resume(t)
         t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line
         _evaluate_before(t)
@@ -266,7 +269,7 @@ def _loop(t: TrainState) -> tuple[float, int]:
                 bar.close()
                 raise Preempted(t.step)
             if t.split and every_eval and t.step % every_eval == 0 and t.step < t.total_steps:
-                _keep_if_best(t, _evaluate(t, f"at step {t.step}"))
+                _keep_if_best(t, _report_intermediate(t, _evaluate(t, f"at step {t.step}")))
             if t.step % every_ckpt == 0 and t.step < t.total_steps:
                 _checkpoint(t)
     bar.close()
@@ -281,6 +284,14 @@ def _evaluate(t: TrainState, when: str) -> dict:
     t.tracker.log(t.step, result, prefix="eval/")
     if t.progress is not None:  # None only where a test drives the phases without run()
         t.progress.evaluated(t.step, t.cfg.evaluation.metric, result)
+    return result
+
+
+def _report_intermediate(t: TrainState, result: dict) -> dict:
+    """Rank 0 appends a periodic evaluation to ``--metrics-file``: the intermediate values a sweep's median
+    stop compares (trainer/metrics_file.py). The final one is appended by the CLI once the job is whole."""
+    if t.metrics_file and t.layout.is_main:
+        append_line(t.metrics_file, result, t.step)
     return result
 
 

@@ -54,6 +54,7 @@ def tune_group() -> None:
 def run_cmd(**o) -> None:
     """Run a sweep: each trial a job of the given options with the trial's values; the best trial's model exported."""
     from operator_cli.spec import read_config
+    from operator_cli.tune.early_stop import EarlyStop
     from operator_cli.tune.space import parse_space
     from operator_cli.tune.spec import SweepSpec, without_export
 
@@ -66,8 +67,9 @@ def run_cmd(**o) -> None:
         k: o.pop(k)
         for k in ("metric", "goal", "trials", "parallel", "algorithm", "seed", "max_failed", "allow_test_split")
     }
+    sweep_options["early_stop"] = EarlyStop.parse(o.pop("early_stop"), o.pop("early_stop_setting"))
     spaces = tuple(parse_space(p) for p in o.pop("param"))
-    config_text = read_config(o["config"])
+    config_text = read_config(o["config"], o.get("overrides", ()))  # --set reaches every trial's config
     # the trials export nothing (the sweep exports the best); the spaces tell this sweep's name from another's
     job = build_spec(o, without_export(config_text), salt=[spaces, sweep_options])
     sweep = SweepSpec(job=job, params=spaces, config_text=config_text, **sweep_options)

@@ -15,6 +15,10 @@ of its own, whose output goes to the trial's ``log.txt``; this process prints on
   takes its trials with it (they get SIGTERM from the kernel, ``PR_SET_PDEATHSIG``).
 * **Failures.** A trial that fails is recorded with its one-line reason (the trainer's ``error:`` line), and the
   sweep goes on until more than ``--max-failed`` have failed.
+* **Early stopping** (``--early-stop median``). Every trial appends its evaluations to ``evaluations.jsonl`` in
+  its workspace (``colbert-train --metrics-file``, the lines Katib's collector reads); a running trial whose
+  latest intermediate figure is worse than the succeeded trials' median at the same step is sent SIGTERM (it
+  checkpoints) and recorded as ``EarlyStopped`` with the figures in its reason (:mod:`.early_stop`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from operator_cli import constants as C
 from operator_cli.errors import CliError
+from operator_cli.kube.kinds.sweeps import add_args
 from operator_cli.render import render, to_yaml
 from operator_cli.tune import record as R
 from operator_cli.tune.spec import SweepSpec, Trial
@@ -50,6 +56,13 @@ def sweep_root(workdir: Path, name: str) -> Path:
 
 def run_sweep(sweep: SweepSpec, workdir: Path, echo: Callable[[str], None]) -> int:
     """Run the sweep's trials that are not finished; 0 when it ends with a best trial, 1 when it does not."""
+    cfg = sweep.job.train_config
+    if sweep.early_stop is not None and cfg.mine is not None and cfg.mine.rounds > 1:
+        raise CliError(
+            f"--early-stop with --local compares trials step for step, and each of mine.rounds {cfg.mine.rounds}'s "
+            "training starts again at step 0",
+            hint="use mine.rounds: 1 for the sweep, or --engine katib (which counts reports, not steps)",
+        )
     root = sweep_root(workdir.resolve(), sweep.name)
     with _held(root):
         plan = _prepare(sweep, root)
@@ -111,7 +124,9 @@ def _lay_out(sweep: SweepSpec, tdir: Path, trial: Trial) -> None:
         pvc=sweep.job.pvc or (None if sweep.job.pvc_size else f"{sweep.name}-workspace"),
         pod_local_storage=False,
     )
-    write_text(tdir / "job.yaml", to_yaml(render(job)))
+    objects = render(job)
+    add_args(objects[-1], ["--metrics-file", f"{C.WORKSPACE_MOUNT}/{R.LINES_FILE}"])  # as Katib's trials do
+    write_text(tdir / "job.yaml", to_yaml(objects))
     workdir = tdir.parent.parent.parent
     for name in _shared_names(job.train_config):
         link, target = tdir / name, workdir / name
@@ -147,6 +162,13 @@ def _shared_names(cfg) -> list[str]:
     return sorted(names)
 
 
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """A trial's evaluation lines (:func:`trainer.metrics_file.read_lines`; the trainer's config loads lazily)."""
+    from trainer.metrics_file import read_lines as read
+
+    return read(path)
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -167,6 +189,8 @@ class _Runner:
         self.keys = [p.key for p in sweep.params]
         self.running: dict[str, tuple[subprocess.Popen, float]] = {}
         self.failed = 0
+        self.stopping: dict[str, str] = {}  # trials sent SIGTERM by the early-stopping rule, with its reason
+        self.succeeded: list[list[dict]] = []  # the succeeded trials' evaluation lines: the median's sample
 
     def run(self) -> int:
         record = R.local_record(self.root)
@@ -176,8 +200,9 @@ class _Runner:
         todo = []
         for trial in self.plan:
             t = by_name[trial.name]
-            if t["state"] in ("Succeeded", "Failed"):
+            if t["state"] in R.FINAL_STATES:
                 self.failed += t["state"] == "Failed"
+                self._note_success(t)
                 self._print(
                     R.row({**t, "reason": "finished before; kept"} if t["state"] == "Succeeded" else t, self.keys)
                 )
@@ -206,6 +231,8 @@ class _Runner:
                 if proc.poll() is not None:
                     del self.running[name]
                     self._ended(name, proc.returncode, time.time() - started)
+                elif self.sweep.early_stop is not None and name not in self.stopping:
+                    self._judge(name, proc)
             if self.failed > self.sweep.max_failed and not self.running:
                 break
 
@@ -216,7 +243,7 @@ class _Runner:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         with open(tdir / "log.txt", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "operator_cli.tune.trial", str(tdir)],
+                self._command(tdir),
                 cwd=tdir,
                 env=env,
                 stdout=log,
@@ -226,11 +253,18 @@ class _Runner:
             )
         self.running[trial.name] = (proc, time.time())
 
+    def _command(self, tdir: Path) -> list[str]:
+        """The trial's process: its job replayed (:mod:`operator_cli.tune.trial`)."""
+        return [sys.executable, "-m", "operator_cli.tune.trial", str(tdir)]
+
     def _ended(self, name: str, code: int, seconds: float) -> None:
         tdir = self.root / name
         output = tdir / json.loads((self.root / R.SWEEP_FILE).read_text())["output_dir"]
         if code == 0 and R.metric_of(output, self.sweep.metric) is not None and R.finished(output):
             info = {"state": "Succeeded", "seconds": round(seconds, 1)}
+            self.succeeded.append(read_lines(tdir / R.LINES_FILE))
+        elif name in self.stopping:  # however it ended once told to stop: the rule's verdict is the record
+            info = {"state": "EarlyStopped", "seconds": round(seconds, 1), "reason": self.stopping.pop(name)}
         elif code in (130, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGINT):
             return  # stopped, not failed: a rerun resumes it
         else:
@@ -245,6 +279,20 @@ class _Runner:
                 "no new trial is started"
             )
 
+    def _note_success(self, trial: dict[str, Any]) -> None:
+        if trial["state"] == "Succeeded":
+            self.succeeded.append(read_lines(self.root / trial["name"] / R.LINES_FILE))
+
+    def _judge(self, name: str, proc: subprocess.Popen) -> None:
+        """Median stopping: SIGTERM to a running trial whose latest intermediate figure the rule finds worse."""
+        lines = read_lines(self.root / name / R.LINES_FILE)
+        reason = self.sweep.early_stop.verdict(lines, self.succeeded, self.sweep.metric, self.sweep.goal)
+        if reason is None:
+            return
+        self.stopping[name] = f"early stop: {reason}"
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)  # `local` passes it on: the trial checkpoints, then stops
+
     def _finish(self) -> int:
         from operator_cli.tune.best import export_best
 
@@ -256,7 +304,7 @@ class _Runner:
         values = ", ".join(f"{k}={v}" for k, v in best["values"].items())
         self.echo(f"best: {best['name']} {self.sweep.metric} {best['metric']:.4f} ({values})")
         export_best(self.sweep, record, self.root, self.echo)
-        unfinished = [t["name"] for t in record["trials"] if t["state"] not in ("Succeeded", "Failed")]
+        unfinished = [t["name"] for t in record["trials"] if t["state"] not in R.FINAL_STATES]
         return 1 if unfinished or self.failed > self.sweep.max_failed else 0
 
     def _stop_all(self) -> None:

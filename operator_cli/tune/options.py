@@ -56,6 +56,18 @@ TUNE_OPTIONS: tuple[TuneOption, ...] = (
         {"type": int, "default": 3, "show_default": True},
     ),
     TuneOption(
+        "--early-stop",
+        "Stop a trial whose intermediate figure (evaluation.every_steps) is worse than the median of the "
+        "succeeded trials' at the same step: Katib's medianstop, or the local engine's.",
+        {"type": click.Choice(["median"]), "default": None},
+    ),
+    TuneOption(
+        "--early-stop-setting",
+        "KEY=VALUE, Katib's medianstop names: min_trials_required (default 3: succeeded trials before a "
+        "median is taken), start_step (default 4: a trial's reports before it can be stopped). Repeatable.",
+        {"multiple": True, "metavar": "KEY=VALUE"},
+    ),
+    TuneOption(
         "--allow-test-split",
         "Choose by a config whose data.eval_split is test (its figure is then no longer a test figure).",
         {"is_flag": True},

@@ -30,6 +30,8 @@ __all__ = [
 
 SWEEP_FILE = "sweep.json"
 TRIAL_FILE = "trial.json"
+LINES_FILE = "evaluations.jsonl"  # a trial's --metrics-file: its periodic evaluations, then its final one
+FINAL_STATES = ("Succeeded", "Failed", "EarlyStopped")  # a local trial in one of them is never run again
 
 
 def finished(output: Path) -> bool:

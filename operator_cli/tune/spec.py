@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 from operator_cli.errors import CliError
 from operator_cli.spec import JobSpec
+from operator_cli.tune.early_stop import EarlyStop
 from operator_cli.tune.space import Space
 
 __all__ = ["ALGORITHMS", "GOALS", "SweepSpec", "Trial", "key_exists", "without_export"]
@@ -72,6 +73,8 @@ class SweepSpec:
     max_failed: int = 3
     """The sweep stops once more than this many trials have failed."""
     allow_test_split: bool = False
+    early_stop: EarlyStop | None = None
+    """``--early-stop median``: stop a trial whose intermediate figure is below the finished trials' median."""
 
     def __post_init__(self) -> None:
         from trainer.config import METRICS  # pydantic: kept out of the CLI's import
@@ -96,6 +99,8 @@ class SweepSpec:
         for key in {k for k in keys if keys.count(k) > 1}:
             raise CliError(f"--param {key} is given twice; keep one")
         self._check_objective()
+        if self.early_stop is not None:
+            self.early_stop.check(self.job.train_config, set(keys))
         for space in self.params:
             self._check_space(space)
         if self.algorithm == "grid":

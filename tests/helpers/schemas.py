@@ -277,6 +277,20 @@ def _katib_webhook(spec: dict) -> None:
     names = {p["name"] for p in spec["parameters"]}
     for p in template["trialParameters"]:
         assert p["reference"] in names or re.fullmatch(r"\$\{trialSpec\.\w+\}", p["reference"]), p
+    metrics = {objective["objectiveMetricName"], *objective.get("additionalMetricNames", [])}
+    for strategy in objective.get("metricStrategies", []):
+        assert strategy["name"] in metrics and strategy["value"] in ("min", "max", "latest"), strategy
+    if "earlyStopping" in spec:
+        _katib_medianstop(spec["earlyStopping"])
+
+
+def _katib_medianstop(early: dict) -> None:
+    """Katib's medianstop service's own check of its settings (pkg/earlystopping/v1beta1/medianstop): known
+    names, whole numbers, min_trials_required above 0 and start_step at least 1."""
+    assert early["algorithmName"] == "medianstop", early
+    for setting in early.get("algorithmSettings", []):
+        assert setting["name"] in ("min_trials_required", "start_step"), setting
+        assert int(setting["value"]) >= 1, setting
 
 
 def validate_experiment(obj: dict) -> None:

@@ -2,14 +2,18 @@
 PyTorchJobs (a kind Katib runs out of the box).
 
 **The metrics collector is Katib's File collector, JSON format**, reading ``/var/log/katib/metrics.json``, to
-which the trainer appends the final evaluation (``colbert-train --metrics-file``, :mod:`trainer.metrics_file`)
-once the job is whole. Why not StdOut: it wraps the container's command in a shell that redirects its output
-to a file, and scans every log line with a pattern whose default name class (``[\\w|-]+``) does not take the
-``@`` of ``ndcg@10``; the trainer's own lines hold ``key=value`` text too. A JSON line written once by rank 0
-is exactly ``metrics.json``'s figures, under their own names, and the pods' logs stay as they are.
+which the trainer appends each periodic evaluation as it happens (``evaluation.every_steps``) and the final one
+once the job is whole (``colbert-train --metrics-file``, :mod:`trainer.metrics_file`), each line timestamped.
+Why not StdOut: it wraps the container's command in a shell that redirects its output to a file, and scans
+every log line with a pattern whose default name class (``[\\w|-]+``) does not take the ``@`` of ``ndcg@10``;
+the trainer's own lines hold ``key=value`` text too. JSON lines written by rank 0 are the evaluation's figures
+under their own names (the last one exactly ``metrics.json``'s), and the pods' logs stay as they are.
 
-Early stopping (median stop) needs intermediate values of the objective, which the trainer reports only at the
-end of a trial: none is set.
+**Every metric's strategy is ``latest``**: a trial's figure is its last line, the final evaluation of the model
+it leaves (Katib's default, the best of all lines, would credit a trial with an intermediate figure its final
+model does not have). **Early stopping** (``--early-stop median``): ``earlyStopping: {algorithmName:
+medianstop}`` with its settings (:mod:`operator_cli.tune.early_stop`); it acts on the intermediate lines, so the
+config must evaluate during training (checked before anything is created).
 """
 
 from __future__ import annotations
@@ -83,10 +87,13 @@ class KatibExperiment(SweepKind):
         meta = {k: v for k, v in trial["metadata"].items() if k in ("labels", "annotations")}  # Katib names it
         trial_spec = {"apiVersion": trial["apiVersion"], "kind": trial["kind"], "metadata": meta, "spec": trial["spec"]}
         settings = [{"name": "random_state", "value": str(sweep.seed)}] if sweep.algorithm != "grid" else []
+        additional = [m for m in METRICS if m != sweep.metric]
         return {
             "algorithm": _ALGORITHMS[sweep.algorithm],
             "settings": settings,
-            "additional": [m for m in METRICS if m != sweep.metric],
+            "additional": additional,
+            "strategies": [{"name": m, "value": "latest"} for m in (sweep.metric, *additional)],
+            "early_stopping": sweep.early_stop.katib() if sweep.early_stop else None,
             "parameters": [katib_parameter(space) for space in sweep.params],
             "trial_spec": trial_spec,
             "trial_name": TRIAL_NAME,

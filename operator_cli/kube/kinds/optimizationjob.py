@@ -6,7 +6,7 @@ Its trials are TrainJobs made from ``trainJobTemplate``. Following the KEP, a tr
 by string templating (``{{.training_learning_rate}}``), here in ``colbert-train --set`` arguments; the objective
 is read from the TrainJob's status, where the trainer already posts ``ndcg@10`` and the other metrics. The
 template names no trial, so trials cannot tell their output directories apart on a shared claim: a sweep on a
-claim is refused, each trial keeps its own emptyDir.
+claim is refused, each trial keeps its own emptyDir. The CRD has no early stopping: ``--early-stop`` is refused.
 """
 
 from __future__ import annotations
@@ -65,6 +65,11 @@ class OptimizationJob(SweepKind):
                 "--engine optimizationjob names no trial in its template: trials on a shared claim "
                 "(--pvc, --pvc-size) would write one output_dir",
                 hint="drop --pvc/--pvc-size (each trial keeps its own emptyDir), or use --engine katib",
+            )
+        if sweep.early_stop is not None:
+            raise CliError(
+                "--engine optimizationjob has no early stopping (its CRD has no field for it)",
+                hint="drop --early-stop, or use --engine katib (medianstop) or --local",
             )
         if sweep.algorithm == "bayesian":
             raise CliError(
