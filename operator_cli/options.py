@@ -86,7 +86,8 @@ def _full(kind: str) -> Callable[[Any], bool]:
 
 
 def _within(low: int, high: int) -> Callable[[Any], bool]:
-    return lambda value: low <= value <= high
+    """A whole number in range; anything else (a duration's text that reached the spec unparsed) breaks it."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _labels(labels: dict[str, str], flag: str) -> None:

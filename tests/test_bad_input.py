@@ -138,10 +138,11 @@ def test_a_command_without_its_argument_is_two_lines():
 
 
 def test_a_quantity_with_an_exponent_is_valid(config):
-    """1e9 is a Kubernetes quantity (a decimal exponent): accepted and passed on as written."""
-    res = _invoke(["render", "--config", str(config), "--memory", "1e9"])
+    """1e10 is a Kubernetes quantity (a decimal exponent): accepted and passed on as written (above the default
+    8Gi /dev/shm, which counts against it)."""
+    res = _invoke(["render", "--config", str(config), "--memory", "1e10"])
     assert res.exit_code == 0, res.output
-    assert "memory: 1e9" in res.output
+    assert "memory: 1e10" in res.output
 
 
 def test_allowed_lookalikes_are_not_refused(config):

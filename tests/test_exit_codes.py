@@ -46,7 +46,7 @@ def test_a_torchrun_child_whose_exception_escapes_tells_its_launcher_1(monkeypat
     import trainer.cli as cli
     import trainer.rounds
 
-    def bug(cfg, plan):
+    def bug(*args, **kwargs):
         raise ValueError("a bug in the trainer")
 
     monkeypatch.setattr(trainer.rounds, "run", bug)

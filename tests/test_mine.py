@@ -328,8 +328,8 @@ def test_a_continuing_round_trains_from_the_round_befores_final_weights(tmp_path
     data = write_triplets(tmp_path / "t.jsonl", 24)
     starts: list = []
 
-    def fake_train(rcfg, layout, labelled_from=None, progress=None, weights=None):
-        starts.append(weights)
+    def fake_train(rcfg, layout, *args, **kwargs):
+        starts.append(kwargs.get("weights"))
         out = Path(rcfg.output_dir)
         make_tiny_bert(out / "final-model", seed=len(starts) + 7)  # "trained": weights unlike the base's
         return {"steps": 2}

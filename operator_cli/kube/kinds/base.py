@@ -152,6 +152,38 @@ def set_gpus(holder: dict[str, Any], key: str, gpus: int) -> None:
         del holder[key]
 
 
+def rederive_requests(holder: dict[str, Any], key: str, gpus: int, job: dict[str, Any]) -> None:
+    """The CPU and memory requests this tool derived from the GPUs (``operator_cli/resources.py``), derived
+    again for the new GPU count, as ``render`` would; a request the user set (``--cpu``/``--memory``: request
+    and limit both) stays as it is.
+
+    >>> c = {"resources": {"requests": {"cpu": "32", "memory": "136Gi"}}}
+    >>> rederive_requests(c, "resources", 0, {"volumes": [{"name": "dshm", "emptyDir": {"sizeLimit": "8Gi"}}]}); c
+    {'resources': {'requests': {'cpu': '4', 'memory': '16Gi'}}}
+    """
+    from operator_cli.resources import default_cpu, default_memory
+
+    resources = holder.get(key) or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    if "cpu" in requests and "cpu" not in limits:
+        requests["cpu"] = default_cpu(gpus)
+    if "memory" in requests and "memory" not in limits:
+        requests["memory"] = default_memory(gpus, _shm_size(job))
+
+
+def _shm_size(tree: Any) -> str | None:
+    """The ``dshm`` emptyDir's sizeLimit, wherever the job's pod template holds it."""
+    if isinstance(tree, dict):
+        if tree.get("name") == "dshm" and isinstance(tree.get("emptyDir"), dict):
+            return tree["emptyDir"].get("sizeLimit")
+        tree = list(tree.values())
+    if isinstance(tree, list):
+        for item in tree:
+            if (found := _shm_size(item)) is not None:
+                return found
+    return None
+
+
 # What this tool reads of any job, and the type each must have where present (each kind adds its own). A real
 # API server checks these against the CRD's schema; an answer from anything else is refused in one line
 # instead of failing deep in status, logs or resize. "*" is every value of a mapping or item of a list.

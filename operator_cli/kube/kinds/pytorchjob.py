@@ -9,7 +9,7 @@ import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.jobshape import JobShape
-from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
+from operator_cli.kube.kinds.base import JobKind, gpus_in, rederive_requests, set_gpus
 from operator_cli.podplan import PodPlan, operator_policy
 
 __all__ = ["PyTorchJob"]
@@ -76,6 +76,7 @@ class PyTorchJob(JobKind):
             replicas.pop("Worker", None)
         for replica in replicas.values():
             set_gpus(replica["template"]["spec"]["containers"][0], "resources", gpus)
+            rederive_requests(replica["template"]["spec"]["containers"][0], "resources", gpus, job)
 
     def pod_rank(self, pod: Any, job: dict[str, Any]) -> tuple[str, int]:
         """Master 0, Worker i -> i+1; in a job of Workers only (elastic) Worker i -> i: its node ranks come from

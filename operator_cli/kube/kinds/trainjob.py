@@ -9,7 +9,7 @@ import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.jobshape import JobShape
-from operator_cli.kube.kinds.base import JobKind, gpus_in, set_gpus
+from operator_cli.kube.kinds.base import JobKind, gpus_in, rederive_requests, set_gpus
 from operator_cli.podplan import FailurePolicy, PodPlan, code_ranges
 
 __all__ = ["TrainJob", "runtime_policy"]
@@ -60,6 +60,7 @@ class TrainJob(JobKind):
         trainer = job["spec"]["trainer"]
         trainer["numNodes"], trainer["numProcPerNode"] = nodes, max(1, gpus)
         set_gpus(trainer, "resourcesPerNode", gpus)
+        rederive_requests(trainer, "resourcesPerNode", gpus, job)
 
     def pod_rank(self, pod: Any, job: dict[str, Any]) -> tuple[str, int]:
         """The node rank is the JobSet Job's completion index (from the pod name, <job>-node-0-<i>-<hash>,
