@@ -198,6 +198,7 @@ which counts against the pod's memory (a resources.memory it would fill is refus
 {{- fail (printf "shm.size %s would fill resources.memory %s: /dev/shm is memory-backed and counts against the pod's memory limit; raise resources.memory or lower shm.size" (toString $v.shm.size) (toString $v.resources.memory)) -}}
 {{- end -}}
 {{- end -}}
+{{- if $v.mig -}}{{- $_ := include "colbert-train.gpuResource" . -}}{{- end -}}{{/* its rule holds on CPU pods too */}}
 {{- $memory := $v.resources.memory -}}
 {{- if not $memory -}}
 {{- $mi := ternary (mul 16384 $gpus) 8192 (gt $gpus 0) -}}
