@@ -31,7 +31,9 @@ def local_data_paths(cfg) -> list[tuple[str, str]]:
 
 
 def _on_volume(path: str) -> bool:
-    """>>> _on_volume("data/x.jsonl"), _on_volume("/workspace/x"), _on_volume("/data/x"), _on_volume("s3://b/x")
+    """Whether ``path`` resolves on the pod's workspace volume (relative, or under /workspace).
+
+    >>> _on_volume("data/x.jsonl"), _on_volume("/workspace/x"), _on_volume("/data/x"), _on_volume("s3://b/x")
     (True, True, False, False)
     """
     return "://" not in path and (not path.startswith("/") or path.startswith("/workspace/"))

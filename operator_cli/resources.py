@@ -47,7 +47,7 @@ def quantity_bytes(quantity: str) -> Decimal:
     """A Kubernetes quantity (already checked by ``rules.PATTERNS["quantity"]``) as a number.
 
     >>> quantity_bytes("8Gi") == 8 * 2**30, quantity_bytes("1.5G"), quantity_bytes("1e3")
-    (True, Decimal('1.5E+9'), Decimal('1E+3'))
+    (True, Decimal('1500000000.0'), Decimal('1000'))
     """
     number, suffix = re.fullmatch(r"([0-9.]+)((?:[eE][+-]?[0-9]+)|[A-Za-z]*)", quantity).groups()
     if suffix[:1] in ("e", "E") and suffix not in _SUFFIX:
