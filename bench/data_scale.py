@@ -52,7 +52,7 @@ def synth(path: Path, n: int, docs: int | None = None) -> Path:
 
 def convert(path: Path, cache: Path, distillation: bool) -> tuple[float, float]:
     """Seconds to convert ``path`` into a cold Arrow cache, and those of it the row hash took."""
-    from trainer.config import DataSource
+    from trainer.config.schema import DataSource
     from trainer.data import load_rows
 
     start = time.perf_counter()

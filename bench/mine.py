@@ -71,8 +71,8 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
     if kind == "bm25":
         retriever = Bm25Retriever(docs, show=False)
     else:
-        from trainer.config import ModelConfig
-        from trainer.config_mine import MineConfig
+        from trainer.config.mine import MineConfig
+        from trainer.config.schema import ModelConfig
         from trainer.model import build_model
 
         model = build_model(ModelConfig(name_or_path=minilm(), query_length=32, document_length=128), "cpu")
@@ -114,7 +114,7 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
     """Exact MaxSim cost as a formula of the sample: scoring is queries x documents x q_tokens x d_tokens
     x dim x 2 FLOPs; encoding is per text. Scaled linearly from the measured sample on this CPU, and by
     FLOPs to GPUs (40% of an H100's bf16 peak for the scoring matmuls, which is optimistic for MaxSim)."""
-    from trainer.config_mine import MineConfig
+    from trainer.config.mine import MineConfig
 
     nbits = MineConfig.model_fields["nbits"].default
     d_tokens = model["document_tokens_mean"]

@@ -168,7 +168,7 @@ def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> 
 
 _EVALUATE = """
 import json, sys
-from trainer.config import ModelConfig
+from trainer.config.schema import ModelConfig
 from trainer.evaluate import load_beir, retrieval_metrics, search
 from trainer.model import build_model
 path, data, split, length = sys.argv[1:5]

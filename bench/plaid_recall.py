@@ -35,7 +35,7 @@ def main() -> None:
 
     import torch
 
-    from trainer.config import ModelConfig
+    from trainer.config.schema import ModelConfig
     from trainer.evaluate import load_beir, retrieval_metrics
     from trainer.model import build_model
     from trainer.retrieval.exact import ModelRetriever

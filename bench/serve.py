@@ -33,10 +33,10 @@ def served_output(workdir: Path) -> tuple[Path, list[str], list[str]]:
     """A job's output_dir (the model and its index with stored embeddings), the queries and the corpus."""
     from pylate import models
 
-    from trainer.checkpoint import write_manifest
-    from trainer.config_yaml import parse_config
+    from trainer.config.load import parse_config
     from trainer.evaluate import load_beir
     from trainer.index import build_and_evaluate
+    from trainer.run.checkpoint import write_manifest
 
     quickstart_data(workdir / "data")
     split = load_beir(workdir / "data" / "beir")

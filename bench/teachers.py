@@ -62,7 +62,7 @@ def scorers(name: str, seeds: list[int]) -> dict[str, list[float]]:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from trainer.config import ModelConfig
+    from trainer.config.schema import ModelConfig
     from trainer.evaluate import evaluate, load_beir, retrieval_metrics
     from trainer.model import build_model
     from trainer.retrieval.bm25 import Bm25Retriever

@@ -20,8 +20,8 @@ from operator_cli import rules
 from operator_cli.constants import MAX_GPUS_PER_NODE, MAX_NODES, MAX_RUNTIME_RESTARTS
 from operator_cli.kube.kinds import KINDS
 from operator_cli.spec import INT32_MAX, INT64_MAX, NCCL_PRESETS, OWN_LABELS
-from trainer.config import json_schema
-from trainer.credentials import CREDENTIAL_VALUE
+from trainer.config.credentials import CREDENTIAL_VALUE
+from trainer.config.schema import json_schema
 
 __all__ = ["build", "main", "render_text"]
 
@@ -56,7 +56,7 @@ def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def _no_credentials(node: Any) -> Any:
-    """Every string the chart takes, keys included, refuses a credential value (trainer/credentials.py)."""
+    """Every string the chart takes, keys included, refuses a credential value (trainer/config/credentials.py)."""
     if isinstance(node, list):
         return [_no_credentials(n) for n in node]
     if not isinstance(node, dict):
@@ -80,7 +80,7 @@ def build() -> dict[str, Any]:
         "required": ["nodes", "gpusPerNode", "image", "config"],
         "properties": {
             **_job_properties(),
-            "config": {**train, "description": "The training config (trainer.config.TrainConfig)."},
+            "config": {**train, "description": "The training config (trainer.config.schema.TrainConfig)."},
             **_pod_properties(),
             "tune": _tune_properties(),
             "global": {"type": "object"},
@@ -211,8 +211,8 @@ def _tune_properties() -> dict[str, Any]:
     from operator_cli.tune.early_stop import DEFAULTS as EARLY_STOP_DEFAULTS
     from operator_cli.tune.space import KINDS as SPACES
     from operator_cli.tune.spec import ALGORITHMS, GOALS
-    from trainer.config import METRICS
-    from trainer.overrides import KEY
+    from trainer.config.overrides import KEY
+    from trainer.config.schema import METRICS
 
     space = {"type": "string", "pattern": rf"^\s*({'|'.join(SPACES)})\s*\(.*\)\s*$"}
     param = _obj({"key": {"type": "string", "pattern": f"^{KEY.pattern}$"}, "space": space}, required=["key", "space"])

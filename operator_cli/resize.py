@@ -59,7 +59,7 @@ def _check_world_size(cluster: Cluster, name: str, old: int, new: int) -> None:
     """The new world size can hold the config's global batch, and its checkpoint will be accepted."""
     if old == new:
         return
-    from trainer.config import ConfigError  # pydantic: kept out of the CLI's import
+    from trainer.config.schema import ConfigError  # pydantic: kept out of the CLI's import
     from trainer.scale import micro_batches
 
     cfg = parse_training_config(cluster.config_text(name) or "")

@@ -55,8 +55,10 @@ def status_record(cluster, name: str) -> dict:
 
 
 def _progress(cluster, kind, pods: list[dict]) -> dict | None:
-    """The newest ``progress {...}`` line of rank 0's log (trainer/progress.py), if there is one."""
-    from trainer.progress import LOG_PREFIX  # it reads the trainer's config (pydantic): not at the CLI's import
+    """The newest ``progress {...}`` line of rank 0's log (trainer/reporting/progress.py), if there is one."""
+    from trainer.reporting.progress import (
+        LOG_PREFIX,  # it reads the trainer's config (pydantic): not at the CLI's import
+    )
 
     master = next((p for p in pods if p["rank"] == 0 and p["phase"] != "Pending"), None)
     if master is None:

@@ -45,7 +45,7 @@ from operator_cli.values import (
     parse_toleration,
     shown,
 )
-from trainer.credentials import credential_in
+from trainer.config.credentials import credential_in
 
 __all__ = [
     "INT32_MAX",
@@ -241,7 +241,7 @@ class JobSpec:
                 f"{flag} needs shared storage: a group re-formed without a node must find that node's checkpoints",
                 hint="add --pvc-size 50Gi (a new ReadWriteMany claim) or --pvc NAME",
             )
-        from trainer.config import ConfigError  # pydantic: kept out of the CLI's import
+        from trainer.config.schema import ConfigError  # pydantic: kept out of the CLI's import
         from trainer.scale import micro_batches
 
         cfg = self.train_config
@@ -260,8 +260,8 @@ class JobSpec:
     def _check_export(self) -> None:
         """``export.destination`` needs its credentials in the pods: named here, not found after training.
         An object store may use workload identity instead, which comes with the pods' service account."""
-        from trainer.config import ConfigError
-        from trainer.config_base import parse_destination  # pydantic: kept out of the CLI's import
+        from trainer.config.base import parse_destination  # pydantic: kept out of the CLI's import
+        from trainer.config.schema import ConfigError
         from trainer.destinations import credential_hint  # the light facts: no export module in the CLI
 
         try:
@@ -346,11 +346,11 @@ class JobSpec:
 
 
 def read_config(path: str | Path, overrides: tuple[str, ...] = ()) -> str:
-    """Read ``--config``, apply ``--set KEY=VALUE`` (trainer/config_set.py), and validate the result with the
+    """Read ``--config``, apply ``--set KEY=VALUE`` (trainer/config/overrides.py), and validate the result with the
     trainer's schema (pydantic only, no torch): the text the job ships."""
-    from trainer.config import ConfigError  # pydantic: see above
-    from trainer.config_set import with_overrides
-    from trainer.config_yaml import load_yaml, parse_config, read_config_text
+    from trainer.config.load import load_yaml, parse_config, read_config_text
+    from trainer.config.overrides import with_overrides
+    from trainer.config.schema import ConfigError  # pydantic: see above
 
     try:
         text = with_overrides(read_config_text(path), overrides, str(path))
@@ -362,6 +362,6 @@ def read_config(path: str | Path, overrides: tuple[str, ...] = ()) -> str:
 
 def parse_training_config(text: str):
     """A rendered config text (``--config`` or the ConfigMap's ``train.yaml``) as a ``TrainConfig``."""
-    from trainer.config_yaml import load_yaml, parse_config  # pydantic: see above
+    from trainer.config.load import load_yaml, parse_config  # pydantic: see above
 
     return parse_config(load_yaml(text, "train.yaml"), "train.yaml")

@@ -105,7 +105,7 @@ FLAG_CASES = [
     # a secret value pasted where the Secret's name or key belongs is described, never echoed
     ("secret-value-as-ref", ["--secret-env", f"AWS_SECRET_ACCESS_KEY={SECRET}/abc+def"], "not shown"),
     ("secret-value-as-key", ["--secret-env", f"HF_TOKEN=hf/{SECRET}/x"], "not shown"),
-    # a credential value is refused whatever flag it came through, under whatever name (trainer/credentials.py)
+    # a credential value is refused whatever flag it came through, under whatever name (trainer/config/credentials.py)
     ("label-token-value", ["--label", f"team={SECRET}"], "--label team holds a Hugging Face token"),
     ("annotation-token-value", ["--annotation", f"example.com/note={SECRET}"], "--annotation example.com/note holds"),
     ("env-plain-name-token-value", ["--env", f"MODEL_REVISION={SECRET}"], "--env MODEL_REVISION holds"),
@@ -585,7 +585,7 @@ def test_credential_values_and_their_lookalikes(value, kind):
     format, and leaves names that merely look alike (a digest, a run name) alone."""
     import re
 
-    from trainer.credentials import CREDENTIAL_VALUE, credential_in
+    from trainer.config.credentials import CREDENTIAL_VALUE, credential_in
 
     found = credential_in(value)
     assert (found is None) if kind is None else (found is not None and kind in found), found

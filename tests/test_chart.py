@@ -17,7 +17,7 @@ from operator_cli.spec import JobSpec, SecretRef
 from tests.helpers import ROOT
 from tests.helpers.chart import CHART, CONFIG, HELM_ONLY_LABELS, helm_render, normalise, typed
 from tests.helpers.schemas import validate_all
-from trainer.config_yaml import load_yaml
+from trainer.config.load import load_yaml
 
 
 def test_lint_strict_is_clean():
@@ -390,8 +390,8 @@ def test_chart_refuses_what_the_cli_refuses(values, needle, tmp_path):
     if "config" in values and "\\u0001" not in json.dumps(values["config"]):
         # the CLI refuses the same config, written as a file with its characters as they are (an escaped
         # C0 character is a YAML escape the CLI accepts; the chart refuses it too, being stricter there)
-        from trainer.config import ConfigError
-        from trainer.config_yaml import load_config
+        from trainer.config.load import load_config
+        from trainer.config.schema import ConfigError
 
         path = tmp_path / "train.yaml"
         path.write_text(json.dumps(values["config"], ensure_ascii=False), encoding="utf-8")

@@ -17,8 +17,8 @@ from operator_cli.kube.kinds import KINDS
 from tests.helpers import ROOT
 from tests.helpers.chart import CHART, CONFIG, helm_render
 from tests.helpers.schemas import validate_all
-from trainer.config_yaml import load_yaml
-from trainer.export import CREDENTIALS
+from trainer.config.load import load_yaml
+from trainer.storage.export import CREDENTIALS
 
 
 def _notes(values: dict, name: str = "my-run", namespace: str = "ml") -> str:

@@ -41,7 +41,7 @@ def test_cli_never_imports_torch(args, expected, tmp_path):
 
 def test_render_prints_the_trainers_scale_line(tmp_path):
     """Global batch counts accumulation; negatives come from one micro-batch across ranks (issue 17)."""
-    from trainer.config_yaml import load_config
+    from trainer.config.load import load_config
     from trainer.scale import job_scale
 
     cfg = tmp_path / "t.yaml"

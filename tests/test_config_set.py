@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from operator_cli.cli import cli
 from tests.helpers import ROOT
-from trainer.config import ConfigError
-from trainer.config_set import with_overrides
-from trainer.config_yaml import load_yaml, parse_config
+from trainer.config.load import load_yaml, parse_config
+from trainer.config.overrides import with_overrides
+from trainer.config.schema import ConfigError
 
 QUICKSTART = (ROOT / "examples" / "quickstart.yaml").read_text()
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trainer.config import Columns, DataSource
+from trainer.config.schema import Columns, DataSource
 from trainer.data import DataError, load_rows
 
 ROWS = [{"q": f"question {i}", "pos": f"answer {i}", "hard": f"wrong {i}", "extra": i} for i in range(5)]
@@ -155,7 +155,7 @@ def _beir(root, corpus: str, queries: str, qrels: str):
 @pytest.mark.parametrize("name,files,message", BAD_BEIR, ids=[c[0] for c in BAD_BEIR])
 def test_a_bad_beir_set_is_one_line_naming_the_file_and_row(name, files, message, tmp_path):
     """data.eval_beir is read before training: each of these was a KeyError/TypeError/ValueError traceback."""
-    from trainer.config import ConfigError
+    from trainer.config.schema import ConfigError
     from trainer.evaluate import load_beir
 
     with pytest.raises(ConfigError) as e:

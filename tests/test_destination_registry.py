@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config_base import DESTINATION_PATTERN, parse_destination
+from trainer.config.base import DESTINATION_PATTERN, parse_destination
 from trainer.destinations import CREDENTIALS, DESTINATIONS, credential_hint, uploader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def test_each_scheme_parses_and_finds_its_uploader():
 
 def test_the_cli_names_missing_credentials_from_the_registry_without_the_export_module(tmp_path):
     """``submit``'s check (JobSpec) lists the scheme's variables as the registry has them, and never imports
-    ``trainer.export`` (a runtime module: obstore, huggingface_hub) for them."""
+    ``trainer.storage.export`` (a runtime module: obstore, huggingface_hub) for them."""
     config = tmp_path / "train.yaml"
     config.write_text("data: {train: {path: t.jsonl}}\ntraining: {max_steps: 1}\nexport: {destination: gs://b/p/}\n")
     code = (
@@ -43,7 +43,8 @@ def test_the_cli_names_missing_credentials_from_the_registry_without_the_export_
         "    JobSpec(name='j', config_text=text)\n"
         "except CliError as e:\n"
         "    print(e.message, '|', e.hint)\n"
-        "print(sorted(m for m in ('trainer.export', 'trainer.destinations.store', 'obstore') if m in sys.modules))\n"
+        "heavy = ('trainer.storage.export', 'trainer.destinations.store', 'obstore')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

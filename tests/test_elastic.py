@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 
 from tests.helpers import free_port, make_tiny_bert, write_triplets
 from tests.helpers.pods import last_log, start_pods, wait_pods
-from trainer.config import ConfigError
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
+from trainer.config.schema import ConfigError
 from trainer.scale import job_scale, micro_batches
 
 
@@ -46,7 +46,7 @@ def test_the_global_batch_fixes_the_split_on_every_world_size():
 
 
 def test_another_world_size_is_refused_without_a_global_batch(tmp_path):
-    from trainer.resume import CheckpointError, check_compatible
+    from trainer.run.resume import CheckpointError, check_compatible
 
     fixed, plain = _cfg(global_batch_size=8), _cfg()
     state = {"world_size": 2, "config": fixed.model_dump(mode="json")}
@@ -123,7 +123,7 @@ def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resu
 def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, step: int = 0):
     """The state of a run of a linear model on ``world_size`` ranks (this process is rank 0), as build makes it."""
     from trainer.env import Layout
-    from trainer.state import TrainState
+    from trainer.run.state import TrainState
 
     cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 20, "global_batch_size": 8},
                         "output_dir": str(tmp_path / "out")})  # fmt: skip
@@ -140,8 +140,8 @@ def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, ste
 def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its_history(tmp_path):
     """Issue 42: resuming a 2-rank checkpoint on 1 rank overwrote this run's world size, device and precision
     with the checkpoint's, so metrics.json and the card said 2. Driven through the trainer's own resume."""
-    from trainer import resume
-    from trainer.card import render
+    from trainer.run import resume
+    from trainer.storage.card import render
     from trainer.train import _resume
 
     def checkpoint(t) -> None:
@@ -208,7 +208,7 @@ def _after_a_checkpoint(proc: subprocess.Popen, ckpts: Path, act) -> str:
     hangs or fails does not outlive the test (torchrun's workers run in sessions of their own)."""
     import psutil
 
-    from trainer.checkpoint import list_checkpoints
+    from trainer.run.checkpoint import list_checkpoints
 
     job = psutil.Process(proc.pid)
     try:
@@ -230,7 +230,7 @@ def test_an_elastic_job_that_loses_a_node_for_good_finishes_on_the_survivors(tmp
     """After a checkpoint one replica dies for good: every process of it is SIGKILLed at once, as when its
     node goes, and local does not start it again. The survivors' agents re-form the group on two nodes, the
     trainer resumes at world size 2 from the newest checkpoint and finishes; no human in between."""
-    from trainer.checkpoint import list_checkpoints, load_checkpoint
+    from trainer.run.checkpoint import list_checkpoints, load_checkpoint
 
     steps = 60
     proc, ckpts = _elastic_job(tmp_path, tiny_model, steps)
@@ -258,7 +258,7 @@ def test_an_elastic_replica_that_stops_is_started_again_and_the_group_regrows(tm
     """SIGTERM to one replica (an eviction): torchrun passes it on, every rank checkpoints the step it
     stopped at (the stop is agreed collectively), local starts that replica again alone, its agent rejoins,
     and the group of three resumes from that step and finishes, with its pod restart counted."""
-    from trainer.checkpoint import list_checkpoints, load_checkpoint
+    from trainer.run.checkpoint import list_checkpoints, load_checkpoint
 
     steps = 60
     proc, ckpts = _elastic_job(tmp_path, tiny_model, steps)

@@ -1,5 +1,5 @@
-"""Export (trainer/export.py) over real protocols: moto's S3 server and a Hub stand-in for huggingface_hub's own
-client (tests/helpers/hub.py); and the model card (trainer/card.py), parsed by huggingface_hub's ModelCard."""
+"""Export (trainer/storage/export.py) over real protocols: moto's S3 server and a Hub stand-in for huggingface_hub's own
+client (tests/helpers/hub.py); and the model card (trainer/storage/card.py), parsed by huggingface_hub's ModelCard."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from tests.helpers.hub import READ_TOKEN, HubStandIn
 from tests.helpers.stores import MotoS3, moto_available
-from trainer import export
-from trainer.config import ConfigError
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
+from trainer.config.schema import ConfigError
+from trainer.storage import export
 
 BASE = {"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 1}}
 
@@ -381,7 +381,7 @@ def test_a_hub_that_stops_answering_is_a_retryable_failure(hub, outputs, monkeyp
 def test_the_card_parses_and_says_what_the_model_is(tmp_path):
     from huggingface_hub import ModelCard
 
-    from trainer.card import render
+    from trainer.storage.card import render
 
     cfg = parse_config({
         **BASE,
@@ -409,7 +409,7 @@ def test_the_card_parses_and_says_what_the_model_is(tmp_path):
 
 
 def test_the_card_names_a_staged_source_by_its_url(tmp_path):
-    from trainer.card import origin
+    from trainer.storage.card import origin
 
     staged = tmp_path / "cache" / "sources" / "abc"
     (staged / "files").mkdir(parents=True)
@@ -419,7 +419,7 @@ def test_the_card_names_a_staged_source_by_its_url(tmp_path):
 
 
 def test_the_card_names_a_staged_mining_model_by_its_url(tmp_path):
-    from trainer.card import render
+    from trainer.storage.card import render
 
     staged = tmp_path / "cache" / "sources" / "abc"
     (staged / "files").mkdir(parents=True)
@@ -561,7 +561,7 @@ def test_the_trainer_refuses_a_bad_destination_before_loading_anything(s3, tmp_p
 def test_an_export_reads_back_as_a_model_and_a_half_or_mixed_one_is_refused(s3_env, outputs, tmp_path):
     """`model.name_or_path: s3://.../` of an export stages exactly its manifest's files, checked; a prefix
     with the export's in-progress marker, or a file that is not the manifest's, is refused in one line."""
-    from trainer.sources import SourceError, stage
+    from trainer.storage.sources import SourceError, stage
 
     s3_env.bucket("exp-e")
     export.run(_cfg(outputs, "s3://exp-e/m/"))

@@ -78,8 +78,8 @@ def test_a_missing_eval_set_is_found_before_mining(tmp_path, tiny_model):
 
 
 def test_the_license_is_the_configs_else_the_base_models(tmp_path):
-    from trainer.card import license_of
-    from trainer.config_yaml import parse_config
+    from trainer.config.load import parse_config
+    from trainer.storage.card import license_of
 
     base = tmp_path / "base"
     base.mkdir()

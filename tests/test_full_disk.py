@@ -59,7 +59,7 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_an_exit_and_resumes_once_fr
 def test_temporaries_a_killed_run_left_are_removed_at_start(tmp_path):
     """.tmp-step-*, .tmp-final-model-* and .tmp-index-* stayed for good after a kill, and a 5.8 MiB one made
     the restart hit ENOSPC at the same step again."""
-    from trainer.checkpoint import remove_stale_temporaries
+    from trainer.run.checkpoint import remove_stale_temporaries
 
     out = tmp_path / "out"
     for d in ("checkpoints/.tmp-step-00000004-123", ".tmp-final-model-99", ".tmp-index-7"):

@@ -609,13 +609,13 @@ def test_status_shows_progress_from_rank_0s_log(api):
 
 
 def test_status_shows_the_phase_of_the_whole_job(api, caplog):
-    """The line trainer/progress.py writes while round 2 encodes its corpus, read back by ``status``: the phase
-    and the job's percentage, where a line naming the step alone showed the previous round's last step."""
+    """The line trainer/reporting/progress.py writes while round 2 encodes its corpus, read back by ``status``: the
+    phase and the job's percentage, where a line naming the step alone showed the previous round's last step."""
     import json
     import logging
 
-    from trainer.config_yaml import parse_config
-    from trainer.progress import Progress, job_plan
+    from trainer.config.load import parse_config
+    from trainer.reporting.progress import Progress, job_plan
 
     cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 4},
                         "mine": {"rounds": 2, "retriever": "bm25"}})  # fmt: skip

@@ -161,7 +161,7 @@ def _replica_proc(proc: subprocess.Popen, rank: str) -> psutil.Process:
 )
 def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api, rank, sig):
     """Per-pod workspaces: only the master's holds checkpoints, whichever replica dies."""
-    from trainer.checkpoint import list_checkpoints, load_checkpoint
+    from trainer.run.checkpoint import list_checkpoints, load_checkpoint
 
     every = 4
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 40, "checkpoint.every_steps": every})
@@ -207,7 +207,7 @@ def test_interrupted_replica_is_restarted_and_resumes(tmp_path, tiny_model, api,
 def test_a_killed_worker_is_retried_under_restart_policy_exit_code(tmp_path, tiny_model):
     """With a claim the policy is ExitCode: a SIGKILLed worker (a signal) and its peer's lost-peer exit
     (129) are retryable, so the job restarts and resumes from the claim's checkpoint."""
-    from trainer.checkpoint import list_checkpoints
+    from trainer.run.checkpoint import list_checkpoints
 
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
     proc = subprocess.Popen(
@@ -267,7 +267,7 @@ def test_trainjob_on_the_runtime_fails_a_bad_data_row_with_no_restart(tmp_path, 
 def test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes(tmp_path, tiny_model):
     """The same runtime restarts anything else (here a SIGKILL) within maxRestarts: new pods, which resume from
     the claim's newest checkpoint."""
-    from trainer.checkpoint import list_checkpoints
+    from trainer.run.checkpoint import list_checkpoints
 
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
     proc = subprocess.Popen(_local(wd, "--api", "trainjob", "--pvc-size", "1Gi"), cwd=ROOT, stdout=subprocess.PIPE,

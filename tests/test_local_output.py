@@ -36,7 +36,7 @@ def test_shown(name, line, expected):
 
 
 def test_the_trainers_own_progress_record_reads_as_one_line():
-    """A record as trainer/progress.py writes it during training (the same keys, all of them)."""
+    """A record as trainer/reporting/progress.py writes it during training (the same keys, all of them)."""
     record = {"best": {"metric": "ndcg@10", "step": 4, "value": 0.6336615}, "eta_seconds": 95,
               "eval_ndcg@10": 0.6336615, "loss": 2.1854169, "lr": 0.0, "percent": 99, "phase": "train step 4/4",
               "samples_per_second": 1.3866, "step": 4, "total": 4}  # fmt: skip

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import TrainConfig, json_schema
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
+from trainer.config.schema import TrainConfig, json_schema
 from trainer.losses import LOSSES, build_loss, loss_named
 from trainer.losses.loss import Loss
 from trainer.losses.sections import ContrastiveLoss, DistillationLoss

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.outputs import fake_output, phases_config
-from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, latest_checkpoint, save_checkpoint, write_manifest
+from trainer.run.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    latest_checkpoint,
+    save_checkpoint,
+    write_manifest,
+)
 
 
 def _flips(path: Path):
@@ -80,7 +86,7 @@ def test_every_flipped_bit_of_done_json_redoes_the_training_phase_never_crashes(
 
 
 def test_a_manifest_naming_a_file_outside_its_directory_is_damaged_not_read(tmp_path):
-    from trainer.checkpoint import verify
+    from trainer.run.checkpoint import verify
 
     (tmp_path / "secret").write_text("x")
     inside = tmp_path / "d"

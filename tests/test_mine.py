@@ -15,9 +15,9 @@ import yaml
 
 from tests.helpers import free_port, write_triplets
 from tests.helpers.mining import mining_job, pairs_config, run_trainer
-from trainer.config import ConfigError
-from trainer.config_mine import MineConfig
-from trainer.config_yaml import load_config, parse_config
+from trainer.config.load import load_config, parse_config
+from trainer.config.mine import MineConfig
+from trainer.config.schema import ConfigError
 from trainer.mine import Dropped
 
 # ---- the choice --------------------------------------------------------------------------------------

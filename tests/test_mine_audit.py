@@ -23,8 +23,8 @@ import yaml
 
 from tests.helpers import write_triplets
 from tests.helpers.mining import mining_job, pairs_config, run_trainer
-from trainer.config import ConfigError
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
+from trainer.config.schema import ConfigError
 from trainer.env import Layout
 from trainer.mine import choose_negatives, load_pairs, mine
 
@@ -42,7 +42,7 @@ PUNCTUATED = [
 def test_exact_mining_scores_every_document_as_evaluation_does(tiny_model):
     """The second document's last words lie past the largest count of scoring tokens (the mask drops its
     punctuation): trimming to that count cut them off, and its score changed."""
-    from trainer.config import ModelConfig
+    from trainer.config.schema import ModelConfig
     from trainer.evaluate import BeirSplit, search
     from trainer.model import build_model
     from trainer.retrieval.exact import ModelRetriever
@@ -96,8 +96,8 @@ def test_teacher_scores_are_the_models_own_for_each_pair_and_a_miscount_is_refus
     from sentence_transformers import CrossEncoder
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from trainer.config import ModelConfig
-    from trainer.config_mine import TeacherConfig
+    from trainer.config.mine import TeacherConfig
+    from trainer.config.schema import ModelConfig
     from trainer.teacher import Teacher, TeacherError
 
     path = tmp_path / "ce-1"

@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from trainer.config import DataSource
+from trainer.config.schema import DataSource
 from trainer.data import DataError, load_rows
 from trainer.errors import NonFinite
-from trainer.state import TrainState
+from trainer.run.state import TrainState
 from trainer.step import apply_update
 
 
@@ -93,7 +93,7 @@ def test_the_trainer_reports_a_non_finite_step_as_exit_code_2(monkeypatch, capsy
 def test_non_finite_weights_are_named_as_such_never_as_ranks_that_differ():
     """NaN != NaN: the cross-rank checksum said "weights differ between rank 0 and rank 0" (retryable, 129),
     and the job burnt its restarts on a checkpoint it could never write."""
-    from trainer.resume import check_same_weights
+    from trainer.run.resume import check_same_weights
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
     check_same_weights(model, "at step 3")  # finite: passes
@@ -158,7 +158,7 @@ def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_th
 ):
     """The count lived in the process only: a restart after one skipped step could skip N more."""
     from tests.helpers import write_triplets
-    from trainer.config_yaml import parse_config
+    from trainer.config.load import parse_config
     from trainer.env import Layout
     from trainer.train import run
 
@@ -239,7 +239,7 @@ def test_fp16_skips_reach_metrics_json_survive_a_restart_and_a_nan_at_every_step
     instead of publishing the base weights after a full run."""
     import trainer.train as train
     from tests.helpers import write_triplets
-    from trainer.config_yaml import parse_config
+    from trainer.config.load import parse_config
     from trainer.env import Layout
     from trainer.train import run
 

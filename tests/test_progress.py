@@ -1,5 +1,5 @@
-"""Progress into the TrainJob's status (trainer/progress.py) against a real local HTTPS server with its own CA:
-a token file that rotates, a server that stalls, one that answers 500, one whose certificate is not trusted."""
+"""Progress into the TrainJob's status (trainer/reporting/progress.py) against a real local HTTPS server with its own
+CA: a token file that rotates, a server that stalls, one that answers 500, one whose certificate is not trusted."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from trainer.progress import LOG_PREFIX, Progress
+from trainer.reporting.progress import LOG_PREFIX, Progress
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -326,8 +326,8 @@ def _lines(caplog) -> list[dict]:
 
 
 def _two_round_plan(**mine):
-    from trainer.config_yaml import parse_config
-    from trainer.progress import job_plan
+    from trainer.config.load import parse_config
+    from trainer.reporting.progress import job_plan
 
     loss = {"loss": {"name": "distillation"}} if "teacher" in mine else {}
     training = {"max_steps": 4, "per_device_batch_size": 4}
@@ -402,9 +402,9 @@ def test_a_restarted_job_starts_where_its_finished_phases_put_it(caplog):
 def test_the_plan_examples_hold():
     import doctest
 
-    import trainer.progress
+    import trainer.reporting.progress
 
-    assert doctest.testmod(trainer.progress).failed == 0
+    assert doctest.testmod(trainer.reporting.progress).failed == 0
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.registry import RegistryStandIn
 from tests.helpers.stores import moto_available
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
 from trainer.serve.register import MARKER, RegisterFailed, after_export, entry_for, register
 from trainer.serve.registry import Registry, RegistryError
 
@@ -131,7 +131,7 @@ def test_a_registry_that_fails_is_retryable_and_one_line(finished, monkeypatch):
 
 
 def test_register_needs_export_in_the_config():
-    from trainer.config import ConfigError
+    from trainer.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match="register needs an export section"):
         parse_config({"data": {"train": {"path": "t.jsonl"}}, "register": {"name": "m"}})
@@ -241,7 +241,7 @@ def test_a_local_job_killed_after_the_export_registers_exactly_once(tmp_path, ti
 
 def _export_dir(root: Path, tiny_model: Path) -> Path:
     """A local copy of an export: the model at the root, its card, metrics.json, the manifest last."""
-    from trainer.export import MANIFEST, manifest_for
+    from trainer.storage.export import MANIFEST, manifest_for
 
     shutil.copytree(tiny_model, root)
     card = "---\nlibrary_name: PyLate\n---\n\n# run-9\n\nA model, fine-tuned from\n`org/base`.\n"
@@ -256,7 +256,7 @@ def test_the_register_command_registers_an_export_once(tmp_path, tiny_model, reg
     from click.testing import CliRunner
 
     from operator_cli.cli import cli
-    from trainer.export import PARTIAL
+    from trainer.storage.export import PARTIAL
 
     export_dir = _export_dir(tmp_path / "export", tiny_model)
     args = ["register", str(export_dir), "--model", "colbert-docs", "--registry-url", registry.url, "--label", "x"]

@@ -19,7 +19,7 @@ import yaml
 from tests.helpers import free_port, make_tiny_bert, write_triplets
 from tests.helpers.pods import last_log, start_pods, wait_pods
 from tests.helpers.states import tiny_state
-from trainer.config_yaml import load_config
+from trainer.config.load import load_config
 from trainer.errors import EXIT_PEER
 from trainer.scale import job_scale
 
@@ -247,7 +247,7 @@ sys.path.insert(0, os.environ["ROOT"])
 from trainer import distributed as D
 from trainer.env import Layout
 from trainer.errors import WeightsDiverged
-from trainer.resume import check_same_weights
+from trainer.run.resume import check_same_weights
 port = int(os.environ["MASTER_PORT"])
 layout = Layout(rank=int(os.environ["RANK"]), world_size=2, master_addr="127.0.0.1", master_port=port)
 with D.process_group(layout, 60):
@@ -324,7 +324,7 @@ def test_cuda_rng_follows_the_process_to_another_layout(monkeypatch):
     the only process of a 1-GPU pod. Its own device's stream is restored there (0.2: IndexError)."""
     import torch
 
-    from trainer import resume
+    from trainer.run import resume
 
     saver = _FakeCuda(4)
     saver.install(monkeypatch)
@@ -343,8 +343,8 @@ def test_a_changed_learning_rate_is_applied_on_resume_not_dropped():
     import torch
     from transformers import get_scheduler
 
-    from trainer.config_yaml import parse_config
-    from trainer.resume import apply_changed_hyperparameters
+    from trainer.config.load import parse_config
+    from trainer.run.resume import apply_changed_hyperparameters
 
     def objects(lr):
         p = torch.nn.Parameter(torch.ones(2))
@@ -390,8 +390,8 @@ def test_a_checkpoint_round_trips_the_state_and_its_header_lists_every_key(tmp_p
     checkpoint.py's header names each key capture writes (the format's documentation, issue 33)."""
     import torch
 
-    import trainer.checkpoint as C
-    from trainer import resume
+    import trainer.run.checkpoint as C
+    from trainer.run import resume
 
     t = tiny_state(tmp_path)
     state = resume.capture(t)
@@ -418,8 +418,8 @@ def test_a_checkpoint_of_another_format_is_refused_in_one_line(tmp_path, where):
     line naming the fix, before anything of it is loaded into the model."""
     import json
 
-    from trainer import resume
-    from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, save_checkpoint, write_manifest
+    from trainer.run import resume
+    from trainer.run.checkpoint import CHECKPOINT_FORMAT, CheckpointError, save_checkpoint, write_manifest
 
     t = tiny_state(tmp_path)
     state = resume.capture(t)

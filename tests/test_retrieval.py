@@ -39,7 +39,7 @@ def _ranked(scores: list[float], k: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def colbert(tiny_model):
-    from trainer.config import ModelConfig
+    from trainer.config.schema import ModelConfig
     from trainer.model import build_model
 
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.mining import pairs_config
-from trainer.config import DataSource
+from trainer.config.schema import DataSource
 from trainer.data import load_rows
 from trainer.env import Layout
 from trainer.mine import mine
@@ -71,8 +71,8 @@ def test_a_restart_after_one_positive_is_edited_mines_again(tmp_path, caplog):
 
 def test_a_checkpoint_is_refused_after_one_positive_is_edited_and_one_of_0_3_is_checked_as_it_was(tmp_path):
     from tests.helpers.states import tiny_state
-    from trainer import resume
-    from trainer.checkpoint import CheckpointError
+    from trainer.run import resume
+    from trainer.run.checkpoint import CheckpointError
 
     data = _write(tmp_path / "t.jsonl", _pairs())
     rows = _rows(data, tmp_path / "cache")

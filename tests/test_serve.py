@@ -103,7 +103,7 @@ def test_exact_search_is_the_evaluations_search(served):
 def test_exact_needs_the_stored_embeddings_in_one_line(served, tmp_path):
     import shutil
 
-    from trainer.checkpoint import write_manifest
+    from trainer.run.checkpoint import write_manifest
     from trainer.serve import ServeError
     from trainer.serve.corpus import EMBEDDINGS
     from trainer.serve.engine import Engine, locate

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from operator_cli.cli import cli
 from tests.helpers.kube_emulator import Emulator
 from tests.helpers.schemas import CRD_CHECKS, check_crd, crd_available, validate_core
-from trainer.credentials import credential_in
+from trainer.config.credentials import credential_in
 
 ISVC_CRD = "serving.kserve.io_inferenceservices.yaml"
 RUNTIME_CRD = "serving.kserve.io_clusterservingruntimes.yaml"

@@ -10,10 +10,10 @@ import pytest
 
 from tests.helpers import write_triplets
 from tests.helpers.stores import FileServer, MotoS3, moto_available
-from trainer import sources
-from trainer.config import DataSource
+from trainer.config.schema import DataSource
 from trainer.data import DataError, load_rows
-from trainer.sources import SourceError, stage
+from trainer.storage import sources
+from trainer.storage.sources import SourceError, stage
 
 pytestmark = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))
 
@@ -50,7 +50,7 @@ def test_s3_object_is_staged_once_and_reused(s3_env, tmp_path, caplog):
     path = stage("s3://data-a/sets/train.jsonl", cache)
     assert path.read_bytes() == data and path.name == "train.jsonl"
     assert not list(cache.rglob("*.part"))
-    caplog.set_level("INFO", logger="trainer.sources")
+    caplog.set_level("INFO", logger="trainer.storage.sources")
     assert stage("s3://data-a/sets/train.jsonl", cache) == path  # a restarted pod: no second download
     assert "using the cached copy of s3://data-a/sets/train.jsonl" in caplog.text
 
@@ -157,7 +157,7 @@ def test_too_small_for_one_global_batch(tmp_path, tiny_model):
 
 
 def _model_cfg(path):
-    from trainer.config import ModelConfig
+    from trainer.config.schema import ModelConfig
 
     return ModelConfig(name_or_path=str(path), query_length=16, document_length=48)
 
@@ -236,8 +236,8 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
 
 def test_mine_model_and_teacher_on_s3_are_staged_like_the_model(s3_env, tmp_path, tiny_model):
     """Every model a job reads may sit in object storage: model.name_or_path, mine.model, mine.teacher."""
-    from trainer.config_yaml import parse_config
-    from trainer.sources import stage_config
+    from trainer.config.load import parse_config
+    from trainer.storage.sources import stage_config
 
     s3_env.bucket("models")
     s3_env.put_dir("models", "retriever", tiny_model)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.config import ConfigError, ModelConfig
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
+from trainer.config.schema import ConfigError, ModelConfig
 from trainer.model import build_model, check_attention
 
 TEXTS = ["sorting a list in place", "open a file for reading", "parse a JSON document", "zip two iterables"]

@@ -8,7 +8,7 @@ import contextlib
 import torch
 
 from trainer.losses.base import LossOutput
-from trainer.state import TrainState
+from trainer.run.state import TrainState
 from trainer.step import accumulate_gradients
 
 

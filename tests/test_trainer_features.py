@@ -32,7 +32,7 @@ def _distill_rows(path: Path, n: int) -> Path:
 
 def _step_gradient(model: Path, data: Path, per_device: int, accumulation: int, tmp: Path) -> torch.Tensor:
     """One step's gradient through the trainer's own ``build`` and ``accumulate_gradients`` (1 process)."""
-    from trainer.config import TrainConfig
+    from trainer.config.schema import TrainConfig
     from trainer.data import batches
     from trainer.env import Layout
     from trainer.step import accumulate_gradients
@@ -63,7 +63,7 @@ def test_accumulation_equals_the_large_batch(tmp_path, tiny_model_no_dropout):
 
 @pytest.mark.parametrize("head_lr", [None, 1e-3])
 def test_no_weight_decay_on_biases_and_layernorm_and_the_head_at_its_own_rate(tiny_model, head_lr):
-    from trainer.config import ModelConfig, TrainingConfig
+    from trainer.config.schema import ModelConfig, TrainingConfig
     from trainer.model import build_model
     from trainer.train import param_groups
 
@@ -86,7 +86,7 @@ def test_no_weight_decay_on_biases_and_layernorm_and_the_head_at_its_own_rate(ti
 @pytest.mark.parametrize("name", ["linear", "cosine", "constant_with_warmup"])
 def test_schedules_come_from_transformers(name, tiny_model, tmp_path):
     """The trainer's own ``build`` turns ``lr_scheduler`` and ``warmup_ratio`` into the schedule it steps."""
-    from trainer.config import TrainConfig
+    from trainer.config.schema import TrainConfig
     from trainer.env import Layout
     from trainer.train import build
 

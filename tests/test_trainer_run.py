@@ -165,7 +165,7 @@ def test_two_process_training_end_to_end(tmp_path, tiny_model, unused_tcp_port):
 
 @pytest.mark.slow
 def test_killed_rank_resumes_from_last_checkpoint(tmp_path, tiny_model, unused_tcp_port):
-    from trainer.checkpoint import list_checkpoints, load_checkpoint
+    from trainer.run.checkpoint import list_checkpoints, load_checkpoint
 
     data = write_triplets(tmp_path / "t.jsonl", 96)
     cfg = _config(
@@ -229,8 +229,9 @@ def test_distillation_run_learns_the_teachers_scores(tmp_path, tiny_model):
 def test_training_imports_no_indexing_code(tiny_model):
     code = (
         "import sys, torch\n"
-        "from trainer import train, losses, evaluate, data, checkpoint, model\n"
-        "from trainer.config import ModelConfig\n"
+        "from trainer import train, losses, evaluate, data, model\n"
+        "from trainer.run import checkpoint\n"
+        "from trainer.config.schema import ModelConfig\n"
         f"model.build_model(ModelConfig(name_or_path={str(tiny_model)!r}), torch.device('cpu'))\n"
         "print(sorted(m for m in sys.modules if m.startswith(('fast_plaid', 'pylate.indexes', 'pylate.retrieve'))))\n"
     )

@@ -15,7 +15,7 @@ from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
 from tests.helpers.chart import CHART
 from tests.helpers.schemas import validate_all
-from trainer.config_yaml import load_yaml
+from trainer.config.load import load_yaml
 
 CONFIG = {
     "data": {"train": {"path": "data/train.jsonl"}, "eval_beir": "data/beir", "eval_split": "dev"},

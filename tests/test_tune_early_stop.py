@@ -22,7 +22,7 @@ from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
 from tests.helpers import ROOT, schemas
 from tests.helpers.chart import CHART
-from trainer.metrics_file import read_lines
+from trainer.reporting.metrics_file import read_lines
 
 CONFIG = """\
 model: {name_or_path: sentence-transformers/all-MiniLM-L6-v2}
@@ -98,7 +98,7 @@ FIGURES = {
 FAKE_TRIAL = """
 import json, os, sys, time
 from pathlib import Path
-from trainer.metrics_file import append_line, write_metrics_line
+from trainer.reporting.metrics_file import append_line, write_metrics_line
 
 tdir = Path(sys.argv[1])
 with open(tdir / "runs.txt", "a") as f:

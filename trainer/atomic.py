@@ -2,7 +2,7 @@
 
 A reader (a resumed rank, ``colbert-k8s local``'s summary, the next stage of a job) never sees half a
 file, whatever kills the writer; a full disk is :class:`~trainer.errors.DiskFull`'s one line, the temporary
-gone. Checkpoints add fsyncs on top of this (``checkpoint.py``).
+gone. Checkpoints add fsyncs on top of this (``trainer/run/checkpoint.py``).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import trainer.clock  # noqa: F401 (first: the start that time to first step counts from)
-from trainer import export
-from trainer.config import ConfigError, TrainConfig
-from trainer.config_yaml import load_config, load_yaml, parse_config, read_config_text
+import trainer.run.clock  # noqa: F401 (first: the start that time to first step counts from)
+from trainer.config.load import load_config, load_yaml, parse_config, read_config_text
+from trainer.config.overrides import apply, parse_override
+from trainer.config.schema import ConfigError, TrainConfig
 from trainer.env import EnvError, Launch, resolve
 from trainer.errors import (
     EXIT_CONFIG,
@@ -37,10 +37,10 @@ from trainer.errors import (
     job_exit_code,
     peer_failure,
 )
-from trainer.export import ExportFailed
-from trainer.metrics_file import write_metrics_line
-from trainer.overrides import apply_overrides
-from trainer.preemption import EXIT_PREEMPTED, Preempted
+from trainer.reporting.metrics_file import write_metrics_line
+from trainer.run.preemption import EXIT_PREEMPTED, Preempted
+from trainer.storage import export
+from trainer.storage.export import ExportFailed
 
 __all__ = ["main", "setup_logging", "stage", "launch_torchrun"]
 
@@ -84,12 +84,12 @@ def _main(argv: list[str]) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override one config key (a sweep's trial values; trainer/overrides.py)",
+        help="override one config key (a sweep's trial values; trainer/config/overrides.py)",
     )
     parser.add_argument(
         "--metrics-file",
         help="append each evaluation here as a JSON line (Katib's File collector): the periodic ones as they "
-        "happen, the final one at the end (trainer/metrics_file.py)",
+        "happen, the final one at the end (trainer/reporting/metrics_file.py)",
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -155,7 +155,9 @@ def _load(path: str, overrides: list[str]) -> TrainConfig:
     data = load_yaml(read_config_text(path), path)
     if not isinstance(data, dict):
         return parse_config(data, path)  # its one line: the top level must be a mapping
-    return parse_config(apply_overrides(data, overrides), f"{path} with --set")
+    for item in overrides:
+        data = apply(data, *parse_override(item))
+    return parse_config(data, f"{path} with --set")
 
 
 def writable_dir(path: str, key: str) -> None:
@@ -194,8 +196,8 @@ def stage(cfg: TrainConfig) -> TrainConfig:
     """Fetch remote sources into the cache and convert the training rows to Arrow (once per pod);
     torchrun's children then find everything in the cache."""
     from trainer.data import load_rows  # pyarrow: not needed to report a bad config
-    from trainer.sources import check_present, stage_config
-    from trainer.tracking import check_sinks
+    from trainer.reporting.tracking import check_sinks
+    from trainer.storage.sources import check_present, stage_config
 
     check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 from trainer.env import Layout
 from trainer.errors import JobVerdict
 

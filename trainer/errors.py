@@ -33,7 +33,7 @@ __all__ = [
 PERMANENT_EXIT_CODES = (1, 127)  # inclusive
 EXIT_CONFIG = 2  # a bad config, data row, checkpoint of another job, launch environment: permanent
 EXIT_PEER = 129  # a peer died or froze, a collective failed, ranks diverged: retryable from the checkpoint
-# (SIGTERM's checkpoint-and-stop is 143 = 128 + SIGTERM, trainer/preemption.py: retryable as well.)
+# (SIGTERM's checkpoint-and-stop is 143 = 128 + SIGTERM, trainer/run/preemption.py: retryable as well.)
 EXIT_EXPORT = 150  # the export failed after its retries: retryable; the model is safe, a restart exports again
 EXIT_DIR_ENV = "COLBERT_K8S_EXIT_DIR"  # where torchrun's children leave their codes for the launcher
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.config import METRICS, ConfigError
+from trainer.config.schema import METRICS, ConfigError
 from trainer.data import DataError, document_text, iter_jsonl, text_field
 
 TOP_K = 100

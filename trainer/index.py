@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from trainer.config import METRICS, TrainConfig
+from trainer.config.schema import METRICS, TrainConfig
 from trainer.errors import DiskFull, no_space
 
 __all__ = ["build_and_evaluate"]
@@ -35,9 +35,9 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     from pylate import models
 
     from trainer.atomic import replace_dir
-    from trainer.checkpoint import write_manifest
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
     from trainer.retrieval.plaid import build_index, search_index
+    from trainer.run.checkpoint import write_manifest
 
     corpus = cfg.index.corpus or cfg.data.eval_beir
     split = load_beir(corpus, cfg.data.eval_split)

@@ -29,16 +29,16 @@ from tqdm import tqdm
 
 from trainer import distributed as D
 from trainer.atomic import replacing, write_text
-from trainer.config import Columns, DataSource, TrainConfig
+from trainer.config.schema import Columns, DataSource, TrainConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.env import Layout
 from trainer.errors import JobVerdict
 from trainer.negatives import Dropped, choose_negatives, explain_drops, row_negatives
-from trainer.progress import Progress
+from trainer.reporting.progress import Progress
+from trainer.reporting.tracking import flatten
 from trainer.retrieval import RETRIEVERS, round_retriever
 from trainer.retrieval.search import build_retriever
 from trainer.teacher import Teacher
-from trainer.tracking import flatten
 
 __all__ = [
     "MINED_COLUMNS",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import ConfigError, ModelConfig
+from trainer.config.schema import ConfigError, ModelConfig
 
 __all__ = ["PACKAGED_MINILM", "resolve_model_path", "build_model", "choose_precision", "autocast_for"]
 

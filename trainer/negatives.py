@@ -15,7 +15,7 @@ import logging
 import random
 from enum import Enum
 
-from trainer.config_mine import MineConfig
+from trainer.config.mine import MineConfig
 from trainer.retrieval.search import Candidates
 
 __all__ = ["FALLS_BACK", "Dropped", "choose_negatives", "explain_drops", "random_negatives", "row_negatives"]

@@ -3,7 +3,7 @@
 A job's ``output_dir`` gets, in this order: ``final-model/`` (its ``manifest.json`` last, then renamed into
 place), ``metrics.json``, ``index/`` when the config asks for one (manifest last, renamed), ``metrics.json``
 again with its ``index`` entry, and ``done.json`` last of all: a manifest of ``metrics.json`` and of the
-phases' manifests. All of them are :mod:`trainer.checkpoint`'s manifests (size and sha256 of every file,
+phases' manifests. All of them are :mod:`trainer.run.checkpoint`'s manifests (size and sha256 of every file,
 the format version): one mechanism for checkpoints, models and indexes.
 
 A restart asks :func:`redo_from` which phase to start from. A round of mining whose ``metrics.json``
@@ -19,11 +19,11 @@ import json
 import logging
 from pathlib import Path
 
-from trainer import card
 from trainer.atomic import write_text
-from trainer.checkpoint import CheckpointError, remove_stale_temporaries, verify, write_manifest
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
 from trainer.errors import DiskFull, PhaseNotWhole, no_space
+from trainer.run.checkpoint import CheckpointError, remove_stale_temporaries, verify, write_manifest
+from trainer.storage import card
 
 __all__ = ["DONE", "finish", "mark_done", "redo_from", "started"]
 

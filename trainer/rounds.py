@@ -17,8 +17,8 @@ round: restarted after its training was whole (killed during the index build or 
 train again.
 
 One process group spans every round (``distributed.process_group`` is a no-op inside it), and so do
-one progress (trainer/progress.py: every round's mining and training are phases of it, 100% only at the
-very end) and one peer watchdog (trainer/watchdog.py: a peer frozen while mining is noticed as fast as
+one progress (trainer/reporting/progress.py: every round's mining and training are phases of it, 100% only at the
+very end) and one peer watchdog (trainer/run/watchdog.py: a peer frozen while mining is noticed as fast as
 one frozen while training).
 """
 
@@ -31,9 +31,8 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer import export, phases, train
-from trainer.checkpoint import list_checkpoints
-from trainer.config import ConfigError, TrainConfig
+from trainer import phases, train
+from trainer.config.schema import ConfigError, TrainConfig
 from trainer.data import DataError
 from trainer.env import Layout
 from trainer.mine import (
@@ -45,10 +44,12 @@ from trainer.mine import (
     mining_fingerprint,
 )
 from trainer.model import build_model
-from trainer.progress import Phase, Progress, job_plan, with_export
+from trainer.reporting.progress import Phase, Progress, job_plan, with_export
 from trainer.retrieval import RETRIEVERS
 from trainer.retrieval.search import DOC_CHUNK
-from trainer.watchdog import watching
+from trainer.run.checkpoint import list_checkpoints
+from trainer.run.watchdog import watching
+from trainer.storage import export
 
 __all__ = ["round_config", "run"]
 
@@ -57,7 +58,7 @@ log = logging.getLogger("trainer")
 
 def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> dict:
     """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training. ``metrics_file``:
-    ``--metrics-file``, to which every round's periodic evaluations are appended (trainer/metrics_file.py)."""
+    ``--metrics-file``, to which every round's periodic evaluations are appended (trainer/reporting/metrics_file.py)."""
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
@@ -88,7 +89,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
         out = Path(rcfg.output_dir)
         progress.round = r
         if _trained_before(rcfg, layout, f"round {r}/{cfg.mine.rounds}"):
-            progress.skip()  # the index is not counted (progress.py)
+            progress.skip()  # the index is not counted (reporting/progress.py)
         else:
             log.info(
                 "round %d/%d: mining with %s", r, cfg.mine.rounds, previous or cfg.mine.model or cfg.mine.retriever
@@ -109,7 +110,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
 
 
 def _export(cfg: TrainConfig, layout: Layout, progress: Progress) -> None:
-    """Rank 0 exports (trainer/export.py) once every phase is whole, then registers it when ``register:`` asks
+    """Rank 0 exports (trainer/storage/export.py) once every phase is whole, then registers it when ``register:`` asks
     (trainer/serve/register.py); every rank raises its failure together."""
     if cfg.export is None:
         return
@@ -154,7 +155,7 @@ def _trained_before(cfg: TrainConfig, layout: Layout, what: str) -> bool:
 
 
 def _plan(cfg: TrainConfig, layout: Layout) -> list:
-    """Rank 0's estimate of the job's phases (trainer/progress.py), from data.train and the corpus; a
+    """Rank 0's estimate of the job's phases (trainer/reporting/progress.py), from data.train and the corpus; a
     problem with them is left for mining to name in one line on every rank, and the plan is then a guess."""
     if not layout.is_main:
         return []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.config import ConfigError, TrainConfig
+from trainer.config.schema import ConfigError, TrainConfig
 from trainer.losses import LOSSES
 
 __all__ = ["Scale", "job_scale", "micro_batches"]

@@ -15,7 +15,7 @@ import torch
 
 from trainer.errors import NonFinite
 from trainer.grad_sync import deferred
-from trainer.state import TrainState
+from trainer.run.state import TrainState
 
 log = logging.getLogger("trainer")
 

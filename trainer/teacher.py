@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer.config import ModelConfig
-from trainer.config_mine import TeacherConfig
+from trainer.config.mine import TeacherConfig
+from trainer.config.schema import ModelConfig
 from trainer.data import DataError
 from trainer.encode import embed_texts
 from trainer.errors import JobVerdict

@@ -6,7 +6,7 @@ evaluate after -> final model + metrics.json -> teardown -> PLAID index (rank 0)
 phase verifies (trainer/phases.py).
 
 ``trainer/cli.py`` reads the config and stages the data; ``trainer/rounds.py`` calls :func:`run` in every
-process, once per round. Every phase below takes the run's state ``t`` alone (``trainer/state.py``).
+process, once per round. Every phase below takes the run's state ``t`` alone (``trainer/run/state.py``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ from tqdm import tqdm
 from transformers import get_scheduler
 
 from trainer import distributed as D
-from trainer import grad_sync, phases, resume
+from trainer import grad_sync, phases
 from trainer.atomic import replace_dir, write_text
-from trainer.card import for_job, origin
-from trainer.checkpoint import remove_stale_temporaries, write_manifest
-from trainer.clock import PROCESS_STARTED
-from trainer.config import DataSource, TrainConfig
+from trainer.config.schema import DataSource, TrainConfig
 from trainer.data import StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
@@ -40,15 +37,19 @@ from trainer.errors import NO_SPACE, DiskFull, no_space
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
-from trainer.metrics_file import append_line
 from trainer.model import autocast_for, build_model, choose_precision
-from trainer.preemption import Preempted, StopRequest
-from trainer.progress import Progress
+from trainer.reporting.metrics_file import append_line
+from trainer.reporting.progress import Progress
+from trainer.reporting.tracking import Tracker
+from trainer.run import resume
+from trainer.run.checkpoint import remove_stale_temporaries, write_manifest
+from trainer.run.clock import PROCESS_STARTED
+from trainer.run.preemption import Preempted, StopRequest
+from trainer.run.state import TrainState
+from trainer.run.watchdog import watching
 from trainer.scale import job_scale
-from trainer.state import TrainState
 from trainer.step import optimizer_step
-from trainer.tracking import Tracker
-from trainer.watchdog import watching
+from trainer.storage.card import for_job, origin
 
 __all__ = ["run", "build", "param_groups"]
 
@@ -189,7 +190,7 @@ def param_groups(model: torch.nn.Module, tcfg) -> list[dict]:
 
 @contextlib.contextmanager
 def _tracker(cfg: TrainConfig, layout: Layout):
-    """metrics.jsonl, TensorBoard, MLflow, W&B on rank 0 (see tracking.py); closed on every exit path."""
+    """metrics.jsonl, TensorBoard, MLflow, W&B on rank 0 (see reporting/tracking.py); closed on every exit path."""
     name = cfg.tracking.run_name or Path(cfg.output_dir).name
     tracker = Tracker(cfg.tracking.report_to, cfg.output_dir, name, cfg.model_dump(mode="json"), layout.is_main)
     try:
@@ -289,7 +290,7 @@ def _evaluate(t: TrainState, when: str) -> dict:
 
 def _report_intermediate(t: TrainState, result: dict) -> dict:
     """Rank 0 appends a periodic evaluation to ``--metrics-file``: the intermediate values a sweep's median
-    stop compares (trainer/metrics_file.py). The final one is appended by the CLI once the job is whole."""
+    stop compares (trainer/reporting/metrics_file.py). The final one is appended by the CLI once the job is whole."""
     if t.metrics_file and t.layout.is_main:
         append_line(t.metrics_file, result, t.step)
     return result

@@ -27,7 +27,7 @@ def _settings(o: dict, section: dict | None):
     """The register: section (the job's, when NAME was given) with the flags over it, validated."""
     from pydantic import ValidationError
 
-    from trainer.config import RegisterConfig
+    from trainer.config.schema import RegisterConfig
 
     values = dict(section or {})
     for key, flag in (
@@ -52,8 +52,8 @@ def _settings(o: dict, section: dict | None):
 
 def job_export(o: dict, name: str) -> tuple[str, dict | None]:
     """A job's export destination and register: section, from its config (its ConfigMap)."""
-    from trainer.config import ConfigError
-    from trainer.config_yaml import load_yaml, parse_config
+    from trainer.config.load import load_yaml, parse_config
+    from trainer.config.schema import ConfigError
 
     text = cluster_of(o).config_text(job_name(name))
     if text is None:

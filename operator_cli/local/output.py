@@ -33,7 +33,7 @@ def eta_text(seconds: int) -> str:
 
 
 def progress_text(record: dict) -> str:
-    """A ``progress {...}`` record (trainer/progress.py) as one line.
+    """A ``progress {...}`` record (trainer/reporting/progress.py) as one line.
 
     >>> progress_text({"phase": "mining round 1/2: encode corpus 3/6", "percent": 17, "eta_seconds": 2040})
     'mining round 1/2: encode corpus 3/6 · 17% · ETA 34 min'

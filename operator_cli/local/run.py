@@ -28,7 +28,7 @@ from operator_cli.netns import Network
 from operator_cli.objects import KubeObject
 from operator_cli.podplan import PodPlan
 from operator_cli.spec import parse_training_config
-from trainer.config import METRICS
+from trainer.config.schema import METRICS
 
 __all__ = ["LOCK_FILE", "free_port", "run_local"]
 

@@ -4,7 +4,7 @@ that names the sweep, the trial and the search space.
 The trials themselves export nothing (their configs have no ``export``): only once the best is known is its
 output copied (hard links where the disk allows) into ``tune/NAME/best/``, its ``metrics.json`` given a
 ``sweep`` entry and its card (``README.md``) written again from it, and that directory exported by the trainer's
-own :func:`trainer.export.run` (atomic, resumable, manifest last). A config without ``export`` gets the path of
+own :func:`trainer.storage.export.run` (atomic, resumable, manifest last). A config without ``export`` gets the path of
 the best trial's model instead.
 """
 
@@ -50,8 +50,8 @@ def preflight(sweep: SweepSpec) -> None:
     cfg = sweep.config
     if cfg.export is None:
         return
-    from trainer.config import ConfigError
-    from trainer.export import preflight as export_preflight
+    from trainer.config.schema import ConfigError
+    from trainer.storage.export import preflight as export_preflight
 
     try:
         export_preflight(cfg)
@@ -61,9 +61,9 @@ def preflight(sweep: SweepSpec) -> None:
 
 def export_best(sweep: SweepSpec, record: dict[str, Any], root: Path, echo: Callable[[str], None]) -> None:
     """Stage the best trial's output with the sweep's card, and export it where ``--config`` says."""
-    from trainer import card
     from trainer.atomic import write_text
-    from trainer.export import ExportFailed, run
+    from trainer.storage import card
+    from trainer.storage.export import ExportFailed, run
 
     best = record["best"]
     source = Path(best["output"])
@@ -91,7 +91,7 @@ def export_best(sweep: SweepSpec, record: dict[str, Any], root: Path, echo: Call
 
 
 def _trial_config(sweep: SweepSpec, values: dict[str, Any]):
-    from trainer.config_yaml import load_yaml, parse_config
+    from trainer.config.load import load_yaml, parse_config
 
     return parse_config(load_yaml(sweep.trial_config(values), "trial"), "trial")
 

@@ -3,7 +3,7 @@
 A sweep's trials are whole jobs (mining, training, evaluation), so a bad one costs as much as a good one unless
 it is stopped. The trainer reports intermediate values only where it evaluates during training
 (``evaluation.every_steps``): each periodic evaluation is appended to ``--metrics-file`` as it happens
-(:mod:`trainer.metrics_file`). ``--early-stop median`` acts on them:
+(:mod:`trainer.reporting.metrics_file`). ``--early-stop median`` acts on them:
 
 * **on Katib**, as the Experiment's ``earlyStopping: {algorithmName: medianstop}``, whose settings keep Katib's
   names: ``min_trials_required`` (succeeded trials before a median is taken) and ``start_step`` (a trial's
@@ -108,7 +108,7 @@ class EarlyStop:
 
     def verdict(self, running: list[dict], finished: list[list[dict]], metric: str, goal: str) -> str | None:
         """Why the running trial is to be stopped (one line), or None. ``running`` and each of ``finished`` are
-        a trial's metrics-file lines (:func:`trainer.metrics_file.read_lines`).
+        a trial's metrics-file lines (:func:`trainer.reporting.metrics_file.read_lines`).
 
         >>> line = lambda step, v: {"step": step, "ndcg@10": v, "final": False}
         >>> done = [[line(8, v), line(16, v)] for v in (0.30, 0.32, 0.34)]

@@ -163,8 +163,9 @@ def _shared_names(cfg) -> list[str]:
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
-    """A trial's evaluation lines (:func:`trainer.metrics_file.read_lines`; the trainer's config loads lazily)."""
-    from trainer.metrics_file import read_lines as read
+    """A trial's evaluation lines (:func:`trainer.reporting.metrics_file.read_lines`; the trainer's config loads
+    lazily)."""
+    from trainer.reporting.metrics_file import read_lines as read
 
     return read(path)
 

@@ -5,7 +5,7 @@
     training.max_steps=int(48,480)                 an integer, uniform between the bounds (both included)
     mine.negatives=choice(1,3)                     one of the values (any YAML scalars: 1, 3e-5, cosine)
 
-A value is read as the config's YAML reads it (:func:`trainer.overrides.parse_value`). Sampling is a pure
+A value is read as the config's YAML reads it (:func:`trainer.config.overrides.parse_value`). Sampling is a pure
 function of the seed and the trial's index, so a resumed sweep draws the same trials; drawn floats keep three
 significant digits, so a trial's table row is its exact value.
 
@@ -89,8 +89,8 @@ def _shown(value: Any) -> str:
 
 def parse_space(text: str) -> Space:
     """``KEY=SPACE`` -> :class:`Space`; each problem is one line naming the flag and the fix."""
-    from trainer.config import ConfigError
-    from trainer.overrides import KEY, parse_value  # pydantic: kept out of the CLI's import
+    from trainer.config.overrides import KEY, parse_value  # pydantic: kept out of the CLI's import
+    from trainer.config.schema import ConfigError
 
     key, sep, body = text.partition("=")
     key = key.strip()

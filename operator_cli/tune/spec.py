@@ -12,7 +12,6 @@ config whose evaluation split is ``test`` (a figure chosen on the test split is 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import random
@@ -77,7 +76,7 @@ class SweepSpec:
     """``--early-stop median``: stop a trial whose intermediate figure is below the finished trials' median."""
 
     def __post_init__(self) -> None:
-        from trainer.config import METRICS  # pydantic: kept out of the CLI's import
+        from trainer.config.schema import METRICS  # pydantic: kept out of the CLI's import
 
         if not self.config_text:
             object.__setattr__(self, "config_text", self.job.config_text)
@@ -127,9 +126,9 @@ class SweepSpec:
 
     def _check_space(self, space: Space) -> None:
         """The key exists in the schema and every edge of the space is a value the schema accepts there."""
-        from trainer.config import ConfigError
-        from trainer.config_yaml import load_yaml, parse_config
-        from trainer.overrides import set_key
+        from trainer.config.load import load_yaml, parse_config
+        from trainer.config.overrides import apply
+        from trainer.config.schema import ConfigError
 
         for prefix, why in _FIXED.items():
             if space.key == prefix or space.key.startswith(prefix + "."):
@@ -141,8 +140,7 @@ class SweepSpec:
             )
         base = load_yaml(self.config_text, "--config")
         for value in space.edges():
-            data = copy.deepcopy(base)
-            set_key(data, space.key, value)
+            data = apply(base, space.key.split("."), value)
             try:
                 parse_config(data, "config")
             except ConfigError as e:
@@ -198,12 +196,12 @@ class SweepSpec:
         best trial's model once it is known, not every trial's)."""
         import yaml
 
-        from trainer.config_yaml import load_yaml
-        from trainer.overrides import set_key
+        from trainer.config.load import load_yaml
+        from trainer.config.overrides import apply
 
         data = load_yaml(self.config_text, "--config")
         for key, value in values.items():
-            set_key(data, key, value)
+            data = apply(data, key.split("."), value)
         data.pop("export", None)
         return yaml.safe_dump(data, sort_keys=False)
 
@@ -236,7 +234,7 @@ def without_export(config_text: str) -> str:
     """
     import yaml
 
-    from trainer.config_yaml import load_yaml
+    from trainer.config.load import load_yaml
 
     data = load_yaml(config_text, "--config")
     if not isinstance(data, dict) or "export" not in data:
@@ -251,7 +249,7 @@ def key_exists(key: str) -> bool:
     >>> key_exists("training.learning_rate"), key_exists("mine.negatives"), key_exists("training.learnin_rate")
     (True, True, False)
     """
-    from trainer.config import TrainConfig
+    from trainer.config.schema import TrainConfig
 
     return _has(TrainConfig, key.split("."))
 

@@ -10,7 +10,7 @@ import helm_python
 import yaml
 
 from tests.helpers import ROOT
-from trainer.config_yaml import load_yaml
+from trainer.config.load import load_yaml
 
 CHART = ROOT / "charts" / "colbert-train"
 

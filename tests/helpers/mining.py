@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from tests.helpers import free_port
-from trainer.config import TrainConfig
-from trainer.config_yaml import parse_config
+from trainer.config.load import parse_config
+from trainer.config.schema import TrainConfig
 
 
 def pairs_config(tmp_path: Path, rows: list[dict], **mine) -> TrainConfig:

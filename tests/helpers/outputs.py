@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.checkpoint import write_manifest
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
+from trainer.run.checkpoint import write_manifest
 
 
 def fake_output(out: Path, index: bool) -> None:
@@ -27,7 +27,7 @@ def fake_output(out: Path, index: bool) -> None:
 
 def phases_config(out: Path, index: bool, beir: str = "beir") -> TrainConfig:
     """A config whose output_dir is ``out``, with an index phase when ``index``."""
-    from trainer.config_yaml import parse_config
+    from trainer.config.load import parse_config
 
     cfg = {
         "data": {"train": {"path": "t.jsonl"}, "eval_beir": beir},

@@ -25,10 +25,10 @@ def served_output(root: Path, tiny_model: Path, modules: int = 4) -> Path:
 
     from pylate import models
 
-    from trainer.checkpoint import write_manifest
-    from trainer.config_yaml import parse_config
+    from trainer.config.load import parse_config
     from trainer.index import build_and_evaluate
     from trainer.quickstart_data import TEST_MODULES, _triplets, write_beir
+    from trainer.run.checkpoint import write_manifest
 
     rows = _triplets(TEST_MODULES[:modules], random.Random(0))
     write_beir(root / "beir", [(r["id"], r["positive"]) for r in rows], [(r["id"], r["query"]) for r in rows[:40]])

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.config_yaml import parse_config
-from trainer.state import TrainState
+from trainer.config.load import parse_config
+from trainer.run.state import TrainState
 
 
 def tiny_state(tmp_path: Path) -> TrainState:

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from trainer import distributed as D
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
 from trainer.data import batches
 from trainer.env import resolve
 from trainer.step import accumulate_gradients

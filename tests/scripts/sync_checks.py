@@ -13,10 +13,10 @@ import torch.distributed as dist
 
 from trainer import distributed as D
 from trainer import grad_sync
-from trainer.config import ModelConfig
+from trainer.config.schema import ModelConfig
 from trainer.losses import LossOutput
 from trainer.model import build_model
-from trainer.state import TrainState
+from trainer.run.state import TrainState
 from trainer.step import accumulate_gradients
 
 model_path, out = sys.argv[1:3]

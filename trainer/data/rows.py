@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 from filelock import FileLock
 
-from trainer.config import ConfigError, DataSource
+from trainer.config.schema import ConfigError, DataSource
 
 __all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH", "iter_jsonl", "text_field", "document_text"]
 

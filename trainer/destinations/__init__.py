@@ -1,9 +1,9 @@
 """Export destinations: every place a trained model can be exported to, by its URL scheme (``export.destination``).
 
-This module is light (standard library only): the config's URL check (``trainer/config_base.py``), the chart's
+This module is light (standard library only): the config's URL check (``trainer/config/base.py``), the chart's
 pattern, ``colbert-k8s submit``'s "these credentials are missing" line and the chart's credential helper all
 read :data:`DESTINATIONS`. Each :class:`Scheme` names its uploader class, imported only when an export runs
-(``trainer/export.py``: :func:`uploader`):
+(``trainer/storage/export.py``: :func:`uploader`):
 
 =====  ===========  ================================================================================
 key    layout       uploader
@@ -102,7 +102,7 @@ def credential_hint(dest: _Where, env: Collection[str]) -> tuple[str, str] | Non
     """(what is missing, the flags that pass it) when the environment holds none of the destination's
     credential sets; else None.
 
-    >>> from trainer.config_base import parse_destination
+    >>> from trainer.config.base import parse_destination
     >>> credential_hint(parse_destination("hf://org/m"), {})
     ('needs HF_TOKEN (a token with write access)', '--secret-env HF_TOKEN=SECRET/KEY')
     >>> credential_hint(parse_destination("s3://b/p"), {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) is None
@@ -112,7 +112,7 @@ def credential_hint(dest: _Where, env: Collection[str]) -> tuple[str, str] | Non
 
 
 class Uploader(Protocol):
-    """What ``trainer/export.py`` asks of a destination's uploader."""
+    """What ``trainer/storage/export.py`` asks of a destination's uploader."""
 
     def preflight(self, cfg: Any, dest: Any, hint: str | None) -> None:
         """At start: the destination takes a write (``hint``: the missing-credentials line, if any)."""

@@ -1,12 +1,12 @@
 """What every uploader shares: the manifest's and the marker's names, the two errors and what a client's error
-means in words. ``trainer/export.py`` re-exports them (its callers' names)."""
+means in words. ``trainer/storage/export.py`` re-exports them (its callers' names)."""
 
 from __future__ import annotations
 
 import json
 
-from trainer.config import ConfigError
-from trainer.stores import reason
+from trainer.config.schema import ConfigError
+from trainer.storage.stores import reason
 
 __all__ = ["MANIFEST", "PARTIAL", "ExportError", "ExportFailed", "files_of", "reason_of"]
 
@@ -23,7 +23,7 @@ class ExportFailed(Exception):
 
 
 def reason_of(e: BaseException) -> str:
-    """What a store's error means, in words, where its text says; else :func:`trainer.stores.reason`."""
+    """What a store's error means, in words, where its text says; else :func:`trainer.storage.stores.reason`."""
     text = str(e)
     for said, means in (
         ("NoSuchBucket", "the bucket does not exist"),

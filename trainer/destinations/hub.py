@@ -1,6 +1,6 @@
 """Export to a Hugging Face Hub model repository (``hf://ORG/NAME``): a write probe at start (whoami, the
 repository created when missing, a probe branch), then one commit with the files, the manifest and the removal
-of what the previous export wrote and this one has not (``trainer/export.py`` says why)."""
+of what the previous export wrote and this one has not (``trainer/storage/export.py`` says why)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.config_base import Destination
+from trainer.config.base import Destination
 from trainer.destinations.base import MANIFEST, ExportError, ExportFailed, files_of, reason_of
 
 __all__ = ["HubRepository"]

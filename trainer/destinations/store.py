@@ -1,6 +1,6 @@
 """Export to an object store (``s3://``, ``gs://``, ``az://``) through obstore: a probe object at start; then
 the marker, the files (resumable through a journal of ETags), the earlier export's leftovers removed, and the
-manifest last (``trainer/export.py`` says why)."""
+manifest last (``trainer/storage/export.py`` says why)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.atomic import write_text
-from trainer.config_base import Destination
+from trainer.config.base import Destination
 from trainer.destinations.base import MANIFEST, PARTIAL, ExportError, ExportFailed, files_of, reason_of
-from trainer.stores import bucket_store
+from trainer.storage.stores import bucket_store
 
 __all__ = ["ObjectStore"]
 
@@ -42,7 +42,7 @@ class ObjectStore:
 
 
 def _store(dest: Destination, probe: bool = False):
-    """An obstore store for the bucket, configured from the environment (as trainer/sources.py reads). The
+    """An obstore store for the bucket, configured from the environment (as trainer/storage/sources.py reads). The
     probe's is quick to give up (a server that never answers must not hold the start for minutes); the
     upload's retries transient errors with the store's own backoff."""
     options = {"timeout": "30s" if probe else "300s", "connect_timeout": "10s"}

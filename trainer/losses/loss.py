@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, ClassVar, get_args
 
-from trainer.config_base import Strict
+from trainer.config.base import Strict
 
 __all__ = ["Loss", "Objective"]
 

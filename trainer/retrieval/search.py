@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer.config_mine import MineConfig
+from trainer.config.mine import MineConfig
 from trainer.retrieval import RETRIEVERS
 
 __all__ = ["DOC_CHUNK", "Candidates", "TopK", "build_retriever", "merge_shards", "my_chunks"]

@@ -9,7 +9,7 @@
 Importing this package imports neither torch nor kserve.
 """
 
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 
 __all__ = ["ServeError"]
 

@@ -42,7 +42,7 @@ class _StoredCorpus(ModelRetriever):
 def _check_export(root: Path) -> None:
     """A local copy of an export: every file its manifest lists, with that size and sha256."""
     from trainer.atomic import sha256_of
-    from trainer.export import MANIFEST, PARTIAL
+    from trainer.storage.export import MANIFEST, PARTIAL
 
     if (root / PARTIAL).exists():
         raise ServeError(f"{root}: an export was being written there ({PARTIAL}); export it again")
@@ -57,7 +57,7 @@ def _check_export(root: Path) -> None:
 
 
 def _check_whole(directory: Path, what: str) -> None:
-    from trainer.checkpoint import verify
+    from trainer.run.checkpoint import verify
 
     if problem := verify(directory, required=True):
         raise ServeError(f"{what} {directory} is not whole ({problem}); let the job finish, or export it again")
@@ -65,8 +65,8 @@ def _check_whole(directory: Path, what: str) -> None:
 
 def locate(uri: str, cache_dir: str | Path) -> tuple[Path, Path | None]:
     """(model directory, index directory or None) of an export or a job's output_dir, checked whole."""
-    from trainer.export import MANIFEST
-    from trainer.sources import is_remote, stage
+    from trainer.storage.export import MANIFEST
+    from trainer.storage.sources import is_remote, stage
 
     if uri.startswith("hf://"):
         raise ServeError(f"{uri}: serve reads an export on s3://, gs://, az:// or a local path, not the Hub")

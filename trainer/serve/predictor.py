@@ -29,7 +29,7 @@ import sys
 import threading
 import uuid
 
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 from trainer.serve.requests import MAX_BODY, BadRequest, Rerank, parse_v1, parse_v2, v1_answer, v2_outputs
 
 __all__ = ["main"]

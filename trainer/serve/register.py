@@ -27,9 +27,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.config import TrainConfig
-from trainer.export import ExportFailed
+from trainer.config.schema import TrainConfig
 from trainer.serve.registry import Registry, RegistryError, metadata
+from trainer.storage.export import ExportFailed
 
 __all__ = [
     "MARKER",
@@ -148,8 +148,8 @@ def read_export(uri: str) -> tuple[str, bytes, dict, str]:
     """(the URI as registered, the manifest's bytes, metrics.json, the card) of the export at ``uri`` (an object
     store prefix or a local copy), checked: its manifest is there, no export is being written, and metrics.json
     is the file the manifest lists."""
-    from trainer.config_base import parse_destination
-    from trainer.export import MANIFEST, PARTIAL
+    from trainer.config.base import parse_destination
+    from trainer.storage.export import MANIFEST, PARTIAL
 
     if "://" in uri:
         try:
@@ -177,7 +177,7 @@ def read_export(uri: str) -> tuple[str, bytes, dict, str]:
 def _store_reader(dest):
     import obstore
 
-    from trainer.stores import bucket_store, reason
+    from trainer.storage.stores import bucket_store, reason
 
     store = bucket_store(dest.scheme, dest.bucket, {"timeout": "60s", "connect_timeout": "10s"})
 
@@ -214,7 +214,7 @@ def register_export(uri: str, rcfg, job: str | None = None) -> dict:
 
 def preflight(cfg: TrainConfig) -> None:
     """At start, before hours of training: the registry's endpoint is known (config or environment)."""
-    from trainer.config import ConfigError
+    from trainer.config.schema import ConfigError
 
     if cfg.registration is not None and not (cfg.registration.url or os.environ.get("MODEL_REGISTRY_URL")):
         raise ConfigError("register: no registry endpoint; set register.url, or pass --env MODEL_REGISTRY_URL=URL")
@@ -222,9 +222,9 @@ def preflight(cfg: TrainConfig) -> None:
 
 def after_export(cfg: TrainConfig) -> dict:
     """Rank 0, after ``export.run`` verified the export: register it unless ``registered.json`` says it was."""
-    from trainer.card import origin
-    from trainer.config_base import parse_destination
-    from trainer.export import manifest_for, planned_files
+    from trainer.config.base import parse_destination
+    from trainer.storage.card import origin
+    from trainer.storage.export import manifest_for, planned_files
 
     out = Path(cfg.output_dir)
     uri = str(parse_destination(cfg.export.destination))

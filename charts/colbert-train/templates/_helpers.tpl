@@ -345,7 +345,7 @@ spec:
 {{/*
 An elastic job's (MIN, MAX), checked as JobSpec._check_elastic checks it; empty when not elastic.
 Every node count in MIN..MAX must split config.training.global_batch_size (for every loss a split exists
-exactly when the processes divide it: trainer.config._split).
+exactly when the processes divide it: trainer.config.schema._split).
 */}}
 {{- define "colbert-train.elastic" -}}
 {{- with .Values.elastic -}}
@@ -392,7 +392,7 @@ its checkpoints). Same rule as JobSpec.restart_policy.
 config.export.destination needs its credentials in the pods, checked here rather than in
 values.schema.json so that a missing one is one line naming the fix (as `colbert-k8s render` says it)
 instead of the validator's nest of allOf/anyOf: one of the scheme's sets of secretEnv names (below: must
-equal trainer/export.py's CREDENTIALS, a test checks), or, for an object store, serviceAccount.name bound
+equal trainer/storage/export.py's CREDENTIALS, a test checks), or, for an object store, serviceAccount.name bound
 to a cloud role (workload identity). The Hub needs its token whatever the service account.
 */}}
 {{- define "colbert-train.exportCredentials" -}}

@@ -19,7 +19,7 @@ from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
 from operator_cli.values import SecretRef, shown
-from trainer.credentials import credential_in
+from trainer.config.credentials import credential_in
 
 __all__ = ["InferenceService", "ServeSpec", "ServingRuntime"]
 

@@ -3,7 +3,7 @@ PyTorchJobs (a kind Katib runs out of the box).
 
 **The metrics collector is Katib's File collector, JSON format**, reading ``/var/log/katib/metrics.json``, to
 which the trainer appends each periodic evaluation as it happens (``evaluation.every_steps``) and the final one
-once the job is whole (``colbert-train --metrics-file``, :mod:`trainer.metrics_file`), each line timestamped.
+once the job is whole (``colbert-train --metrics-file``, :mod:`trainer.reporting.metrics_file`), each line timestamped.
 Why not StdOut: it wraps the container's command in a shell that redirects its output to a file, and scans
 every log line with a pattern whose default name class (``[\\w|-]+``) does not take the ``@`` of ``ndcg@10``;
 the trainer's own lines hold ``key=value`` text too. JSON lines written by rank 0 are the evaluation's figures
@@ -82,7 +82,7 @@ class KatibExperiment(SweepKind):
         return [*args, "--set", f"output_dir={out}/${{trialParameters.{TRIAL_NAME}}}", "--metrics-file", METRICS_FILE]
 
     def context(self, sweep: SweepShape, trial: dict[str, Any]) -> dict[str, Any]:
-        from trainer.config import METRICS
+        from trainer.config.schema import METRICS
 
         meta = {k: v for k, v in trial["metadata"].items() if k in ("labels", "annotations")}  # Katib names it
         trial_spec = {"apiVersion": trial["apiVersion"], "kind": trial["kind"], "metadata": meta, "spec": trial["spec"]}

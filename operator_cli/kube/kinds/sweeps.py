@@ -4,7 +4,7 @@
 A sweep renders as the trial job's ConfigMap (its config without ``export``: trials export nothing), the claim
 ``--pvc-size`` asks for, and the sweep object, whose controller creates one job per trial from the template.
 Each trial's values reach the trainer as ``colbert-train --set KEY=VALUE`` arguments added to the template
-(:mod:`trainer.overrides`), in the syntax of the controller's substitution.
+(:mod:`trainer.config.overrides`), in the syntax of the controller's substitution.
 
 Adding a kind: a :class:`SweepKind` subclass listed in :data:`SWEEPS`, and its template.
 """

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from trainer.atomic import sha256_of, write_text
-from trainer.config_base import parse_destination
+from trainer.config.base import parse_destination
 from trainer.destinations import CREDENTIALS, credential_hint, uploader
 from trainer.destinations.base import MANIFEST, PARTIAL, ExportError, ExportFailed
 from trainer.errors import EXIT_EXPORT
@@ -72,7 +72,7 @@ def planned_files(cfg) -> dict[str, Path]:
     plan["metrics.json"] = out / "metrics.json"
     for item in cfg.export.include:
         if item == "checkpoint":
-            from trainer.checkpoint import list_checkpoints  # torch: only when a checkpoint is asked for
+            from trainer.run.checkpoint import list_checkpoints  # torch: only when a checkpoint is asked for
 
             found = list_checkpoints(out / "checkpoints")
             if not found:
@@ -114,7 +114,7 @@ def preflight(cfg) -> None:
 
 def run(cfg, progress=None) -> dict:
     """Rank 0, once the final model, metrics.json and the index are whole: upload them, manifest last.
-    ``progress``: the job's (trainer/progress.py), whose last phase the export is."""
+    ``progress``: the job's (trainer/reporting/progress.py), whose last phase the export is."""
     dest = parse_destination(cfg.export.destination)
     started = time.perf_counter()
     plan = planned_files(cfg)

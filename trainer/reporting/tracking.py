@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 
 __all__ = ["Tracker", "check_sinks"]
 

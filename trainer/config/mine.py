@@ -1,6 +1,6 @@
 """The ``mine:`` section of the config: hard negatives mined before training, and the teacher that scores them.
 
-Its own module because the mining settings are a third of the schema; ``trainer/config.py`` holds the rest
+Its own module because the mining settings are a third of the schema; ``trainer/config/schema.py`` holds the rest
 and the cross-field rules between sections (a teacher needs the distillation loss). What each setting does
 is ``trainer/mine.py``'s and ``trainer/teacher.py``'s; docs/mining.md has the figures behind the defaults.
 """
@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from trainer.config_base import Location, Strict
+from trainer.config.base import Location, Strict
 from trainer.retrieval import RETRIEVERS
 
 __all__ = ["MineConfig", "TeacherConfig"]

@@ -2,9 +2,9 @@
 
 This module imports only pydantic, never torch, because ``colbert-k8s submit`` validates ``--config``
 before anything reaches the cluster, and the chart's ``values.schema.json`` embeds :func:`json_schema`
-(a test fails when they drift apart). The ``mine:`` section is ``trainer/config_mine.py``; what sections
-are built of (strict models, source URLs, export destinations) ``trainer/config_base.py``; reading a YAML
-file into this schema ``trainer/config_yaml.py``; the batch arithmetic ``trainer/scale.py``.
+(a test fails when they drift apart). The ``mine:`` section is ``trainer/config/mine.py``; what sections
+are built of (strict models, source URLs, export destinations) ``trainer/config/base.py``; reading a YAML
+file into this schema ``trainer/config/load.py``; the batch arithmetic ``trainer/scale.py``.
 
 Example::
 
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from trainer.config_base import DESTINATION_PATTERN, Location, Strict, parse_destination
-from trainer.config_mine import MineConfig
+from trainer.config.base import DESTINATION_PATTERN, Location, Strict, parse_destination
+from trainer.config.mine import MineConfig
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
@@ -222,7 +222,7 @@ def _destination(value: str) -> str:
 
 
 class ExportConfig(Strict):
-    """Where the trained model goes when the job ends (``trainer/export.py``)."""
+    """Where the trained model goes when the job ends (``trainer/storage/export.py``)."""
 
     destination: Annotated[str, AfterValidator(_destination)] = Field(
         description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "

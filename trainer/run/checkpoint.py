@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from trainer.atomic import sha256_of
-from trainer.config import ConfigError
+from trainer.config.schema import ConfigError
 from trainer.errors import DiskFull, JobVerdict, no_space
 
 __all__ = [

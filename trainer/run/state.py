@@ -1,9 +1,9 @@
-"""The run's state: one object that every phase of ``train.py`` takes alone.
+"""The run's state: one object that every phase of ``trainer/train.py`` takes alone.
 
 Built once, by keyword, in ``train.build``; the phases (resume, evaluate, loop, checkpoint, finish) and
 ``resume.capture``/``restore`` read and update it, so a phase's signature is ``(t)`` and a new piece of
 state is one field here instead of another argument threaded through nine functions. What a checkpoint
-holds of it is listed in ``trainer/checkpoint.py`` (``CHECKPOINT_FORMAT``).
+holds of it is listed in ``trainer/run/checkpoint.py`` (``CHECKPOINT_FORMAT``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
 from trainer.data.batches import StreamingData, TokenizedData
 from trainer.env import Layout
 from trainer.evaluate import BeirSplit
 from trainer.losses.base import LossOutput
-from trainer.preemption import StopRequest
-from trainer.progress import Progress
-from trainer.tracking import Tracker
+from trainer.reporting.progress import Progress
+from trainer.reporting.tracking import Tracker
+from trainer.run.preemption import StopRequest
 
 __all__ = ["TrainState"]
 
@@ -36,7 +36,7 @@ class TrainState:
     cfg: TrainConfig | None = None
     layout: Layout = field(default_factory=Layout)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    tracker: Tracker | None = None  # rank 0's sinks (tracking.py), entered and closed by train.run
+    tracker: Tracker | None = None  # rank 0's sinks (trainer/reporting/tracking.py), entered and closed by train.run
     stop: StopRequest | None = None  # the SIGTERM flag
     progress: Progress | None = None  # rank 0's progress reports, set once the resumed step is known
     split: BeirSplit | None = None  # the held-out BEIR split evaluated on (None: no data.eval_beir)

@@ -14,7 +14,7 @@ A URL is fetched once into ``data.cache_dir/sources/<hash of the URL>/``: each o
 the server's (and its MD5 against an S3 single-part ETag), then renamed; a ``.complete`` manifest is
 written last. A restarted pod finds the manifest and does not download again; a half-written file is
 never used. One process per node downloads (a file lock); the others wait and reuse it. A prefix that
-holds a colbert-k8s export (``trainer/export.py``) is read by its manifest: exactly the files it lists,
+holds a colbert-k8s export (``trainer/storage/export.py``) is read by its manifest: exactly the files it lists,
 each checked against its sha256; one an export is still being written to is refused.
 
 Credentials come only from the environment (``--secret-env``): ``AWS_ACCESS_KEY_ID``,
@@ -38,9 +38,9 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 
 from trainer.atomic import sha256_of, write_text
-from trainer.config import ConfigError, TrainConfig
-from trainer.config_base import OBJECT_SCHEMES
-from trainer.stores import bucket_store, reason
+from trainer.config.base import OBJECT_SCHEMES
+from trainer.config.schema import ConfigError, TrainConfig
+from trainer.storage.stores import bucket_store, reason
 
 __all__ = ["SourceError", "check_present", "is_remote", "stage", "stage_config"]
 
@@ -212,11 +212,11 @@ def stage(url: str, cache_dir: str | Path) -> Path:
 
 
 def _export_manifest(store, prefix: str, objects: list[_Object], url: str) -> dict | None:
-    """The file list of a colbert-k8s export under ``prefix`` (trainer/export.py), None if it is no export;
+    """The file list of a colbert-k8s export under ``prefix`` (trainer/storage/export.py), None if it is no export;
     a prefix an export is still being written to (or that one left half-written) is refused."""
     import obstore
 
-    from trainer.export import MANIFEST, PARTIAL
+    from trainer.storage.export import MANIFEST, PARTIAL
 
     names = {o.path[len(prefix.rstrip("/")) :].lstrip("/") for o in objects}
     if PARTIAL in names:

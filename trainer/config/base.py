@@ -1,8 +1,8 @@
 """What the config schema is built of: strict sections, and the two kinds of URL a config may name.
 
 A source (``Location``: a model, data, an evaluation set, a corpus) is a local path or a URL that
-``trainer/sources.py`` stages; an export destination (:func:`parse_destination`) is an object-store prefix
-or a Hub model repository that ``trainer/export.py`` uploads to. Both are checked here, by the schema, so
+``trainer/storage/sources.py`` stages; an export destination (:func:`parse_destination`) is an object-store prefix
+or a Hub model repository that ``trainer/storage/export.py`` uploads to. Both are checked here, by the schema, so
 that ``colbert-k8s render`` refuses a bad one too, instead of the pod failing at start. Standard library
 and pydantic only: the CLI validates configs without torch.
 """
@@ -21,12 +21,12 @@ from trainer.destinations import DESTINATIONS
 
 __all__ = ["DESTINATION_PATTERN", "OBJECT_SCHEMES", "Destination", "Location", "Strict", "parse_destination"]
 
-# Where a source may live besides a local path: staged by trainer/sources.py (hf:// goes to the hub's client)
+# Where a source may live besides a local path: staged by trainer/storage/sources.py (hf:// goes to the hub's client)
 OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
 
 
 def _location(value: str) -> str:
-    """A local path, or a URL trainer/sources.py can stage: checked here, so that ``render`` refuses it
+    """A local path, or a URL trainer/storage/sources.py can stage: checked here, so that ``render`` refuses it
     too, instead of the pod failing at start."""
     if "://" not in value:
         return value

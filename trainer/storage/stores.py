@@ -1,6 +1,6 @@
 """An obstore store for a bucket, configured from the environment: one reading of ``AWS_ENDPOINT_URL`` and the
-region for the sources staged into a pod (``trainer/sources.py``) and the export out of it (``trainer/export.py``),
-and one credential-free line for what a store raised."""
+region for the sources staged into a pod (``trainer/storage/sources.py``) and the export out of it
+(``trainer/storage/export.py``), and one credential-free line for what a store raised."""
 
 from __future__ import annotations
 

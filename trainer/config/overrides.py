@@ -1,17 +1,26 @@
 """``--set KEY=VALUE``: one config key changed from the command line, as Helm's ``--set`` and HF's overrides do.
 
-The key is dotted (``training.max_steps``) and checked against :class:`~trainer.config.TrainConfig` one
+The one reading of ``--set``, wherever it is given: ``colbert-k8s submit``/``render``/``local``/``tune`` apply
+it to ``--config`` (:func:`with_overrides`), and ``colbert-train --set`` applies it in the pod
+(:func:`parse_override` and :func:`apply`: a Katib trial or an OptimizationJob trial passes its values so,
+since a sweep's trials share one config, one ConfigMap on a cluster), so both sides refuse a key or a value in
+the same words.
+
+The key is dotted (``training.max_steps``) and checked against :class:`~trainer.config.schema.TrainConfig` one
 part at a time, so a typo is one line with the nearest key (``did you mean 'training.max_steps'?``) before
 anything else is read. The value is YAML (``100`` an int, ``5e-5`` a float, ``[]`` a list, ``bm25`` a
 string), read by the same bounded loader as a config file. A section that is not there is created
-(``index.nbits=4`` asks for an index). The merged config is then validated whole, as a file is, and
-written back as YAML (:func:`with_overrides`): the text a job ships, with a first line naming the overrides.
+(``index.nbits=4`` asks for an index). The merged config is then validated whole, as a file is, so an override
+is refused exactly as the same value written in the file would be, and written back as YAML
+(:func:`with_overrides`): the text a job ships, with a first line naming the overrides. :data:`KEY` and
+:func:`parse_value` are the key's syntax and one value, as ``colbert-k8s tune --param KEY=SPACE`` reads them.
 Pydantic and PyYAML only: the CLI applies overrides without torch.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from typing import Any
@@ -19,11 +28,27 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from trainer.config import ConfigError, TrainConfig
-from trainer.config_yaml import FLOAT_1_2, load_yaml, parse_config
-from trainer.credentials import credential_in
+from trainer.config.credentials import credential_in
+from trainer.config.load import FLOAT_1_2, load_yaml, parse_config
+from trainer.config.schema import ConfigError, TrainConfig
 
-__all__ = ["apply", "config_keys", "parse_override", "with_overrides"]
+__all__ = ["KEY", "apply", "config_keys", "parse_override", "parse_value", "with_overrides"]
+
+KEY = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
+"""A dotted config key's syntax: lowercase sections and fields, as the schema names them (the chart's
+``tune.params`` pattern, and ``--param``'s first check)."""
+
+
+def parse_value(text: str) -> Any:
+    """One YAML value, read by the config's loader (YAML 1.2 floats, no aliases): a point of a ``--param`` space.
+
+    >>> parse_value("1e-5"), parse_value("3"), parse_value("cosine"), parse_value("true")
+    (1e-05, 3, 'cosine', True)
+    """
+    value = load_yaml(text, "a --set value") if text.strip() else None
+    if isinstance(value, (dict, list)):
+        raise ConfigError(f"--set value {text!r} must be one value, not a YAML {type(value).__name__}")
+    return value
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:

@@ -8,7 +8,7 @@ mining rounds, time, device), the evaluation before and after training and throu
 how to load the model and search with PyLate.
 
 It is made from ``metrics.json`` and the config (and the base model's own card, for its ``license`` when
-the config sets none: :func:`license_of`). The config holds no credentials (``config.py``
+the config sets none: :func:`license_of`). The config holds no credentials (``trainer/config/``
 refuses them), and a staged source is named by the URL it came from (its staging manifest), without user
 information. Written into the model's temporary directory before the rename (``train._save_model``), and
 again, atomically, once the index figures exist.
@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from trainer.config import METRICS, TrainConfig
+from trainer.config.schema import METRICS, TrainConfig
 from trainer.retrieval import RETRIEVERS
 
 __all__ = ["dataset_name", "for_job", "license_of", "origin", "render", "update"]
@@ -306,7 +306,7 @@ def update(model_dir: Path, cfg: TrainConfig, metrics: dict) -> None:
     """The card again, with figures that came after the model (the index's), and the model's manifest with it.
     Killed between the two, the model fails its manifest and is saved again from the last checkpoint."""
     from trainer.atomic import write_text
-    from trainer.checkpoint import write_manifest
+    from trainer.run.checkpoint import write_manifest
 
     write_text(model_dir / "README.md", for_job(cfg, metrics))
     write_manifest(model_dir)

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from trainer.config import METRICS
+from trainer.config.schema import METRICS
 
 __all__ = ["append_line", "read_lines", "write_metrics_line"]
 

@@ -1,4 +1,4 @@
-"""Reading a config: a file of bounded YAML, validated into :class:`~trainer.config.TrainConfig`, every
+"""Reading a config: a file of bounded YAML, validated into :class:`~trainer.config.schema.TrainConfig`, every
 problem one line.
 
 The loader refuses what PyYAML's SafeLoader would accept at a cost (aliases that expand to gigabytes,
@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainer.config import ConfigError, TrainConfig
-from trainer.credentials import credential_in
+from trainer.config.credentials import credential_in
+from trainer.config.schema import ConfigError, TrainConfig
 from trainer.losses import LOSSES
 
 __all__ = ["FLOAT_1_2", "MAX_CONFIG_BYTES", "load_config", "load_yaml", "parse_config", "read_config_text"]

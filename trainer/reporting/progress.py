@@ -49,7 +49,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
 from trainer.retrieval import RETRIEVERS
 from trainer.scale import job_scale
 
@@ -137,7 +137,7 @@ def job_plan(cfg: TrainConfig, world_size: int, rows: int, queries: int, documen
     data.train has ``rows`` (query, positive) rows of ``queries`` distinct queries, and the corpus
     ``documents`` documents in chunks of ``chunk``, dealt round-robin (rank 0 encodes its share).
 
-    >>> from trainer.config_yaml import parse_config
+    >>> from trainer.config.load import parse_config
     >>> cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 10,
     ...     "per_device_batch_size": 4}, "mine": {"rounds": 2, "retriever": "bm25", "negatives": 1}})
     >>> [(p.name, p.items, p.units) for p in job_plan(cfg, 2, rows=100, queries=80, documents=3000, chunk=512)]
@@ -173,7 +173,7 @@ def with_export(cfg: TrainConfig, plan: list[Phase]) -> list[Phase]:
     """``plan`` with the export last when the config asks for one: worth a twentieth of the rest (a network
     copy of the model, not a pass of the encoder), its items the files sent.
 
-    >>> from trainer.config_yaml import parse_config
+    >>> from trainer.config.load import parse_config
     >>> cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 10},
     ...     "export": {"destination": "s3://models/run/"}})
     >>> [(p.name, p.units) for p in with_export(cfg, [Phase(1, "train", "train", 10, 100.0)])]

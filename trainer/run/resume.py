@@ -28,10 +28,10 @@ from typing import Any
 import torch
 
 from trainer import distributed as D
-from trainer.checkpoint import CHECKPOINT_FORMAT, CheckpointError, latest_checkpoint, save_checkpoint
-from trainer.config import TrainConfig
+from trainer.config.schema import TrainConfig
 from trainer.errors import NonFinite, WeightsDiverged
-from trainer.state import TrainState
+from trainer.run.checkpoint import CHECKPOINT_FORMAT, CheckpointError, latest_checkpoint, save_checkpoint
+from trainer.run.state import TrainState
 
 __all__ = [
     "CheckpointError",
@@ -100,7 +100,7 @@ def set_rng(state: dict[str, Any], device: torch.device) -> None:
 
 def capture(t: TrainState) -> dict | None:
     """The job's state at ``t.step``: every rank's RNG gathered, the rest from rank 0 (None elsewhere).
-    ``trainer/checkpoint.py``'s header lists the keys."""
+    ``trainer/run/checkpoint.py``'s header lists the keys."""
     all_rng = D.gather_objects(rng_state(t.device))
     if D.rank() != 0:
         return None
