@@ -1,5 +1,6 @@
 """`--set KEY=VALUE` on render, submit and local (issue 43): applied to the config the job ships, checked
-against the trainer's schema, an unknown key one line with the nearest one."""
+against the trainer's schema, an unknown key one line with the nearest one; and ``colbert-train --set`` (a sweep
+trial's values) read by the same code, so it applies and refuses alike (issue 44)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,30 @@ def test_a_bad_set_is_one_line(name, item, message):
         with_overrides(QUICKSTART, [item], "q.yaml")
     assert message in str(e.value) and "\n" not in str(e.value)
     assert "pw@" not in str(e.value) and "Ab1Ab1" not in str(e.value)  # neither a value nor a token is echoed
+
+
+def _trainer_config(tmp_path, items: list[str]):
+    """The config ``colbert-train --config FILE --set ...`` trains with (``trainer/cli.py``)."""
+    from trainer.cli import _load
+
+    (tmp_path / "train.yaml").write_text(QUICKSTART)
+    return _load(str(tmp_path / "train.yaml"), items)
+
+
+@pytest.mark.parametrize("name,overrides,path,value", APPLIED, ids=[a[0] for a in APPLIED])
+def test_the_trainer_reads_set_as_the_cli_does(tmp_path, name, overrides, path, value):
+    """One reading of ``--set``: a sweep trial's ``colbert-train --set`` gives the config a job's ``--set`` ships
+    (``[]`` a list, ``run_name=2024`` the text, a new section created)."""
+    shipped = parse_config(load_yaml(with_overrides(QUICKSTART, overrides, "q.yaml")))
+    assert _trainer_config(tmp_path, overrides) == shipped
+
+
+@pytest.mark.parametrize("name,item,message", REFUSED, ids=[r[0] for r in REFUSED])
+def test_the_trainer_refuses_a_bad_set_in_the_cli_s_words(tmp_path, name, item, message):
+    with pytest.raises(ConfigError) as e:
+        _trainer_config(tmp_path, [item])
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert "pw@" not in str(e.value) and "Ab1Ab1" not in str(e.value)
 
 
 def _render(tmp_path, *extra: str, command: str = "render"):

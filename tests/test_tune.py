@@ -264,20 +264,20 @@ def _sweep_of(config: Path) -> SweepSpec:
     "override,message",
     [
         ("training.learning_rate=fast", "learning_rate"),
-        ("training=3", "'training' is a value"),
-        ("Training.x=1", "KEY=VALUE"),
+        ("training.max_steps.x=1", "'training.max_steps' is a value"),
+        ("Training.x=1", "unknown key 'Training'; did you mean 'training'?"),
+        ("training.max_steps", "KEY=VALUE"),
     ],
-    ids=["value", "section", "key"],
+    ids=["value", "section", "key", "syntax"],
 )
 def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys, override, message):
     from trainer.cli import main
 
     (tmp_path / "train.yaml").write_text(CONFIG.replace("export: {destination: s3://bucket/models/best/}\n", ""))
-    sets = ["--set", override] if override != "training=3" else ["--set", "training=3", "--set", "training.x=1"]
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level  # main() sets up the trainer's logging on this stderr
     try:
-        assert main(["--config", str(tmp_path / "train.yaml"), *sets]) == 2
+        assert main(["--config", str(tmp_path / "train.yaml"), "--set", override]) == 2
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
