@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -176,29 +175,12 @@ def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its
 def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Popen, Path]:
     """``colbert-k8s local --elastic 1:3`` on three replicas (dropout on), a checkpoint every 3 steps."""
     from tests.helpers import ROOT
-    from tests.helpers.local import local_workdir
+    from tests.helpers.local import local_command, local_workdir
 
     over = {"training.global_batch_size": 12, "training.max_steps": steps, "checkpoint.every_steps": 3}
     local_workdir(tmp_path, model, 120, over)
-    cmd = [
-        sys.executable,
-        "-m",
-        "operator_cli.cli",
-        "local",
-        "--config",
-        str(tmp_path / "train.yaml"),
-        "--name",
-        "tiny",
-        "--elastic",
-        "1:3",
-        "--gpus-per-node",
-        "0",
-        "--pvc-size",
-        "1Gi",
-        "--workdir",
-        str(tmp_path),
-        "-v",
-    ]  # fmt: skip  (-v: every rank's lines, counted below)
+    flags = ("--elastic", "1:3", "--pvc-size", "1Gi", "-v")  # -v: every rank's lines, counted below
+    cmd = local_command(tmp_path / "train.yaml", "tiny", tmp_path, *flags)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, tmp_path / "output" / "checkpoints"
 

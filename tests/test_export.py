@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.hub import READ_TOKEN, HubStandIn
+from tests.helpers.local import local_command, s3_flags
 from tests.helpers.stores import MotoS3, moto_available
 from trainer.config.load import parse_config
 from trainer.config.schema import ConfigError
@@ -440,7 +441,6 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     restart trains no step, sends only what the journal cannot prove is there, and ends byte-identical."""
     import os
     import subprocess
-    import sys
 
     import psutil
     import yaml
@@ -462,32 +462,8 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
         "output_dir": "output",
     }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
-    cmd = [
-        sys.executable,
-        "-m",
-        "operator_cli.cli",
-        "local",
-        "--config",
-        str(tmp_path / "train.yaml"),
-        "--name",
-        "exp",
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "0",
-        "--pvc-size",
-        "1Gi",
-        "--workdir",
-        str(tmp_path),
-        "--secret-env",
-        "AWS_ACCESS_KEY_ID=s3/id",
-        "--secret-env",
-        "AWS_SECRET_ACCESS_KEY=s3/secret",
-        "--env",
-        f"AWS_ENDPOINT_URL={proxy.url}",
-        "--env",
-        "AWS_REGION=us-east-1",
-    ]  # fmt: skip  (a claim: the job resubmitted finds what the killed one wrote)
+    flags = ("--nodes", "2", "--pvc-size", "1Gi", *s3_flags(proxy.url))  # a claim: the resubmitted job finds it all
+    cmd = local_command(tmp_path / "train.yaml", "exp", tmp_path, *flags)
     env = {**os.environ, **s3.env}
     try:
         log = open(tmp_path / "first.log", "w")

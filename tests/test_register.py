@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.local import local_command, s3_flags
 from tests.helpers.registry import RegistryStandIn
 from tests.helpers.stores import moto_available
 from trainer.config.load import parse_config
@@ -149,7 +150,6 @@ def test_a_local_job_killed_after_the_export_registers_exactly_once(tmp_path, ti
     import os
     import random
     import subprocess
-    import sys
 
     import psutil
     import yaml
@@ -176,36 +176,9 @@ def test_a_local_job_killed_after_the_export_registers_exactly_once(tmp_path, ti
         "output_dir": "output",
     }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
-    cmd = [
-        sys.executable,
-        "-m",
-        "operator_cli.cli",
-        "local",
-        "--config",
-        str(tmp_path / "train.yaml"),
-        "--name",
-        "reg",
-        "--nodes",
-        "1",
-        "--gpus-per-node",
-        "0",
-        "--pvc-size",
-        "1Gi",
-        "--workdir",
-        str(tmp_path),
-        "--secret-env",
-        "AWS_ACCESS_KEY_ID=s3/id",
-        "--secret-env",
-        "AWS_SECRET_ACCESS_KEY=s3/secret",
-        "--secret-env",
-        "MODEL_REGISTRY_TOKEN=registry/token",
-        "--env",
-        f"AWS_ENDPOINT_URL={s3.url}",
-        "--env",
-        "AWS_REGION=us-east-1",
-        "--env",
-        f"MODEL_REGISTRY_URL={registry.url}",
-    ]
+    to_registry = ("--secret-env", "MODEL_REGISTRY_TOKEN=registry/token", "--env", f"MODEL_REGISTRY_URL={registry.url}")
+    flags = ("--nodes", "1", "--pvc-size", "1Gi", *s3_flags(s3.url), *to_registry)
+    cmd = local_command(tmp_path / "train.yaml", "reg", tmp_path, *flags)
     env = {**os.environ, **s3.env, "MODEL_REGISTRY_TOKEN": "registry-token-123"}
     registry.stall = ("POST", "/registered_models/")  # the version is made; its answer never comes
     try:

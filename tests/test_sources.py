@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import write_triplets
+from tests.helpers.local import local_command, s3_flags
 from tests.helpers.stores import FileServer, MotoS3, moto_available
 from trainer.config.schema import DataSource
 from trainer.data import DataError, load_rows
@@ -199,7 +200,6 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
     """`colbert-k8s local` end to end: each pod stages the model (S3 prefix) and data (HTTP) itself."""
     import os
     import subprocess
-    import sys
 
     import yaml
 
@@ -216,12 +216,8 @@ def test_local_job_with_model_from_s3_and_data_over_http(s3, files, tmp_path, ti
         "output_dir": "output",
     }
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
-    cmd = [
-        sys.executable, "-m", "operator_cli.cli", "local", "--config", str(tmp_path / "train.yaml"), "--name", "remote",
-        "--nodes", "2", "--gpus-per-node", "0", "--pod-local-storage", "--workdir", str(tmp_path / "wd"), "-v",
-        "--secret-env", "AWS_ACCESS_KEY_ID=s3/id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3/secret",
-        "--env", f"AWS_ENDPOINT_URL={s3.url}", "--env", "AWS_REGION=us-east-1",
-    ]  # fmt: skip
+    flags = ("--nodes", "2", "--pod-local-storage", "-v", *s3_flags(s3.url))
+    cmd = local_command(tmp_path / "train.yaml", "remote", tmp_path / "wd", *flags)
     env = {**os.environ, **s3.env}
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]

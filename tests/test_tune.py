@@ -20,18 +20,9 @@ from operator_cli.spec import JobSpec
 from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
 from tests.helpers import schemas
+from tests.helpers.tune import sweep_config
 
-CONFIG = """\
-model: {name_or_path: sentence-transformers/all-MiniLM-L6-v2}
-data:
-  train: {path: data/train.jsonl}
-  eval_beir: data/beir
-  eval_split: dev
-mine: {retriever: bm25, negatives: 1}
-training: {max_steps: 4, learning_rate: 5.0e-5}
-export: {destination: s3://bucket/models/best/}
-output_dir: output/quickstart
-"""
+CONFIG = sweep_config("{max_steps: 4, learning_rate: 5.0e-5}", "export: {destination: s3://bucket/models/best/}")
 PARAMS = ["--param", "training.learning_rate=loguniform(1e-5,2e-4)", "--param", "mine.negatives=choice(1,3)"]
 
 

@@ -22,19 +22,10 @@ from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
 from tests.helpers import ROOT, schemas
 from tests.helpers.chart import CHART
+from tests.helpers.tune import sweep_config
 from trainer.reporting.metrics_file import read_lines
 
-CONFIG = """\
-model: {name_or_path: sentence-transformers/all-MiniLM-L6-v2}
-data:
-  train: {path: data/train.jsonl}
-  eval_beir: data/beir
-  eval_split: dev
-mine: {retriever: bm25, negatives: 1}
-training: {max_steps: 5, learning_rate: 5.0e-5}
-evaluation: {every_steps: 1}
-output_dir: output/quickstart
-"""
+CONFIG = sweep_config("{max_steps: 5, learning_rate: 5.0e-5}", "evaluation: {every_steps: 1}")
 LRS = "training.learning_rate=choice(1e-5,2e-5,3e-5,4e-5,5e-5)"
 
 

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import random
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 from operator_cli.errors import CliError
 from operator_cli.spec import JobSpec
@@ -244,26 +244,12 @@ def without_export(config_text: str) -> str:
 
 
 def key_exists(key: str) -> bool:
-    """Whether the config schema has the dotted ``key`` (through optional sections and the loss's union).
+    """Whether the config schema has the dotted ``key`` (through optional sections and the loss's union): a key
+    ``--set`` takes (:func:`trainer.config.overrides.config_keys`, one walk of the schema).
 
     >>> key_exists("training.learning_rate"), key_exists("mine.negatives"), key_exists("training.learnin_rate")
     (True, True, False)
     """
-    from trainer.config.schema import TrainConfig
+    from trainer.config.overrides import config_keys
 
-    return _has(TrainConfig, key.split("."))
-
-
-def _has(model: Any, parts: list[str]) -> bool:
-    field = model.model_fields.get(parts[0])
-    if field is None:
-        return False
-    return len(parts) == 1 or any(_has(m, parts[1:]) for m in _models(field.annotation))
-
-
-def _models(annotation: Any) -> list[Any]:
-    from pydantic import BaseModel
-
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in get_args(annotation) for m in _models(arg)]
+    return key in config_keys()

@@ -87,6 +87,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return False
         return role == "write"
 
+    def _files(self, hub, repo_id: str, revision: str) -> tuple[Repo, dict[str, bytes]] | None:
+        """The repository and its branch's files, or None with the Hub's 404 sent (naming what is missing)."""
+        repo = hub.repos.get(repo_id)
+        if repo is None or revision not in repo.branches:
+            self._error(404, "Repository not found" if repo is None else "Revision not found")
+            return None
+        return repo, repo.branches[revision]
+
     def _route(self, method: str) -> None:
         hub: HubStandIn = self.server.hub
         hub.requests.append(f"{method} {self.path}")
@@ -162,22 +170,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, {})
 
     def get_tree(self, hub, repo_id, revision) -> None:
-        repo = hub.repos.get(repo_id)
-        if repo is None or revision not in repo.branches:
-            self._error(404, "Repository not found" if repo is None else "Revision not found")
+        if (found := self._files(hub, repo_id, revision)) is None:
             return
-        files = sorted(repo.branches[revision].items())
+        files = sorted(found[1].items())
         self._send(200, [{"type": "file", "path": p, "size": len(b), "oid": git_sha1(b)} for p, b in files])
 
     def get_info(self, hub, repo_id, revision=None) -> None:
-        repo = hub.repos.get(repo_id)
-        revision = revision or "main"
-        if repo is None or revision not in repo.branches:
-            self._error(404, "Repository not found" if repo is None else "Revision not found")
+        if (found := self._files(hub, repo_id, revision or "main")) is None:
             return
+        repo, files = found
         sha = repo.commits[-1] if repo.commits else "0" * 40
-        self._send(200, {"id": repo_id, "sha": sha, "private": repo.private,
-                         "siblings": [{"rfilename": p} for p in sorted(repo.branches[revision])]})  # fmt: skip
+        siblings = [{"rfilename": p} for p in sorted(files)]
+        self._send(200, {"id": repo_id, "sha": sha, "private": repo.private, "siblings": siblings})
 
     def get_info_revision(self, hub, repo_id, revision) -> None:
         self.get_info(hub, repo_id, revision)
@@ -218,13 +222,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def post_preupload(self, hub, repo_id, revision) -> None:
         body = json.loads(self._body())
-        if not self._writer(repo_id):
+        if not self._writer(repo_id) or (found := self._files(hub, repo_id, revision)) is None:
             return
-        repo = hub.repos.get(repo_id)
-        if repo is None or revision not in repo.branches:
-            self._error(404, "Repository not found")
-            return
-        files = repo.branches[revision]
+        repo, files = found
         out = []
         for f in body["files"]:
             sample = base64.b64decode(f["sample"])
@@ -265,17 +265,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def post_commit(self, hub, repo_id, revision) -> None:
         lines = [json.loads(line) for line in self._body().splitlines() if line.strip()]
-        if not self._writer(repo_id):
+        if not self._writer(repo_id) or (found := self._files(hub, repo_id, revision)) is None:
             return
-        repo = hub.repos.get(repo_id)
-        if repo is None or revision not in repo.branches:
-            self._error(404, "Repository not found")
-            return
+        repo, files = found
         if hub.fail_commits > 0:
             hub.fail_commits -= 1
             self._error(500, "Internal Error - We're working hard to fix this as soon as possible!")
             return
-        staged = dict(repo.branches[revision])
+        staged = dict(files)
         for line in lines:
             value = line["value"]
             if line["key"] == "file":

@@ -1,7 +1,8 @@
-"""A working directory laid out like a pod's /workspace, for `colbert-k8s local` runs."""
+"""A working directory laid out like a pod's /workspace, and the `colbert-k8s local` command that runs a job on it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
@@ -26,3 +27,17 @@ def local_workdir(tmp: Path, model: Path, n_rows: int, over: dict | None = None)
         cfg[section][leaf] = value
     (tmp / "train.yaml").write_text(yaml.safe_dump(cfg))
     return tmp
+
+
+def local_command(config: Path, name: str, workdir: Path, *flags: str) -> list[str]:
+    """``colbert-k8s local`` as a fresh interpreter runs it: the job ``name`` of ``config`` on CPU replicas under
+    ``workdir``; ``flags`` give its shape (``--nodes``, ``--elastic``), storage and environment."""
+    cli = [sys.executable, "-m", "operator_cli.cli", "local", "--config", str(config), "--name", name]
+    return [*cli, "--gpus-per-node", "0", "--workdir", str(workdir), *flags]
+
+
+def s3_flags(endpoint: str) -> list[str]:
+    """The flags that give a local job's pods an S3 emulator: its keys as Secret references (``local`` reads their
+    values from the caller's environment: pass ``MotoS3.env``), its endpoint and region as plain variables."""
+    secrets = ["--secret-env", "AWS_ACCESS_KEY_ID=s3/id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3/secret"]
+    return [*secrets, "--env", f"AWS_ENDPOINT_URL={endpoint}", "--env", "AWS_REGION=us-east-1"]
