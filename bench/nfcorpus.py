@@ -92,6 +92,11 @@ if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own tra
 ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
+# The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
+# hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
+KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
+ARMS["dense-kd3"] = {**ARMS["recipe"], **KD, "negatives": 3, "rank_range": [1, 30], "max_score_ratio": 1.0}
+ARMS["dense-kd7"] = {**ARMS["dense-kd3"], "negatives": 7}
 
 
 def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", seed: int = 0) -> tuple[Path, Path]:
