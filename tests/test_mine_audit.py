@@ -124,8 +124,8 @@ def test_a_bi_encoder_teacher_scores_each_pair_by_its_scaled_cosine(tmp_path, ti
     normalised embeddings of that row's query and documents, in the row's order (rows of unequal length)."""
     from sentence_transformers import SentenceTransformer, models
 
-    from trainer.config import ModelConfig
-    from trainer.config_mine import TeacherConfig
+    from trainer.config.mine import TeacherConfig
+    from trainer.config.schema import ModelConfig
     from trainer.teacher import Teacher, teacher_kind
 
     path = tmp_path / "bi"
