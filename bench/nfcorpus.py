@@ -92,6 +92,15 @@ if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own tra
 ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
+# The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
+# hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
+KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
+ARMS["dense-kd3"] = {**ARMS["recipe"], **KD, "negatives": 3, "rank_range": [1, 30], "max_score_ratio": 1.0}
+ARMS["dense-kd7"] = {**ARMS["dense-kd3"], "negatives": 7}
+# Self-distillation: the recipe's trained model (dense-1-far-head: the recipe's settings, default fallback)
+# mines by exact MaxSim and scores the rows; the base model trains again from them
+SELF = {"retriever": "model", "mine_with": "dense-1-far-head", "teach_with_miner": True}
+ARMS["self-kd3"] = {**ARMS["dense-kd3"], **SELF}
 
 
 def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", seed: int = 0) -> tuple[Path, Path]:
@@ -147,6 +156,8 @@ def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> 
         train, mine = {"path": str(kept), "columns": {"negatives": []}}, None
     if mine and (teacher_arm := mine.pop("mine_with", None)):
         mine["model"] = str(run_dir(args, teacher_arm, seed) / "out" / "final-model")
+        if mine.pop("teach_with_miner", False):  # self-distillation: the same trained model scores the rows
+            mine["teacher"] = {"name_or_path": mine["model"]}
     return {
         "model": {"name_or_path": minilm(), "query_length": 32, "document_length": args.document_length},
         "data": {"train": train, "eval_beir": str(args.data), "eval_split": args.split},

@@ -119,6 +119,33 @@ def test_teacher_scores_are_the_models_own_for_each_pair_and_a_miscount_is_refus
     teacher.model.predict = real
 
 
+def test_a_bi_encoder_teacher_scores_each_pair_by_its_scaled_cosine(tmp_path, tiny_model):
+    """Against a plain reference: each row's scores are scale x the cosine of the bi-encoder's own
+    normalised embeddings of that row's query and documents, in the row's order (rows of unequal length)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    from trainer.config import ModelConfig
+    from trainer.config_mine import TeacherConfig
+    from trainer.teacher import Teacher, teacher_kind
+
+    path = tmp_path / "bi"
+    word = models.Transformer(str(tiny_model))
+    SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension())]).save(str(path))
+    assert teacher_kind(str(path)) == "bi-encoder"
+    teacher = Teacher(
+        TeacherConfig(name_or_path=str(path), batch_size=2, scale=7.0), ModelConfig(), torch.device("cpu")
+    )
+    queries = ["sort a list", "open a file", "parse json"]
+    documents = [["sorted returns a new list", "open files"], ["the open builtin", "json.loads", "x"], ["json"]]
+    scores = teacher.score(queries, documents)
+    plain = SentenceTransformer(str(path), device="cpu")
+    for q, docs, got in zip(queries, documents, scores):
+        qv = plain.encode([q], normalize_embeddings=True)[0]
+        want = [7.0 * float((qv * plain.encode([d], normalize_embeddings=True)[0]).sum()) for d in docs]
+        assert got == pytest.approx(want, abs=1e-5)
+    assert len({round(s, 6) for row in scores for s in row}) > 1  # not one constant
+
+
 # ---- 3. BM25: a document it scored 0 is never a negative ----------------------------------------------------
 
 

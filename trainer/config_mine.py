@@ -23,11 +23,18 @@ class TeacherConfig(Strict):
     name_or_path: Location = Field(
         ...,
         min_length=1,
-        description="A local directory (or object-store prefix) holding a sentence-transformers CrossEncoder "
-        "or a PyLate ColBERT model.",
+        description="A local directory (or object-store prefix) holding a sentence-transformers CrossEncoder, "
+        "a sentence-transformers bi-encoder (e.g. model.name_or_path itself) or a PyLate ColBERT model.",
     )
     batch_size: int = Field(32, ge=1, description="(query, document) pairs per forward pass.")
     max_length: int = Field(256, ge=8, le=8192, description="Cross-encoder tokens per (query, document) pair.")
+    scale: float = Field(
+        20.0,
+        gt=0,
+        le=1000,
+        description="A bi-encoder teacher's cosine is multiplied by this before the loss's softmax (20: the "
+        "inverse temperature of sentence-transformers' MultipleNegativesRankingLoss).",
+    )
 
 
 class MineConfig(Strict):

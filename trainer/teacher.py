@@ -1,8 +1,9 @@
-"""Teacher scores for distillation: a cross-encoder or a ColBERT model scores each mined row's documents.
+"""Teacher scores for distillation: a cross-encoder, a bi-encoder or a ColBERT model scores each mined row.
 
 PyLate's distillation loss needs, per query, scores of its documents from a stronger model; PyLate
 never produces them. Here any sentence-transformers ``CrossEncoder`` (raw logits: the loss applies
-its own softmax) or PyLate ColBERT model (MaxSim) scores the rows, sharded over ranks in fixed blocks of
+its own softmax), sentence-transformers bi-encoder (cosine times ``scale``) or PyLate ColBERT model
+(MaxSim) scores the rows, sharded over ranks in fixed blocks of
 ``BLOCK`` rows (block b goes to rank b mod W) and gathered. Each block is scored alone, with the same
 forward passes on any world size, so the scores are the same bits on 1 rank or 64.
 
@@ -10,8 +11,15 @@ A cross-encoder must give one logit per pair: transformers' default head has two
 flattening those would hand every row its neighbours' logits. Any other count is refused in one line.
 
 What a directory holds decides the kind: a PyLate module in ``modules.json`` is ColBERT; a
-``*ForSequenceClassification`` architecture in ``config.json`` is a cross-encoder; anything else is
-refused with one line.
+``*ForSequenceClassification`` architecture in ``config.json`` is a cross-encoder; a sentence-transformers
+``modules.json`` with a pooling module is a bi-encoder; anything else is refused with one line.
+
+Why a bi-encoder teacher (issue 39): a ColBERT built on a sentence-transformers model starts with a random
+projection and, on NFCorpus, stays below the bi-encoder it was built from for its first hundred-odd steps.
+The base model as a bi-encoder is then the stronger model at hand, and its scores grade every candidate,
+also the unlabelled positives that sparse labels leave among the negatives. Its cosine lies in [-1, 1]; a
+softmax over that is nearly flat, so it is multiplied by ``scale`` (20: the inverse temperature
+sentence-transformers' MultipleNegativesRankingLoss trains such models with).
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ class TeacherError(DataError, JobVerdict):
 
 def teacher_kind(path: str) -> str:
     """``colbert`` or ``cross-encoder``, read from the model directory's files."""
-    root = Path(path)
+    from trainer.model import resolve_model_path
+
+    root = Path(resolve_model_path(path))
     if not root.is_dir():
         raise TeacherError(f"mine.teacher.name_or_path {path} is not a local model directory")
     modules = root / "modules.json"
@@ -50,10 +60,13 @@ def teacher_kind(path: str) -> str:
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         _one_logit(path, _labels(json.loads(config.read_text())))
         return "cross-encoder"
+    if modules.is_file() and "sentence_transformers.models.Pooling" in modules.read_text():
+        return "bi-encoder"
     found = ", ".join(architectures) or "no architectures in config.json"
     raise TeacherError(
         f"mine.teacher.name_or_path {path} is neither a cross-encoder (a *ForSequenceClassification model, "
-        f"found: {found}) nor a PyLate ColBERT model; give a sentence-transformers CrossEncoder or a ColBERT model"
+        f"found: {found}), a sentence-transformers bi-encoder (modules.json with a Pooling module) nor a PyLate "
+        "ColBERT model; give one of those"
     )
 
 
@@ -71,7 +84,8 @@ def _one_logit(path: str, labels: int) -> None:
 
 
 class Teacher:
-    """Scores (query, documents) rows with a cross-encoder's logits or a ColBERT model's MaxSim."""
+    """Scores (query, documents) rows with a cross-encoder's logits, a bi-encoder's scaled cosine or a
+    ColBERT model's MaxSim."""
 
     def __init__(self, cfg: TeacherConfig, model_cfg: ModelConfig, device: torch.device):
         self.cfg, self.device = cfg, device
@@ -81,6 +95,10 @@ class Teacher:
 
             self.model = CrossEncoder(cfg.name_or_path, device=str(device), max_length=cfg.max_length)
             _one_logit(cfg.name_or_path, self.model.model.config.num_labels)  # what was loaded, not just the file
+        elif self.kind == "bi-encoder":
+            from trainer.retrieval.dense import load_bi_encoder
+
+            self.model = load_bi_encoder(cfg.name_or_path, device)
         else:
             from trainer.model import build_model
 
@@ -117,6 +135,8 @@ class Teacher:
                     "pairs; give a reranker with one logit per pair (num_labels 1)"
                 )
             flat = flat.float().reshape(-1).tolist()
+        elif self.kind == "bi-encoder":
+            flat = self._cosines(queries, documents)
         else:
             from pylate.scores import colbert_scores
 
@@ -135,3 +155,11 @@ class Teacher:
             out.append(flat[at : at + len(docs)])
             at += len(docs)
         return out
+
+    def _cosines(self, queries: list[str], documents: list[list[str]]) -> list[float]:
+        """Each (query, document) pair's cosine times ``scale``, row by row in the rows' own order."""
+        encode = dict(batch_size=self.cfg.batch_size, convert_to_tensor=True, normalize_embeddings=True)
+        q = self.model.encode(queries, **encode)
+        d = self.model.encode([t for docs in documents for t in docs], **encode)
+        row = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([len(docs) for docs in documents]))
+        return ((q[row] * d).sum(-1).float() * self.cfg.scale).tolist()
