@@ -123,3 +123,22 @@ def test_a_local_sweep_resumes_without_rerunning_and_exports_the_best(tmp_path, 
         assert "## Sweep" in card and f"`{best}`" in card and "choice(0.0001, 0.001)" in card
     finally:
         s3.close()
+
+
+def test_a_resumed_sweep_waits_for_a_trials_earlier_replay_to_let_go(tmp_path, capsys):
+    """A killed sweep's orphaned trial checkpoints on SIGTERM and still holds its workspace for a while; the
+    resumed sweep waited 0 s, and recorded the trial as failed ("in use by another replay") under load."""
+    from operator_cli.local.run import LOCK_FILE
+    from operator_cli.tune.local import _wait_for_previous_replay
+
+    hold = (
+        "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(2)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(tmp_path / LOCK_FILE)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout.readline().strip() == "held"
+    _wait_for_previous_replay(tmp_path, "qs-t3")
+    assert holder.poll() is not None  # it returned only once the earlier replay had let go
+    assert "qs-t3: waiting for its earlier replay" in capsys.readouterr().err

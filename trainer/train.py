@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 from transformers import get_scheduler
 
 from trainer import distributed as D
@@ -252,7 +253,9 @@ def _loop(t: TrainState) -> tuple[float, int]:
         t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size, t.accumulation
     )
     every_eval, every_ckpt, log_every = cfg.evaluation.every_steps, cfg.checkpoint.every_steps, cfg.training.log_every
-    with contextlib.closing(feed):  # its workers end on every way out of the loop, errors included
+    # its workers end on every way out of the loop, errors included; a log line clears the bar first (tqdm's
+    # redirect), so the two never share a line in a pod's log
+    with contextlib.closing(feed), logging_redirect_tqdm():
         if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
             resume.set_rng(t.rng, t.device)
             t.rng = None

@@ -240,6 +240,7 @@ class _Runner:
     def _start(self, trial: Trial) -> None:
         tdir = self.root / trial.name
         self._write(tdir, {"state": "Running", "started": _now()})
+        _wait_for_previous_replay(tdir, trial.name)
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         with open(tdir / "log.txt", "ab") as log:
@@ -350,3 +351,23 @@ def _reason(log: Path, code: int) -> str:
         if found:
             return found[-1][:300]
     return f"exit code {code}"
+
+
+PREVIOUS_REPLAY_WAIT = 300.0  # seconds: a trial orphaned by a killed sweep checkpoints on SIGTERM, then exits
+
+
+def _wait_for_previous_replay(tdir: Path, name: str) -> None:
+    """A sweep killed outright sends its running trials SIGTERM (``PR_SET_PDEATHSIG``); each checkpoints and
+    exits, holding its workspace's lock until then. A sweep resumed at once waits for that, instead of
+    recording the trial as failed because its own earlier replay still holds the workspace."""
+    from operator_cli.local.run import LOCK_FILE
+
+    lock = FileLock(tdir / LOCK_FILE)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"tune: {name}: waiting for its earlier replay to checkpoint and stop", file=sys.stderr, flush=True)
+        with contextlib.suppress(Timeout):  # still held: the replay itself refuses, in one line
+            lock.acquire(timeout=PREVIOUS_REPLAY_WAIT)
+    if lock.is_locked:
+        lock.release()
