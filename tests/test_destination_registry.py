@@ -24,9 +24,10 @@ def test_each_scheme_parses_and_finds_its_uploader():
         assert type(uploader(dest)).__name__ == scheme.cls.split(":")[1]
         for one in scheme.credentials:  # any one set is enough
             assert credential_hint(dest, set(one)) is None
-        # a credential-free scheme (credentials=()) never misses one; any other names its first set's flags
+        # a credential-free scheme never misses one; any other names its first set's flags
         hint = credential_hint(dest, set())
-        assert hint is None if not scheme.credentials else f"--secret-env {scheme.credentials[0][0]}=" in hint[1]
+        free = not scheme.credentials or () in scheme.credentials  # () or ((),): nothing to set
+        assert hint is None if free else f"--secret-env {scheme.credentials[0][0]}=" in hint[1]
         assert re.fullmatch(DESTINATION_PATTERN, url) and f"{key}://" in DESTINATION_FORMS
     assert CREDENTIALS == {k: s.credentials for k, s in DESTINATIONS.items()}
     stores = "|".join(k for k, s in DESTINATIONS.items() if not s.hub)
