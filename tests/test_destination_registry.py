@@ -3,14 +3,15 @@ credential line and the uploader all read it, and the CLI reads it without impor
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from trainer.config.base import DESTINATION_PATTERN, parse_destination
-from trainer.destinations import CREDENTIALS, DESTINATIONS, credential_hint, uploader
+from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, parse_destination
+from trainer.destinations import CREDENTIALS, DESTINATIONS, Scheme, credential_hint, uploader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,10 +22,22 @@ def test_each_scheme_parses_and_finds_its_uploader():
         dest = parse_destination(url)
         assert (dest.scheme, dest.hub, str(dest)) == (key, scheme.hub, url.rstrip("/") if scheme.hub else url)
         assert type(uploader(dest)).__name__ == scheme.cls.split(":")[1]
-        assert credential_hint(dest, set(scheme.credentials[-1])) is None
-        assert credential_hint(dest, set()) is not None
+        for one in scheme.credentials:  # any one set is enough
+            assert credential_hint(dest, set(one)) is None
+        # a credential-free scheme never misses one; any other names its first set's flags
+        hint = credential_hint(dest, set())
+        free = not scheme.credentials or () in scheme.credentials  # () or ((),): nothing to set
+        assert hint is None if free else f"--secret-env {scheme.credentials[0][0]}=" in hint[1]
+        assert re.fullmatch(DESTINATION_PATTERN, url) and f"{key}://" in DESTINATION_FORMS
     assert CREDENTIALS == {k: s.credentials for k, s in DESTINATIONS.items()}
-    assert DESTINATION_PATTERN.startswith("^((s3|gs|az)://") and "|hf://" in DESTINATION_PATTERN
+    stores = "|".join(k for k, s in DESTINATIONS.items() if not s.hub)
+    assert DESTINATION_PATTERN.startswith(f"^(({stores})://") and "|hf://" in DESTINATION_PATTERN
+
+
+def test_a_credential_free_scheme_has_no_hint():
+    """``credentials=()`` (a mounted directory) is accepted and never asks for a ``--secret-env``."""
+    assert Scheme("file", (), "local:Directory").hint(set()) is None
+    assert Scheme("file", (), "local:Directory").hint({"HF_TOKEN"}) is None
     with pytest.raises(ValueError, match=r"ftp:// is not an export destination; use s3://BUCKET/PREFIX/, gs://\.\.\."):
         parse_destination("ftp://host/x")
 

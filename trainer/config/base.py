@@ -19,7 +19,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from trainer.destinations import DESTINATIONS
 
-__all__ = ["DESTINATION_PATTERN", "OBJECT_SCHEMES", "Destination", "Location", "Strict", "parse_destination"]
+__all__ = [
+    "DESTINATION_FORMS",
+    "DESTINATION_PATTERN",
+    "OBJECT_SCHEMES",
+    "Destination",
+    "Location",
+    "Strict",
+    "parse_destination",
+]
 
 # Where a source may live besides a local path: staged by trainer/storage/sources.py (hf:// goes to the hub's client)
 OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
@@ -84,6 +92,12 @@ DESTINATION_PATTERN = (
     rf"{_either(_HUB_SCHEMES)}://[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*/?)$"
 )
 """``export.destination`` as the chart's schema checks it (:func:`parse_destination` checks more)."""
+DESTINATION_FORMS = (
+    f"{_STORE_SCHEMES[0]}://BUCKET/PREFIX/"
+    + (f" ({', '.join(f'{k}://' for k in _STORE_SCHEMES[1:])} alike)" if _STORE_SCHEMES[1:] else "")
+    + "".join(f" or {k}://ORG/NAME (a Hub model repository)" for k in _HUB_SCHEMES)
+)
+"""``export.destination``'s forms, for its description: every scheme of the registry, none hand-listed."""
 _USE = ", ".join([f"{_STORE_SCHEMES[0]}://BUCKET/PREFIX/", *(f"{k}://..." for k in _STORE_SCHEMES[1:])]) + "".join(
     f" or {k}://ORG/NAME" for k in _HUB_SCHEMES
 )  # the schemes, as the refusal of another lists them

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from trainer.config.base import DESTINATION_PATTERN, Location, Strict, parse_destination
+from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, Location, Strict, parse_destination
 from trainer.config.mine import MineConfig
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
@@ -225,8 +225,8 @@ class ExportConfig(Strict):
     """Where the trained model goes when the job ends (``trainer/storage/export.py``)."""
 
     destination: Annotated[str, AfterValidator(_destination)] = Field(
-        description="s3://BUCKET/PREFIX/ (gs://, az:// alike) or hf://ORG/NAME (a Hub model repository). The "
-        "final model (with its card), metrics.json and a manifest go there; credentials come from the environment.",
+        description=f"{DESTINATION_FORMS}. The final model (with its card), metrics.json and a manifest go there; "
+        "credentials come from the environment.",
         json_schema_extra={"pattern": DESTINATION_PATTERN},
     )
     include: list[Literal["best-model", "index", "checkpoint"]] = Field(

@@ -18,8 +18,8 @@ An uploader (:class:`Uploader`) has ``preflight(cfg, dest, hint)`` (at start: th
 and ``upload(cfg, dest, plan, manifest, done)`` (manifest last). A new destination is one module (its
 uploader) and one line here.
 
->>> sorted(DESTINATIONS)
-['az', 'gs', 'hf', 's3']
+>>> {"s3", "gs", "az", "hf"} <= set(DESTINATIONS)
+True
 >>> [k for k, s in DESTINATIONS.items() if s.hub]
 ['hf']
 """
@@ -42,7 +42,8 @@ class Scheme:
     key: str
     credentials: tuple[tuple[str, ...], ...]
     """Sets of environment variables, any one set enough. Where none is set, an object store's client falls
-    back to the node's identity (instance metadata, EKS/GKE/AKS workload identity); the Hub has none."""
+    back to the node's identity (instance metadata, EKS/GKE/AKS workload identity); the Hub has none.
+    ``()``: the destination needs no credential (a mounted directory), so nothing is ever missing."""
     cls: str  # "module:Class" under trainer.destinations, imported when an export runs
     hub: bool = False
     """A Hub model repository (``ORG/NAME``, with ``export.revision``, ``private`` and ``replace``), not
@@ -50,8 +51,12 @@ class Scheme:
     needs: str = "needs credentials"  # the missing-credentials line's words
 
     def hint(self, env: Collection[str]) -> tuple[str, str] | None:
-        """(what is missing, the flags that pass it) when ``env`` holds none of the credential sets; else None."""
-        if any(all(var in env for var in one) for one in self.credentials):
+        """(what is missing, the flags that pass it) when ``env`` holds none of the credential sets; else None.
+
+        >>> Scheme("file", (), "local:Directory").hint(set()) is None  # a credential-free scheme misses nothing
+        True
+        """
+        if not self.credentials or any(all(var in env for var in one) for one in self.credentials):
             return None
         return self.needs, " and ".join(f"--secret-env {v}=SECRET/KEY" for v in self.credentials[0])
 
