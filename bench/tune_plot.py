@@ -45,7 +45,7 @@ def plot(record: dict, path: Path) -> None:
     ax.set_xticks(range(1, len(trials) + 1))
     ax.set_xlabel("trial")
     ax.set_ylabel(f"{record['metric']} ({record['engine']} sweep {record['name']})")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")  # matplotlib picks the corner with the fewest points under it
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
