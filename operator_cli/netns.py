@@ -21,7 +21,7 @@ from pathlib import Path
 
 from operator_cli.errors import CliError
 
-__all__ = ["Network", "available"]
+__all__ = ["Network", "available", "remove"]
 
 NETNS_ETC = Path("/etc/netns")
 
@@ -91,8 +91,19 @@ class Network:
     def wrap(self, host: str, command: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[host], *command]
 
+    @property
+    def names(self) -> list[str]:
+        """Every namespace this run created, the switch's last."""
+        return [*self.namespaces.values(), self.switch]
+
     def destroy(self) -> None:
         """Remove every namespace (and so every veth) and hosts file this run created."""
-        for ns in [*self.namespaces.values(), self.switch]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
+        remove(self.names)
+
+
+def remove(namespaces: list[str]) -> None:
+    """Delete these namespaces and their hosts files; one already gone is skipped. Also the reaper's, for a
+    ``local`` killed before its own clean-up (operator_cli/local/processes.py)."""
+    for ns in namespaces:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)

@@ -18,7 +18,7 @@ from operator_cli.local import plan_replicas
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
 from tests.helpers import ROOT
-from tests.helpers.local import local_workdir
+from tests.helpers.local import local_workdir, run_job
 
 CLI = [sys.executable, "-m", "operator_cli.cli"]
 
@@ -312,7 +312,7 @@ def _netns_reason() -> str | None:
 @pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
 def test_isolated_network_namespaces(tmp_path, tiny_model):
     wd = local_workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
-    res = subprocess.run(_local(wd, "--isolate-network", "-v"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = run_job(_local(wd, "--isolate-network", "-v"), cwd=ROOT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     addrs = dict(pair.split("=") for pair in res.stderr.split("network namespaces: ")[1].splitlines()[0].split(", "))
     assert set(addrs) == {"tiny-master-0", "tiny-worker-0"} and not addrs["tiny-master-0"].startswith("127.")
@@ -321,6 +321,38 @@ def test_isolated_network_namespaces(tmp_path, tiny_model):
     assert "job tiny succeeded: 2 steps" in res.stdout
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "ck8s-" not in left and not list(Path("/etc/netns").glob("ck8s-*"))
+
+
+def _namespaces() -> set[str]:
+    return {
+        line.split()[0]
+        for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
+def test_a_sigkilled_local_takes_its_network_namespaces_with_it(tmp_path, tiny_model):
+    """SIGKILL leaves `local` no clean-up of its own: its reaper removes the namespaces it was told of."""
+    wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
+    before = _namespaces()
+    proc = subprocess.Popen(
+        _local(wd, "--isolate-network"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.time() + 240
+    for line in proc.stdout:  # until both replicas train
+        if "INFO step 2/400" in line:
+            break
+        assert time.time() < deadline and proc.poll() is None, line
+    made = _namespaces() - before
+    assert len(made) == 3  # two replicas and the switch
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while _namespaces() & made and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _namespaces() & made
+    assert not [p for p in Path("/etc/netns").glob("ck8s-*") if p.name in made]
 
 
 def test_trainjob_replica_env_is_v2s(tmp_path):
@@ -353,7 +385,7 @@ def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny
     digests = {}
     for api in ("pytorchjob", "trainjob"):
         wd = local_workdir(tmp_path / api, tiny_model, 32, {"training.max_steps": 4})
-        res = subprocess.run(_local(wd, "--api", api, "-v"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        res = run_job(_local(wd, "--api", api, "-v"), cwd=ROOT)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         master = wd / "pods" / ("tiny-master-0" if api == "pytorchjob" else "tiny-node-0-0")
         assert json.loads((master / "output" / "metrics.json").read_text())["world_size"] == 2
@@ -370,9 +402,7 @@ def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny
 @pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
 def test_trainjob_in_network_namespaces_uses_v2s_master_name(tmp_path, tiny_model):
     wd = local_workdir(tmp_path, tiny_model, 16, {"training.max_steps": 2})
-    res = subprocess.run(
-        _local(wd, "--api", "trainjob", "--isolate-network"), cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    res = run_job(_local(wd, "--api", "trainjob", "--isolate-network", "-v"), cwd=ROOT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "--master_addr=tiny-node-0-0.tiny" in res.stdout and "--master_port=29500" in res.stdout
     assert "job tiny succeeded: 2 steps" in res.stdout
@@ -397,6 +427,12 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     assert len(trainers) >= 2
     made = set(Path(tempfile.gettempdir()).glob("tiny-config-*")) - before
     assert len(made) == 1
+    trainers[0].send_signal(signal.SIGUSR1)  # a hang's diagnosis: every thread's stack, and training goes on
+    for line in proc.stdout:
+        if "(most recent call first)" in line:
+            break
+        assert time.time() < deadline and proc.poll() is None, line
+    assert trainers[0].is_running()
     proc.kill()  # the local process only, not its group
     proc.wait()
     gone, alive = psutil.wait_procs([p for p in descendants if p.is_running()], timeout=15)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import logging
 import os
 import shutil
@@ -42,7 +43,7 @@ from trainer.run.preemption import EXIT_PREEMPTED, Preempted
 from trainer.storage import export
 from trainer.storage.export import ExportFailed
 
-__all__ = ["main", "setup_logging", "stage", "launch_torchrun"]
+__all__ = ["dump_stacks_on_sigusr1", "main", "setup_logging", "stage", "launch_torchrun"]
 
 log = logging.getLogger("trainer")
 
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     escapes included (Python prints its traceback and exits 1): said nothing, it counted as a lost peer
     (129, retryable), so the same bug failed a one-process pod at once and was retried under torchrun."""
     code = 1  # Python's exit code for an exception that escapes
+    dump_stacks_on_sigusr1()
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:  # argparse's 2
@@ -74,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(OSError):
                 (Path(exit_dir) / f"{os.environ.get('RANK', '0')}.code").write_text(str(code))
     return code
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` (``kubectl exec POD -- kill -USR1 1``) prints every thread's Python stack to stderr
+    and the process goes on: a job that hangs says where, without a debugger in the image."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _main(argv: list[str]) -> int:

@@ -16,13 +16,23 @@ from operator_cli.lines import text_lines
 from operator_cli.local.output import shown
 from operator_cli.local.replicas import Replica
 
-__all__ = ["kill_group", "start", "start_reaper", "stop", "tagged_with_prefix", "wait_any_failure"]
+__all__ = [
+    "kill_group",
+    "reap_network",
+    "start",
+    "start_reaper",
+    "stop",
+    "tagged_with_prefix",
+    "wait_any_failure",
+]
 
 # The reaper: waits for EOF on its stdin, which comes when `local` ends however it ends (SIGKILL included:
-# the kernel closes the pipe), then kills every process of this run's replicas and removes the temp dir.
+# the kernel closes the pipe), then kills every process of this run's replicas and removes the temp dir
+# and the network namespaces `local` wrote to it.
 _REAPER = """
 import os, shutil, signal, sys, time
-sys.stdin.buffer.read()
+from pathlib import Path
+namespaces = sys.stdin.buffer.read().decode().split()  # what `local` wrote before it ended: its own, by name
 from operator_cli.local.processes import tagged_with_prefix
 for _ in range(5):  # a launcher may fork once more while the first sweep runs
     for pid in tagged_with_prefix(sys.argv[1].encode()):
@@ -32,6 +42,9 @@ for _ in range(5):  # a launcher may fork once more while the first sweep runs
             pass
     time.sleep(0.1)
 shutil.rmtree(sys.argv[2], ignore_errors=True)
+if namespaces:
+    from operator_cli.netns import remove
+    remove(namespaces)
 """
 
 
@@ -128,8 +141,9 @@ def _environ_matches(match) -> list[int]:
 
 def start_reaper(tag_prefix: bytes, temp_dir: Path) -> subprocess.Popen:
     """A watcher in a session of its own that outlives this process: when ``local`` ends, even by SIGKILL,
-    its stdin closes, and it kills every process tagged ``tag_prefix`` and removes ``temp_dir``. A pod's
-    containers end with the pod; the replicas (in sessions of their own) otherwise trained on."""
+    its stdin closes, and it kills every process tagged ``tag_prefix`` and removes ``temp_dir``, and the network
+    namespaces named on its stdin (:func:`reap_network`). A pod's containers end with the pod; the replicas (in
+    sessions of their own) otherwise trained on, and the namespaces stayed."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen(
@@ -140,6 +154,13 @@ def start_reaper(tag_prefix: bytes, temp_dir: Path) -> subprocess.Popen:
         start_new_session=True,
         env=env,
     )
+
+
+def reap_network(reaper: subprocess.Popen, namespaces: list[str]) -> None:
+    """Tell the reaper the network namespaces this run made: it removes them too, if ``local`` is killed
+    before its own clean-up runs."""
+    reaper.stdin.write(" ".join(namespaces).encode() + b"\n")
+    reaper.stdin.flush()
 
 
 def wait_any_failure(replicas: list[Replica]) -> Replica | None:

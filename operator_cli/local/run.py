@@ -21,7 +21,7 @@ from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import plan_pods
 from operator_cli.local.elastic import replay_elastic
-from operator_cli.local.processes import start, start_reaper, stop, wait_any_failure
+from operator_cli.local.processes import reap_network, start, start_reaper, stop, wait_any_failure
 from operator_cli.local.replicas import POD_TAG, Replica, plan_replicas, unsupported
 from operator_cli.local.workspaces import announce_storage, prepare_pod_workspaces
 from operator_cli.netns import Network
@@ -124,6 +124,7 @@ def _replay(plan: PodPlan, objects: list[KubeObject], workdir: Path, isolate_net
     network = None
     if isolate_network:
         network = Network.create(plan.hosts, domain=plan.domain)
+        reap_network(reaper, network.names)  # gone even if this process is killed
         click.echo(
             "local: replicas isolated in network namespaces: "
             + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),

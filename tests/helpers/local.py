@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
+import pytest
 import yaml
 
 from tests.helpers import write_triplets
@@ -41,3 +47,30 @@ def s3_flags(endpoint: str) -> list[str]:
     values from the caller's environment: pass ``MotoS3.env``), its endpoint and region as plain variables."""
     secrets = ["--secret-env", "AWS_ACCESS_KEY_ID=s3/id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3/secret"]
     return [*secrets, "--env", f"AWS_ENDPOINT_URL={endpoint}", "--env", "AWS_REGION=us-east-1"]
+
+
+def run_job(cmd: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)``, except that a job still running after ``timeout``
+    fails the test with where it hangs: every trainer below it is sent SIGUSR1 (each prints its threads' stacks,
+    trainer/cli.py), then the command SIGTERM (SIGKILL a minute later), and the output's tail is the failure message."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                if "trainer" in " ".join(p.cmdline()):
+                    p.send_signal(signal.SIGUSR1)
+        time.sleep(3)  # the stacks reach the pipes
+        proc.terminate()  # `local` stops its replicas and removes what it made, as on Ctrl-C
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            for p in [*tree, psutil.Process(proc.pid)]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            out, err = proc.communicate()
+        where = f"{' '.join(cmd[:6])} ... still running after {timeout}s"
+        pytest.fail(f"{where}; the trainers' stacks and the output:\n{out[-8000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
