@@ -85,7 +85,7 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     """bench/nfcorpus.py on a three-document BEIR layout (the suite never needs ../shared): every train qrel
     becomes a row, the reference's input keeps rows_per_query of each query, and the paired gain is the
     per-seed difference."""
-    from bench.nfcorpus import ARMS, RECIPE, paired, prepare
+    from bench.nfcorpus import ARMS, RECIPE, paired, prepare, summarize, table
 
     (tmp_path / "qrels").mkdir()
     docs = [{"_id": f"d{i}", "title": f"T{i}", "text": f"text {i}"} for i in range(3)]
@@ -107,6 +107,12 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     got = paired(runs, base)
     assert got["gain"] == pytest.approx(0.1) and got["worst"] == pytest.approx(0.1)
     assert got["low"] <= got["gain"] <= got["high"]
+    extra = {"recall@100": 0.5, "wall_seconds": 1.0, "rows": 2}
+    summary = summarize({"bm25-1": {s: {**r, **extra} for s, r in base.items()},
+                         "recipe": {s: {**r, **extra} for s, r in runs.items()}})  # fmt: skip
+    assert summary["recipe"]["paired"]["bm25-1"]["gain"] == pytest.approx(0.1) and not summary["bm25-1"]["paired"]
+    row = table({"summary": summary}).splitlines()[-1]
+    assert row.startswith("| recipe | 2 | 0.6000") and "+0.1000 (+0.1000)" in row
     import yaml
 
     shipped = yaml.safe_load(RECIPE.read_text())["mine"]
