@@ -254,15 +254,21 @@ def test_global_batch_without_the_gather_is_refused_for_contrastive_losses():
 
 
 @pytest.mark.slow
-def test_teacher_scores_are_the_same_bits_on_one_rank_and_two(tmp_path, tiny_model):
-    """More rows than a block, so both ranks score: dealt row by row, a rank's batches held other rows
-    (other padding) than one rank's did."""
+@pytest.mark.parametrize("kind", ["cross-encoder", "bi-encoder"])
+def test_teacher_scores_are_the_same_bits_on_one_rank_and_two(tmp_path, tiny_model, kind):
+    """More rows (a cross-encoder's unit) and texts (a bi-encoder's) than a block, so both ranks score: dealt
+    one by one, a rank's batches held other rows (other padding) than one rank's did."""
+    from sentence_transformers import SentenceTransformer, models
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     ce = tmp_path / "ce"
     torch.manual_seed(0)
-    BertForSequenceClassification(BertConfig.from_pretrained(tiny_model, num_labels=1)).save_pretrained(ce)
-    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(ce)
+    if kind == "cross-encoder":
+        BertForSequenceClassification(BertConfig.from_pretrained(tiny_model, num_labels=1)).save_pretrained(ce)
+        AutoTokenizer.from_pretrained(tiny_model).save_pretrained(ce)
+    else:
+        word = models.Transformer(str(tiny_model))
+        SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension())]).save(str(ce))
     data = write_triplets(tmp_path / "t.jsonl", 150)
     tables = []
     for world in (1, 2):

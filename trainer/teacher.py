@@ -3,9 +3,10 @@
 PyLate's distillation loss needs, per query, scores of its documents from a stronger model; PyLate
 never produces them. Here any sentence-transformers ``CrossEncoder`` (raw logits: the loss applies
 its own softmax), sentence-transformers bi-encoder (cosine times ``scale``) or PyLate ColBERT model
-(MaxSim) scores the rows, sharded over ranks in fixed blocks of
-``BLOCK`` rows (block b goes to rank b mod W) and gathered. Each block is scored alone, with the same
-forward passes on any world size, so the scores are the same bits on 1 rank or 64.
+(MaxSim) scores the rows, sharded over ranks in fixed blocks of ``BLOCK`` rows (block b goes to rank
+b mod W) and gathered. Each block is scored alone, with the same forward passes on any world size, so the
+scores are the same bits on 1 rank or 64. A bi-encoder scores no pair together, so it encodes each distinct
+text once instead, in fixed blocks of ``BLOCK`` texts dealt the same way, and takes dot products.
 
 A cross-encoder must give one logit per pair: transformers' default head has two, NLI models three, and
 flattening those would hand every row its neighbours' logits. Any other count is refused in one line.
@@ -107,6 +108,8 @@ class Teacher:
 
     def score(self, queries: list[str], documents: list[list[str]]) -> list[list[float]]:
         """Every rank passes the same rows; each scores its share, and all get every row's scores."""
+        if self.kind == "bi-encoder":  # no pair is scored together: each text is encoded once, then dot products
+            return self._cosines(queries, documents)
         rank, world = D.rank(), D.world_size()
         blocks = list(range(0, len(queries), BLOCK))[rank::world]
         local = [self._score(queries[b : b + BLOCK], documents[b : b + BLOCK]) for b in blocks]
@@ -135,8 +138,6 @@ class Teacher:
                     "pairs; give a reranker with one logit per pair (num_labels 1)"
                 )
             flat = flat.float().reshape(-1).tolist()
-        elif self.kind == "bi-encoder":
-            flat = self._cosines(queries, documents)
         else:
             from pylate.scores import colbert_scores
 
@@ -156,10 +157,28 @@ class Teacher:
             at += len(docs)
         return out
 
-    def _cosines(self, queries: list[str], documents: list[list[str]]) -> list[float]:
-        """Each (query, document) pair's cosine times ``scale``, row by row in the rows' own order."""
+    def _cosines(self, queries: list[str], documents: list[list[str]]) -> list[list[float]]:
+        """Each (query, document) pair's cosine times ``scale``, row by row in the rows' own order.
+
+        A document sits in many rows (a positive of several queries, a negative of dozens): each distinct
+        text is encoded once, not once per row (NFCorpus with all labels: 3.6k documents, not 37k encodings)."""
+        q_texts, d_texts = sorted(set(queries)), sorted({d for docs in documents for d in docs})
+        q, d = self._encode_shared(q_texts), self._encode_shared(d_texts)
+        q_at, d_at = {t: i for i, t in enumerate(q_texts)}, {t: i for i, t in enumerate(d_texts)}
+        lengths = torch.tensor([len(docs) for docs in documents])
+        rows = torch.repeat_interleave(torch.tensor([q_at[t] for t in queries], dtype=torch.long), lengths)
+        cols = torch.tensor([d_at[t] for docs in documents for t in docs], dtype=torch.long)
+        flat = ((q[rows] * d[cols]).sum(-1).float() * self.cfg.scale).tolist()
+        return [flat[a - n : a] for a, n in zip(torch.cumsum(lengths, 0).tolist(), lengths.tolist())]
+
+    def _encode_shared(self, texts: list[str]) -> torch.Tensor:
+        """Normalised embeddings of ``texts`` (sorted, distinct): fixed blocks of ``BLOCK`` texts, block b on rank
+        b mod W, each encoded alone (the same bits on any world size), gathered on every rank."""
+        rank, world = D.rank(), D.world_size()
         encode = dict(batch_size=self.cfg.batch_size, convert_to_tensor=True, normalize_embeddings=True)
-        q = self.model.encode(queries, **encode)
-        d = self.model.encode([t for docs in documents for t in docs], **encode)
-        row = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([len(docs) for docs in documents]))
-        return ((q[row] * d).sum(-1).float() * self.cfg.scale).tolist()
+        blocks = list(range(0, len(texts), BLOCK))[rank::world]
+        local = [(b, self.model.encode(texts[b : b + BLOCK], **encode).cpu()) for b in blocks]
+        parts = sorted((pair for part in D.gather_objects(local) for pair in part), key=lambda pair: pair[0])
+        if not parts:
+            return torch.empty(0, self.model.get_sentence_embedding_dimension())
+        return torch.cat([e for _, e in parts])
