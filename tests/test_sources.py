@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import write_triplets
 from tests.helpers.local import local_command, s3_flags
@@ -180,6 +181,34 @@ def test_streaming_batches_equal_pretokenized_batches(tmp_path, tiny_model):
             assert torch.equal(a.queries[k], b.queries[k])
         for k in a.documents:
             assert torch.equal(a.documents[k], b.documents[k])
+
+
+def test_no_duplicates_batches_hold_no_text_twice_and_split_as_one_batch(tmp_path):
+    """training.batch_sampler no_duplicates, against a plain check of every global batch's texts: none twice
+    (the random sampler does repeat them on these rows), every row once per epoch, and 2 ranks x 2 rows take
+    exactly the rows 1 rank x 4 takes (the gather's split invariance)."""
+    from trainer.data import StreamingData
+
+    path = tmp_path / "dups.jsonl"
+    rows_in = [{"query": f"q{i}", "positive": f"doc {i % 12}", "negative": f"other {i % 16}"} for i in range(96)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    rows = load_rows(DataSource(path=str(path)), False, tmp_path / "cache")
+
+    def repeats(data: StreamingData, step: int) -> int:
+        got = torch.cat([data.indices(step, v) for v in range(data.virtual_ranks)]).tolist()
+        texts = [t for i in got for t in (rows_in[i]["query"], rows_in[i]["positive"], rows_in[i]["negative"])]
+        return len(texts) - len(set(texts))
+
+    steps = 96 // 4
+    plain = StreamingData(rows, None, 2, 2, seed=5)
+    assert sum(repeats(plain, s) for s in range(steps)) > 0  # the case the sampler is for
+    nodup = StreamingData(rows, None, 2, 2, seed=5, sampler="no_duplicates")
+    assert [repeats(nodup, s) for s in range(steps - 2)] == [0] * (steps - 2)  # all but the epoch's tail
+    epoch = torch.cat([nodup.indices(s, v) for s in range(steps) for v in range(2)]).tolist()
+    assert sorted(epoch) == list(range(96))
+    one = StreamingData(rows, None, 4, 1, seed=5, sampler="no_duplicates")
+    for s in range(steps + 3):  # into the next epoch, another permutation
+        assert torch.equal(torch.cat([nodup.indices(s, 0), nodup.indices(s, 1)]), one.indices(s, 0))
 
 
 def test_arrow_copy_is_reused_and_rebuilt_when_the_source_changes(tmp_path):

@@ -120,7 +120,7 @@ def build(
     scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
-    data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed)
+    data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed, tcfg.batch_sampler)
     labelled = None
     if getattr(cfg.loss, "mask_labelled_positives", False):
         source = labelled_from or cfg.data.train

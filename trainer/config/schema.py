@@ -147,6 +147,13 @@ class TrainingConfig(Strict):
         "the rest.",
     )
     learning_rate: float = Field(3e-5, gt=0, lt=1)
+    batch_sampler: Literal["random", "no_duplicates"] = Field(
+        "random",
+        description="random: each epoch a seeded permutation, cut into global batches. no_duplicates: the same "
+        "permutation, with a row whose query or document is already in the global batch moved to the next one "
+        "(sentence-transformers' NO_DUPLICATES): a text twice in a batch is an in-batch negative equal to a "
+        "positive. The same batches on any world size either way.",
+    )
     head_learning_rate: float | None = Field(
         None,
         gt=0,

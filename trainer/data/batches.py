@@ -8,6 +8,11 @@ therefore needs only the step, every rank gets an equal batch (the tail that wou
 batch is dropped), and one process with batch ``W*b`` sees exactly the examples that ``W`` ranks
 with batch ``b`` see together.
 
+**No duplicates** (``training.batch_sampler: no_duplicates``). The epoch's permutation is reordered so no
+query or document text appears twice in a global batch (:func:`no_duplicates_order`): a row that would repeat
+one waits for the next batch. Still a function of (seed, step) alone, and of the global batch, never of how it
+is split, so a checkpoint resumes on it and 1 or W ranks see the same rows.
+
 **Tokens.** :class:`StreamingData` tokenises a rank's share when its batch is built (in DataLoader
 workers, ahead of the step, pinned for the copy to the GPU); :class:`TokenizedData` tokenises every
 row up front (``data.pretokenize: true``, for small sets). Both pad to the model's lengths and trim
@@ -21,6 +26,7 @@ shift a resumed run's dropout masks).
 
 from __future__ import annotations
 
+import collections
 import math
 import signal
 from collections.abc import Iterator
@@ -31,7 +37,7 @@ import torch
 from trainer.data.labelled import text_key
 from trainer.data.rows import DataError, Rows
 
-__all__ = ["Batch", "StreamingData", "TokenizedData", "batches"]
+__all__ = ["Batch", "StreamingData", "TokenizedData", "batches", "no_duplicates_order"]
 
 
 @dataclass
@@ -89,7 +95,7 @@ class _Schedule:
 
     keys = False  # set to give each batch its texts' keys (loss.mask_labelled_positives)
 
-    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int):
+    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int, sampler: str = "random"):
         self.rows, self.model, self.per_device, self.seed = rows, model, per_device, seed
         self.virtual_ranks = virtual_ranks  # processes x accumulation micro-batches
         self.global_batch = per_device * virtual_ranks
@@ -100,6 +106,7 @@ class _Schedule:
                 f"({virtual_ranks} micro-batches of {per_device}); lower training.per_device_batch_size or add rows"
             )
         self._perm: tuple[int, torch.Tensor] | None = None
+        self._texts = _row_keys(rows) if sampler == "no_duplicates" else None  # before DataLoader workers fork
 
     @property
     def steps_per_epoch(self) -> int:
@@ -112,12 +119,53 @@ class _Schedule:
         epoch, pos = divmod(step, self.steps_per_epoch)
         if self._perm is None or self._perm[0] != epoch:  # one permutation per epoch, not per step
             g = torch.Generator().manual_seed(self.seed + epoch)
-            self._perm = (epoch, torch.randperm(len(self.rows), generator=g))
+            perm = torch.randperm(len(self.rows), generator=g)
+            if self._texts is not None:
+                perm = torch.tensor(no_duplicates_order(perm.tolist(), self._texts, self.global_batch))
+            self._perm = (epoch, perm)
         global_idx = self._perm[1][pos * self.global_batch : (pos + 1) * self.global_batch]
         return global_idx[rank * self.per_device : (rank + 1) * self.per_device]
 
     def host_batch(self, step: int, rank: int) -> Batch:
         raise NotImplementedError
+
+
+def _row_keys(rows: Rows, chunk: int = 65_536) -> list[tuple[int, ...]]:
+    """Each row's texts (its query and documents) as keys, read a chunk of rows at a time."""
+    keys: list[tuple[int, ...]] = []
+    for start in range(0, len(rows), chunk):
+        queries, documents, _ = rows.take(list(range(start, min(start + chunk, len(rows)))))
+        keys += [(text_key(q), *map(text_key, docs)) for q, docs in zip(queries, documents)]
+    return keys
+
+
+def no_duplicates_order(order: list[int], texts: list[tuple], batch: int) -> list[int]:
+    """``order`` rearranged so that each run of ``batch`` rows shares no text (``texts[i]``: row i's keys): a row
+    that repeats one of the batch's texts is put off to the next batch, ahead of the rows not yet placed. Every
+    row is kept; only where nothing left fits are duplicates let in (the epoch's last batches).
+
+    >>> texts = [("q1", "d1"), ("q2", "d1"), ("q3", "d2"), ("q4", "d3")]
+    >>> no_duplicates_order([0, 1, 2, 3], texts, 2)
+    [0, 2, 1, 3]
+    >>> no_duplicates_order([0, 1], [("q", "d"), ("q", "e")], 2)  # nothing else to take: kept as it comes
+    [0, 1]
+    """
+    out: list[int] = []
+    pending = collections.deque(order)
+    while pending:
+        taken, seen, put_off = [], set(), []
+        while pending and len(taken) < batch:
+            i = pending.popleft()
+            if seen.isdisjoint(texts[i]):
+                taken.append(i)
+                seen.update(texts[i])
+            else:
+                put_off.append(i)
+        fill = batch - len(taken)  # the epoch ran out of rows that fit
+        taken += put_off[:fill]
+        out += taken
+        pending.extendleft(reversed(put_off[fill:]))
+    return out
 
 
 class StreamingData(_Schedule):
@@ -135,8 +183,8 @@ class StreamingData(_Schedule):
 class TokenizedData(_Schedule):
     """Every row tokenised up front (``data.pretokenize: true``): fast steps, memory linear in rows."""
 
-    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int):
-        super().__init__(rows, model, per_device, virtual_ranks, seed)
+    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int, sampler: str = "random"):
+        super().__init__(rows, model, per_device, virtual_ranks, seed, sampler)
         queries, documents, scores = rows.all()
         self.queries = _tokenize(model, queries, is_query=True)
         flat_docs = [d for docs in documents for d in docs]
