@@ -297,21 +297,22 @@ def _rounded(run: dict) -> dict:
 
 
 def paired(runs: dict[int, dict], base: dict[int, dict], draws: int = 2000) -> dict:
-    """Mean paired gain over seeds, the worst seed, and a 95% bootstrap interval over (seed, query) pairs."""
+    """Mean paired gain over seeds, the worst seed, and a 95% bootstrap interval: each draw resamples the
+    queries once and takes the same ones in every seed (a hard query is hard in every seed, so seeds are not
+    independent samples of queries)."""
     seeds = [s for s in runs if s in base]
     gains = [runs[s]["ndcg@10"] - base[s]["ndcg@10"] for s in seeds]
-    diffs = [
-        [runs[s]["per_query"][q] - base[s]["per_query"][q] for q in base[s]["per_query"]]
-        for s in seeds
-        if runs[s]["per_query"] and base[s]["per_query"]
-    ]
+    with_queries = [s for s in seeds if runs[s]["per_query"] and base[s]["per_query"]]
+    queries = sorted(base[with_queries[0]]["per_query"]) if with_queries else []
+    diffs = [[runs[s]["per_query"][q] - base[s]["per_query"][q] for q in queries] for s in with_queries]
     low = high = None
     if diffs:
-        rng, n = random.Random(0), len(diffs[0])
-        means = sorted(
-            statistics.mean(statistics.mean(d[rng.randrange(n)] for _ in range(n)) for d in diffs)
-            for _ in range(draws // 10)
-        )
+        rng, n = random.Random(0), len(queries)
+        means = []
+        for _ in range(draws // 10):
+            pick = [rng.randrange(n) for _ in range(n)]
+            means.append(statistics.mean(statistics.mean(d[i] for i in pick) for d in diffs))
+        means.sort()
         low, high = means[int(0.025 * len(means))], means[int(0.975 * len(means)) - 1]
     return {"gain": statistics.mean(gains), "worst": min(gains), "low": low, "high": high}
 

@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,22 +56,33 @@ class Network:
     namespaces: dict[str, str] = field(default_factory=dict)  # host name -> namespace
     hosts: dict[str, str] = field(default_factory=dict)  # host name -> address
 
+    created: list[str] = field(default_factory=list)  # every namespace `ip netns add` made, in order
+
     @classmethod
-    def create(cls, hostnames: list[str], domain: str | None = None) -> Network:
-        """``domain``: also resolve ``<host>.<domain>`` (a JobSet's headless service: ``<job>-node-0-0.<job>``)."""
+    def create(
+        cls, hostnames: list[str], domain: str | None = None, made: Callable[[str], None] = lambda ns: None
+    ) -> Network:
+        """``domain``: also resolve ``<host>.<domain>`` (a JobSet's headless service: ``<job>-node-0-0.<job>``).
+        ``made``: called with each namespace as soon as it exists (``local``'s reaper hears of it at once)."""
         reason = available()
         if reason:
             raise CliError(f"--isolate-network is not possible here: {reason}", hint="run without --isolate-network")
         tag = secrets.token_hex(3)
         subnet = f"10.{200 + secrets.randbelow(50)}.{secrets.randbelow(256)}"
         net = cls(tag=tag, switch=f"ck8s-{tag}-sw")
+
+        def add(ns: str) -> None:
+            _ip("netns", "add", ns)
+            net.created.append(ns)
+            made(ns)
+
         try:
-            _ip("netns", "add", net.switch)
+            add(net.switch)
             _ip("-n", net.switch, "link", "add", "br0", "type", "bridge")
             _ip("-n", net.switch, "link", "set", "br0", "up")
             for i, host in enumerate(hostnames):
                 ns = f"ck8s-{tag}-{i}"
-                _ip("netns", "add", ns)
+                add(ns)
                 net.namespaces[host] = ns
                 net.hosts[host] = f"{subnet}.{i + 1}"
                 _ip("-n", net.switch, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -91,14 +103,9 @@ class Network:
     def wrap(self, host: str, command: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[host], *command]
 
-    @property
-    def names(self) -> list[str]:
-        """Every namespace this run created, the switch's last."""
-        return [*self.namespaces.values(), self.switch]
-
     def destroy(self) -> None:
-        """Remove every namespace (and so every veth) and hosts file this run created."""
-        remove(self.names)
+        """Remove every namespace (and so every veth) and hosts file this run created, and only those."""
+        remove(self.created)
 
 
 def remove(namespaces: list[str]) -> None:

@@ -411,12 +411,15 @@ def test_trainjob_in_network_namespaces_uses_v2s_master_name(tmp_path, tiny_mode
 @pytest.mark.slow
 def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tiny_model):
     """SIGKILL of the `local` process alone left 2 trainers and 2 DataLoader workers training on, and its
-    /tmp/<job>-config-* behind: a pod's containers end with the pod."""
+    /tmp/<job>-config-* behind: a pod's containers end with the pod. A TrainJob's, so each replica is a launcher,
+    torchrun's agent and a trainer: SIGUSR1 to a launcher (a pod's PID 1) has its trainer print its stacks."""
     import tempfile
 
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
     before = set(Path(tempfile.gettempdir()).glob("tiny-config-*"))
-    proc = subprocess.Popen(_local(wd), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _local(wd, "--api", "trainjob"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 240
     for line in proc.stdout:  # until both replicas train
         if "INFO step 2/400" in line:
@@ -427,12 +430,14 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     assert len(trainers) >= 2
     made = set(Path(tempfile.gettempdir()).glob("tiny-config-*")) - before
     assert len(made) == 1
-    trainers[0].send_signal(signal.SIGUSR1)  # a hang's diagnosis: every thread's stack, and training goes on
-    for line in proc.stdout:
-        if "(most recent call first)" in line:
+    deadline = time.time() + 60
+    launcher = next(p for p in descendants if "colbert-train" in " ".join(p.cmdline()))
+    launcher.send_signal(signal.SIGUSR1)  # a hang's diagnosis: every thread's stack, and training goes on
+    for line in proc.stdout:  # the trainer's stack, in its training loop (the launcher's own is in child.wait)
+        if 'trainer/train.py", line' in line:
             break
         assert time.time() < deadline and proc.poll() is None, line
-    assert trainers[0].is_running()
+    assert all(p.is_running() for p in trainers)
     proc.kill()  # the local process only, not its group
     proc.wait()
     gone, alive = psutil.wait_procs([p for p in descendants if p.is_running()], timeout=15)

@@ -144,6 +144,7 @@ def test_a_bi_encoder_teacher_scores_each_pair_by_its_scaled_cosine(tmp_path, ti
         want = [7.0 * float((qv * plain.encode([d], normalize_embeddings=True)[0]).sum()) for d in docs]
         assert got == pytest.approx(want, abs=1e-5)
     assert len({round(s, 6) for row in scores for s in row}) > 1  # not one constant
+    assert teacher.score([], []) == [] and teacher.score(["q"], [[]]) == [[]]  # a part whose rows all dropped
 
 
 # ---- 3. BM25: a document it scored 0 is never a negative ----------------------------------------------------

@@ -80,9 +80,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def dump_stacks_on_sigusr1() -> None:
     """``kill -USR1 <pid>`` (``kubectl exec POD -- kill -USR1 1``) prints every thread's Python stack to stderr
-    and the process goes on: a job that hangs says where, without a debugger in the image."""
+    and the process goes on: a job that hangs says where, without a debugger in the image. Under torchrun, PID 1
+    is the launcher: it passes the signal to the trainers (:func:`launch_torchrun`)."""
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def _dump_workers_of(agent: int) -> None:
+    """SIGUSR1 to each trainer torchrun's agent ``agent`` started (its children, as Linux lists them)."""
+    with contextlib.suppress(OSError):
+        for pid in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGUSR1)
 
 
 def _main(argv: list[str]) -> int:
@@ -238,6 +247,8 @@ def launch_torchrun(launch: Launch, argv: list[str]) -> int:
         sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
         for sig in (signal.SIGTERM, signal.SIGINT)
     }
+    if hasattr(signal, "SIGUSR1"):  # the stacks worth having are the trainers' (the agent would die of it)
+        signal.signal(signal.SIGUSR1, lambda _signum, _frame: _dump_workers_of(child.pid))
     try:
         code = child.wait()
         said = [p.read_text() for p in exit_dir.glob("*.code")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -156,11 +157,12 @@ def start_reaper(tag_prefix: bytes, temp_dir: Path) -> subprocess.Popen:
     )
 
 
-def reap_network(reaper: subprocess.Popen, namespaces: list[str]) -> None:
-    """Tell the reaper the network namespaces this run made: it removes them too, if ``local`` is killed
-    before its own clean-up runs."""
-    reaper.stdin.write(" ".join(namespaces).encode() + b"\n")
-    reaper.stdin.flush()
+def reap_network(reaper: subprocess.Popen, namespace: str) -> None:
+    """Tell the reaper of a network namespace this run made: it removes it too, if ``local`` is killed before
+    its own clean-up runs. A reaper already gone changes nothing here (``local`` still cleans up itself)."""
+    with contextlib.suppress(OSError):
+        reaper.stdin.write(namespace.encode() + b"\n")
+        reaper.stdin.flush()
 
 
 def wait_any_failure(replicas: list[Replica]) -> Replica | None:

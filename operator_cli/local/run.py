@@ -122,18 +122,17 @@ def _replay(plan: PodPlan, objects: list[KubeObject], workdir: Path, isolate_net
     for fname, text in config.items():
         (config_dir / fname).write_text(text)
     network = None
-    if isolate_network:
-        network = Network.create(plan.hosts, domain=plan.domain)
-        reap_network(reaper, network.names)  # gone even if this process is killed
-        click.echo(
-            "local: replicas isolated in network namespaces: "
-            + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
-            err=True,
-        )
     started = time.time()
     live: list[Replica] = []  # the replicas running now, for the cleanup below
     previous_term = signal.signal(signal.SIGTERM, _terminated)
     try:
+        if isolate_network:  # each namespace told to the reaper as it is made: gone even if this process is killed
+            network = Network.create(plan.hosts, domain=plan.domain, made=lambda ns: reap_network(reaper, ns))
+            click.echo(
+                "local: replicas isolated in network namespaces: "
+                + ", ".join(f"{h}={a}" for h, a in network.hosts.items()),
+                err=True,
+            )
         wrap = (lambda r: network.wrap(r.host, r.command)) if network else (lambda r: r.command)
 
         def new_replicas() -> list[Replica]:

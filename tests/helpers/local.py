@@ -52,24 +52,23 @@ def s3_flags(endpoint: str) -> list[str]:
 def run_job(cmd: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True)``, except that a job still running after ``timeout``
     fails the test with where it hangs: every trainer below it is sent SIGUSR1 (each prints its threads' stacks,
-    trainer/cli.py), then the command SIGTERM (SIGKILL a minute later), and the output's tail is the failure message."""
+    trainer/cli.py), then the command SIGTERM (SIGKILL a minute later: its reaper cleans up), and the output's
+    tail is the failure message."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-        for p in tree:
+        for p in psutil.Process(proc.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                if "trainer" in " ".join(p.cmdline()):
+                command = " ".join(p.cmdline())  # a trainer, not torchrun's agent (SIGUSR1 would end it)
+                if "trainer" in command and "torch.distributed.run" not in command:
                     p.send_signal(signal.SIGUSR1)
         time.sleep(3)  # the stacks reach the pipes
         proc.terminate()  # `local` stops its replicas and removes what it made, as on Ctrl-C
         try:
             out, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            for p in [*tree, psutil.Process(proc.pid)]:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
+            proc.kill()  # its reaper, left alive, ends the replicas and removes the namespaces
             out, err = proc.communicate()
         where = f"{' '.join(cmd[:6])} ... still running after {timeout}s"
         pytest.fail(f"{where}; the trainers' stacks and the output:\n{out[-8000:]}\n{err[-2000:]}")

@@ -150,9 +150,10 @@ class TrainingConfig(Strict):
     batch_sampler: Literal["random", "no_duplicates"] = Field(
         "random",
         description="random: each epoch a seeded permutation, cut into global batches. no_duplicates: the same "
-        "permutation, with a row whose query or document is already in the global batch moved to the next one "
+        "permutation, with a row whose query or document is already in the global batch put off to the next one "
         "(sentence-transformers' NO_DUPLICATES): a text twice in a batch is an in-batch negative equal to a "
-        "positive. The same batches on any world size either way.",
+        "positive. Where a few texts are in most rows, or at an epoch's end, batches still take repeats. The "
+        "same batches on any world size either way.",
     )
     head_learning_rate: float | None = Field(
         None,

@@ -9,9 +9,11 @@ batch is dropped), and one process with batch ``W*b`` sees exactly the examples 
 with batch ``b`` see together.
 
 **No duplicates** (``training.batch_sampler: no_duplicates``). The epoch's permutation is reordered so no
-query or document text appears twice in a global batch (:func:`no_duplicates_order`): a row that would repeat
-one waits for the next batch. Still a function of (seed, step) alone, and of the global batch, never of how it
-is split, so a checkpoint resumes on it and 1 or W ranks see the same rows.
+query or document text appears twice in a global batch where the rows allow it (:func:`no_duplicates_order`):
+a row that would repeat one waits for the next batch. Still a function of (seed, step) alone, and of the global
+batch, never of how it is split, so a checkpoint resumes on it and 1 or W ranks see the same rows. The order
+is built where the batches start (the DataLoader's workers inherit it) and again by each worker at an epoch's
+end.
 
 **Tokens.** :class:`StreamingData` tokenises a rank's share when its batch is built (in DataLoader
 workers, ahead of the step, pinned for the copy to the GPU); :class:`TokenizedData` tokenises every
@@ -32,6 +34,7 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from trainer.data.labelled import text_key
@@ -130,19 +133,23 @@ class _Schedule:
         raise NotImplementedError
 
 
-def _row_keys(rows: Rows, chunk: int = 65_536) -> list[tuple[int, ...]]:
-    """Each row's texts (its query and documents) as keys, read a chunk of rows at a time."""
-    keys: list[tuple[int, ...]] = []
+def _row_keys(rows: Rows, chunk: int = 65_536) -> np.ndarray:
+    """Each row's texts (its query and documents) as int64 keys, a row per line: one array, not a Python object
+    per key, so forked DataLoader workers share it instead of copying it."""
+    keys = np.empty((len(rows), 1 + rows.docs_per_query), dtype=np.int64)
     for start in range(0, len(rows), chunk):
         queries, documents, _ = rows.take(list(range(start, min(start + chunk, len(rows)))))
-        keys += [(text_key(q), *map(text_key, docs)) for q, docs in zip(queries, documents)]
+        rows_keys = [(text_key(q), *map(text_key, docs)) for q, docs in zip(queries, documents)]
+        keys[start : start + len(queries)] = rows_keys
     return keys
 
 
-def no_duplicates_order(order: list[int], texts: list[tuple], batch: int) -> list[int]:
+def no_duplicates_order(order: list[int], texts, batch: int, look_ahead: int = 8) -> list[int]:
     """``order`` rearranged so that each run of ``batch`` rows shares no text (``texts[i]``: row i's keys): a row
     that repeats one of the batch's texts is put off to the next batch, ahead of the rows not yet placed. Every
-    row is kept; only where nothing left fits are duplicates let in (the epoch's last batches).
+    row is kept. A batch that the next ``look_ahead`` x ``batch`` rows cannot fill takes rows that repeat a text:
+    at the epoch's end, and wherever a few texts are in most rows (a document that is the positive of half the
+    queries cannot be in every batch once); the look-ahead bounds the work at rows x look_ahead.
 
     >>> texts = [("q1", "d1"), ("q2", "d1"), ("q3", "d2"), ("q4", "d3")]
     >>> no_duplicates_order([0, 1, 2, 3], texts, 2)
@@ -154,14 +161,15 @@ def no_duplicates_order(order: list[int], texts: list[tuple], batch: int) -> lis
     pending = collections.deque(order)
     while pending:
         taken, seen, put_off = [], set(), []
-        while pending and len(taken) < batch:
+        while pending and len(taken) < batch and len(taken) + len(put_off) < look_ahead * batch:
             i = pending.popleft()
-            if seen.isdisjoint(texts[i]):
+            keys = texts[i].tolist() if isinstance(texts[i], np.ndarray) else texts[i]
+            if seen.isdisjoint(keys):
                 taken.append(i)
-                seen.update(texts[i])
+                seen.update(keys)
             else:
                 put_off.append(i)
-        fill = batch - len(taken)  # the epoch ran out of rows that fit
+        fill = batch - len(taken)  # no row within reach fits: the first put off go in as they are
         taken += put_off[:fill]
         out += taken
         pending.extendleft(reversed(put_off[fill:]))
@@ -246,6 +254,8 @@ def batches(
     The iterator (and its workers) starts here, not at the first ``next``, and draws its seed from
     a generator of its own: after this call returns, nothing in the data path touches the global
     random streams, so the caller can set a checkpoint's streams and know the next draw is dropout's."""
+    if start < total:  # the epoch's order built here, once, not by every worker (no_duplicates: a pass over rows)
+        data.indices(start, 0)
     loader = torch.utils.data.DataLoader(
         _Steps(data, start, total, rank, world, accumulation),
         batch_size=None,

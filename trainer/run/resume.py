@@ -58,6 +58,7 @@ _MUST_MATCH = (
     ("training", "per_device_batch_size"),
     ("training", "global_batch_size"),
     ("training", "seed"),
+    ("training", "batch_sampler"),  # the epoch's order: another one would see some rows twice, others never
     ("training", "gather_across_devices"),
     ("training", "gradient_accumulation_steps"),
     ("training", "lr_scheduler"),
@@ -135,6 +136,19 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
     return d
 
 
+def _saved(saved: dict, keys: tuple[str, ...], cfg) -> Any:
+    """The value a checkpoint's config holds at ``keys``; a key its config predates (``training.batch_sampler``
+    in a 0.3 checkpoint) reads as the key's default, which that job ran with."""
+    parent = _dig(saved, keys[:-1]) if len(keys) > 1 else saved
+    if not isinstance(parent, dict) or keys[-1] in parent:
+        return _dig(saved, keys)
+    owner = cfg
+    for k in keys[:-1]:
+        owner = getattr(owner, k, None)
+    field = type(owner).model_fields.get(keys[-1]) if owner is not None else None
+    return field.default if field is not None and isinstance(field.default, str | int | float | bool) else None
+
+
 def check_compatible(
     path: Path, state: dict, cfg, world_size: int, data: str | None = None, data_sampled: str | None = None
 ) -> None:
@@ -164,7 +178,7 @@ def check_compatible(
         )
     now = cfg.model_dump(mode="json")
     for keys in _MUST_MATCH:
-        old, new = _dig(state.get("config", {}), keys), _dig(now, keys)
+        old, new = _saved(state.get("config", {}), keys, cfg), _dig(now, keys)
         if old != new:
             raise CheckpointError(
                 f"checkpoint {path} was written with {'.'.join(keys)}={old!r}, this config has {new!r}: "
