@@ -330,31 +330,6 @@ def _namespaces() -> set[str]:
     }
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(_netns_reason() is not None, reason=f"network namespaces unavailable: {_netns_reason()}")
-def test_a_sigkilled_local_takes_its_network_namespaces_with_it(tmp_path, tiny_model):
-    """SIGKILL leaves `local` no clean-up of its own: its reaper removes the namespaces it was told of."""
-    wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
-    before = _namespaces()
-    proc = subprocess.Popen(
-        _local(wd, "--isolate-network"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    deadline = time.time() + 240
-    for line in proc.stdout:  # until both replicas train
-        if "INFO step 2/400" in line:
-            break
-        assert time.time() < deadline and proc.poll() is None, line
-    made = _namespaces() - before
-    assert len(made) == 3  # two replicas and the switch
-    proc.kill()
-    proc.wait()
-    deadline = time.time() + 30
-    while _namespaces() & made and time.time() < deadline:
-        time.sleep(0.2)
-    assert not _namespaces() & made
-    assert not [p for p in Path("/etc/netns").glob("ck8s-*") if p.name in made]
-
-
 def test_trainjob_replica_env_is_v2s(tmp_path):
     spec = JobSpec(
         name="job", config_text="data: {train: {path: x}}\n", nodes=3, gpus_per_node=0, api="trainjob", pvc="ws"
@@ -412,14 +387,16 @@ def test_trainjob_in_network_namespaces_uses_v2s_master_name(tmp_path, tiny_mode
 def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tiny_model):
     """SIGKILL of the `local` process alone left 2 trainers and 2 DataLoader workers training on, and its
     /tmp/<job>-config-* behind: a pod's containers end with the pod. A TrainJob's, so each replica is a launcher,
-    torchrun's agent and a trainer: SIGUSR1 to a launcher (a pod's PID 1) has its trainer print its stacks."""
+    torchrun's agent and a trainer: SIGUSR1 to a launcher (a pod's PID 1) has its trainer print its stacks.
+    Where network namespaces can be made, the replicas run in them, and the reaper removes them too."""
     import tempfile
 
+    isolated = _netns_reason() is None
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
     before = set(Path(tempfile.gettempdir()).glob("tiny-config-*"))
-    proc = subprocess.Popen(
-        _local(wd, "--api", "trainjob"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    namespaces_before = _namespaces() if isolated else set()
+    flags = ("--api", "trainjob", *(["--isolate-network"] if isolated else []))
+    proc = subprocess.Popen(_local(wd, *flags), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240
     for line in proc.stdout:  # until both replicas train
         if "INFO step 2/400" in line:
@@ -430,6 +407,7 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     assert len(trainers) >= 2
     made = set(Path(tempfile.gettempdir()).glob("tiny-config-*")) - before
     assert len(made) == 1
+    namespaces_made = _namespaces() if isolated else set()
     deadline = time.time() + 60
     launcher = next(p for p in descendants if "colbert-train" in " ".join(p.cmdline()))
     launcher.send_signal(signal.SIGUSR1)  # a hang's diagnosis: every thread's stack, and training goes on
@@ -446,3 +424,9 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     while next(iter(made)).exists() and time.time() < deadline:
         time.sleep(0.1)
     assert not next(iter(made)).exists()
+    if isolated:  # SIGKILL left `local` no clean-up of its own: its reaper removed the namespaces it was told of
+        ours = namespaces_made - namespaces_before
+        while _namespaces() & ours and time.time() < deadline + 20:
+            time.sleep(0.2)
+        assert len(ours) == 3 and not _namespaces() & ours  # two replicas and the switch
+        assert not [p for p in Path("/etc/netns").glob("ck8s-*") if p.name in ours]
