@@ -82,8 +82,9 @@ def dump_stacks_on_sigusr1() -> None:
     """``kill -USR1 <pid>`` (``kubectl exec POD -- kill -USR1 1``) prints every thread's Python stack to stderr
     and the process goes on: a job that hangs says where, without a debugger in the image. Under torchrun, PID 1
     is the launcher: it passes the signal to the trainers (:func:`launch_torchrun`)."""
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:  # fd 2, also where sys.stderr is replaced
+        with contextlib.suppress(OSError, ValueError):
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
 
 
 def _dump_workers_of(agent: int) -> None:
