@@ -32,7 +32,6 @@ __all__ = [
 # and the network namespaces `local` wrote to it.
 _REAPER = """
 import os, shutil, signal, sys, time
-from pathlib import Path
 namespaces = sys.stdin.buffer.read().decode().split()  # what `local` wrote before it ended: its own, by name
 from operator_cli.local.processes import tagged_with_prefix
 for _ in range(5):  # a launcher may fork once more while the first sweep runs
