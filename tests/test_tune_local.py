@@ -131,14 +131,28 @@ def test_a_resumed_sweep_waits_for_a_trials_earlier_replay_to_let_go(tmp_path, c
     from operator_cli.local.run import LOCK_FILE
     from operator_cli.tune.local import _wait_for_previous_replay
 
-    hold = (
-        "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
-        "print('held', flush=True); time.sleep(2)"
-    )
+    # The holder marks the moment it lets go, then lives on: whether the wait returned before that moment is then
+    # read from the marker, not from the holder's exit (its lock is freed at teardown, before it is reaped).
+    hold = """
+import pathlib, sys, time
+from filelock import FileLock
+lock = FileLock(sys.argv[1])
+lock.acquire()
+print("held", flush=True)
+time.sleep(2)
+pathlib.Path(sys.argv[2]).touch()
+lock.release()
+time.sleep(60)
+"""
+    released = tmp_path / "released"
     holder = subprocess.Popen(
-        [sys.executable, "-c", hold, str(tmp_path / LOCK_FILE)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", hold, str(tmp_path / LOCK_FILE), str(released)], stdout=subprocess.PIPE, text=True
     )
-    assert holder.stdout.readline().strip() == "held"
-    _wait_for_previous_replay(tmp_path, "qs-t3")
-    assert holder.poll() is not None  # it returned only once the earlier replay had let go
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _wait_for_previous_replay(tmp_path, "qs-t3")
+        assert released.exists()  # it returned only once the earlier replay had let go
+    finally:
+        holder.kill()
+        holder.wait()
     assert "qs-t3: waiting for its earlier replay" in capsys.readouterr().err
