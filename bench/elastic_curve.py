@@ -41,8 +41,11 @@ def _pods(root: Path, text: str, nodes: int) -> tuple[list[subprocess.Popen], Pa
     for r in replicas:
         r.cwd.mkdir(parents=True, exist_ok=True)
         log = open(r.cwd / "log.txt", "a")  # noqa: SIM115 (closed with the process)
-        procs.append(subprocess.Popen(r.command, cwd=r.cwd, env={**ENV, **r.env, "OMP_NUM_THREADS": "1"},
-                                      stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                r.command, cwd=r.cwd, env={**ENV, **r.env, "OMP_NUM_THREADS": "1"}, stdout=log, stderr=subprocess.STDOUT
+            )
+        )
     return procs, replicas[0].cwd
 
 
@@ -86,8 +89,13 @@ def main() -> None:
     procs, again = _pods(args.workdir / "resumed", text, 1)  # 1 process now; the master keeps its workspace
     assert again == run and procs[0].wait() == 0, (run / "log.txt").read_text()[-2000:]
     a, b = _losses(ref), _losses(run)
-    result = {"commit": git_commit(), "stop_after": args.stop_after, "uninterrupted": a, "resumed": b,
-              "before_resume_identical": all(a[s] == b[s] for s in a if s <= args.stop_after)}  # fmt: skip
+    result = {
+        "commit": git_commit(),
+        "stop_after": args.stop_after,
+        "uninterrupted": a,
+        "resumed": b,
+        "before_resume_identical": all(a[s] == b[s] for s in a if s <= args.stop_after),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     import matplotlib

@@ -92,8 +92,14 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
 
         shutil.rmtree(folder, ignore_errors=True)
     peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
-    out = {"kind": kind, "documents": n_docs, "queries": n_queries, "index_seconds": round(built, 2),
-           "search_seconds": round(searched, 2), "peak_rss_mb": peak}  # fmt: skip
+    out = {
+        "kind": kind,
+        "documents": n_docs,
+        "queries": n_queries,
+        "index_seconds": round(built, 2),
+        "search_seconds": round(searched, 2),
+        "peak_rss_mb": peak,
+    }
     if kind == "model":
         tokens = sum(int(m.sum()) for _, _, m in retriever.chunks)
         out["document_tokens_mean"] = round(tokens / n_docs, 1)
@@ -101,8 +107,18 @@ def child(kind: str, n_docs: int, n_queries: int, top_k: int) -> dict:
 
 
 def run_child(kind: str, n_docs: int, n_queries: int, top_k: int, threads: int | None = None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--documents", str(n_docs),
-           "--queries", str(n_queries), "--top-k", str(top_k)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        kind,
+        "--documents",
+        str(n_docs),
+        "--queries",
+        str(n_queries),
+        "--top-k",
+        str(top_k),
+    ]
     env = {**ENV, "OMP_NUM_THREADS": str(threads)} if threads else ENV
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if res.returncode != 0:
@@ -148,8 +164,11 @@ def crossover(sizes: list[int], n_queries: int, top_k: int, out: Path, plot: Pat
             measure = lambda kind, n=n: run_child(kind, n, n_queries, top_k, threads=1)  # noqa: E731
             exact, plaid = pool.map(measure, ["model", "plaid"])
             rows.append({"documents": n, "exact": exact, "plaid": plaid})
-            print(f"{n:,} documents: exact {1000 * exact['search_seconds'] / n_queries:.0f} ms/query, "
-                  f"PLAID {1000 * plaid['search_seconds'] / n_queries:.0f} ms/query", flush=True)  # fmt: skip
+            print(
+                f"{n:,} documents: exact {1000 * exact['search_seconds'] / n_queries:.0f} ms/query, "
+                f"PLAID {1000 * plaid['search_seconds'] / n_queries:.0f} ms/query",
+                flush=True,
+            )
     result = {"commit": git_commit(), "queries": n_queries, "top_k": top_k, "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -160,9 +179,11 @@ def crossover(sizes: list[int], n_queries: int, top_k: int, out: Path, plot: Pat
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         e, p = r["exact"], r["plaid"]
-        print(f"| {r['documents']:,} | {e['index_seconds']:.0f} | {1000 * e['search_seconds'] / n_queries:.0f} | "
-              f"{p['index_seconds']:.0f} | {1000 * p['search_seconds'] / n_queries:.0f} | "
-              f"{e['peak_rss_mb']:,} MiB | {p['peak_rss_mb']:,} MiB |")  # fmt: skip
+        print(
+            f"| {r['documents']:,} | {e['index_seconds']:.0f} | {1000 * e['search_seconds'] / n_queries:.0f} | "
+            f"{p['index_seconds']:.0f} | {1000 * p['search_seconds'] / n_queries:.0f} | "
+            f"{e['peak_rss_mb']:,} MiB | {p['peak_rss_mb']:,} MiB |"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -192,8 +213,13 @@ def main() -> None:
     parser.add_argument("--model-queries", type=int, default=1024, help="exact MaxSim sample: queries")
     parser.add_argument("--top-k", type=int, default=100)
     parser.add_argument("--out", type=Path, help="default: bench/results/mine.json (mine_crossover.json)")
-    parser.add_argument("--crossover", type=int, nargs="+", metavar="DOCUMENTS",
-                        help="instead: exact MaxSim against PLAID at these corpus sizes")  # fmt: skip
+    parser.add_argument(
+        "--crossover",
+        type=int,
+        nargs="+",
+        metavar="DOCUMENTS",
+        help="instead: exact MaxSim against PLAID at these corpus sizes",
+    )
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_crossover.png")
     args = parser.parse_args()
     if args.child:
@@ -208,21 +234,30 @@ def main() -> None:
     bm25 = run_child("bm25", args.documents, args.queries, args.top_k)
     model = run_child("model", args.model_documents, args.model_queries, args.top_k)
     plaid = run_child("plaid", args.model_documents, args.model_queries, args.top_k)
-    result = {"commit": git_commit(), "bm25": bm25, "model_sample": model, "plaid_sample": plaid,
-              "model_scaled": extrapolate(model)}  # fmt: skip
+    result = {
+        "commit": git_commit(),
+        "bm25": bm25,
+        "model_sample": model,
+        "plaid_sample": plaid,
+        "model_scaled": extrapolate(model),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     x = result["model_scaled"]
     print("| retriever | queries x documents | index | search | per query | per document (index) | peak RSS |")
     print("|---|---|---|---|---|---|---|")
     for r in (bm25, model, plaid):
-        print(f"| {r['kind']} | {r['queries']:,} x {r['documents']:,} | {r['index_seconds']:.1f} s | "
-              f"{r['search_seconds']:.1f} s | {1000 * r['search_seconds'] / r['queries']:.2f} ms | "
-              f"{1e6 * r['index_seconds'] / r['documents']:.0f} µs | {r['peak_rss_mb']:,} MiB |")  # fmt: skip
-    print(f"exact MaxSim scaled: 10k x 100k on this CPU ~{x['cpu_hours_10k_x_100k']:.1f} h; "
-          f"1M x 10M on H100s ~{x['h100_hours_1m_x_10m_scoring_at_40pct']:.1f} GPU-hours of scoring, "
-          f"{x['embeddings_gb_10m_documents_fp16']:.0f} GB of fp16 document embeddings, "
-          f"{x['plaid_index_gb_10m_documents']:.0f} GB as a PLAID index (nbits {x['plaid_nbits']})")  # fmt: skip
+        print(
+            f"| {r['kind']} | {r['queries']:,} x {r['documents']:,} | {r['index_seconds']:.1f} s | "
+            f"{r['search_seconds']:.1f} s | {1000 * r['search_seconds'] / r['queries']:.2f} ms | "
+            f"{1e6 * r['index_seconds'] / r['documents']:.0f} µs | {r['peak_rss_mb']:,} MiB |"
+        )
+    print(
+        f"exact MaxSim scaled: 10k x 100k on this CPU ~{x['cpu_hours_10k_x_100k']:.1f} h; "
+        f"1M x 10M on H100s ~{x['h100_hours_1m_x_10m_scoring_at_40pct']:.1f} GPU-hours of scoring, "
+        f"{x['embeddings_gb_10m_documents_fp16']:.0f} GB of fp16 document embeddings, "
+        f"{x['plaid_index_gb_10m_documents']:.0f} GB as a PLAID index (nbits {x['plaid_nbits']})"
+    )
 
 
 if __name__ == "__main__":

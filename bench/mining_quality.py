@@ -52,17 +52,36 @@ ARMS = {
     "mined-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95, "rounds": 2},
     "model-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
     "model-7": {"retriever": "model", "negatives": 7, "rank_range": [3, 50], "max_score_ratio": 0.95},
-    "model-3-wide": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
-                     "corpus_size": 4000},
-    "model-3-c30": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
-                    "positive_within": 30},
-    "bm25-1-k1000": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0,
-                     "top_k": 1000},
-    "model-3-k1000": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
-                      "top_k": 1000},
-    "trained-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95,
-                  "mine_with": "bm25-1"},
-}  # fmt: skip
+    "model-3-wide": {
+        "retriever": "model",
+        "negatives": 3,
+        "rank_range": [3, 30],
+        "max_score_ratio": 0.95,
+        "corpus_size": 4000,
+    },
+    "model-3-c30": {
+        "retriever": "model",
+        "negatives": 3,
+        "rank_range": [3, 30],
+        "max_score_ratio": 0.95,
+        "positive_within": 30,
+    },
+    "bm25-1-k1000": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0, "top_k": 1000},
+    "model-3-k1000": {
+        "retriever": "model",
+        "negatives": 3,
+        "rank_range": [3, 30],
+        "max_score_ratio": 0.95,
+        "top_k": 1000,
+    },
+    "trained-3": {
+        "retriever": "model",
+        "negatives": 3,
+        "rank_range": [3, 30],
+        "max_score_ratio": 0.95,
+        "mine_with": "bm25-1",
+    },
+}
 
 
 def benchmark(name: str) -> Path:
@@ -174,19 +193,31 @@ def main() -> None:
                     (wd / "wall_seconds").write_text(str(wall))
                 mined = sorted((wd / "out" / "mined").glob("round-*/mining.json"))  # the last round trained
                 rows = json.loads(mined[-1].read_text())["rows"] if mined else None
-                runs[arm][seed] = {**{k: m["after"][k] for k in ("ndcg@10", "mrr@10")}, "steps": m["steps"],
-                                   "wall_seconds": wall, "rows_trained_on": rows}  # fmt: skip
+                runs[arm][seed] = {
+                    **{k: m["after"][k] for k in ("ndcg@10", "mrr@10")},
+                    "steps": m["steps"],
+                    "wall_seconds": wall,
+                    "rows_trained_on": rows,
+                }
                 print(f"seed {seed} {arm:8s} nDCG@10 {m['after']['ndcg@10']:.4f} ({wall}s)", flush=True)
                 for r in range(1, ARMS[arm].get("rounds", 1)):  # earlier rounds: the same steps, their own negatives
                     early = json.loads((wd / "out" / "rounds" / f"round-{r}" / "metrics.json").read_text())
                     runs.setdefault(f"{arm} round {r}", {})[seed] = {
-                        **{k: early["after"][k] for k in ("ndcg@10", "mrr@10")}, "steps": early["steps"],
+                        **{k: early["after"][k] for k in ("ndcg@10", "mrr@10")},
+                        "steps": early["steps"],
                         "wall_seconds": None,
-                    }  # fmt: skip
-    result = {"commit": git_commit(), "data": args.data, "limit": args.limit, "steps": args.steps,
-              "document_length": args.document_length,
-              "seeds": args.seeds, "runs": runs,
-              "baseline": args.baseline, "summary": summarize(runs, args.baseline)}  # fmt: skip
+                    }
+    result = {
+        "commit": git_commit(),
+        "data": args.data,
+        "limit": args.limit,
+        "steps": args.steps,
+        "document_length": args.document_length,
+        "seeds": args.seeds,
+        "runs": runs,
+        "baseline": args.baseline,
+        "summary": summarize(runs, args.baseline),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))

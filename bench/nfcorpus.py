@@ -52,12 +52,22 @@ ARMS: dict[str, dict] = {
     "model-1-far": {"retriever": "model", "negatives": 1, "rank_range": [10, 50], "max_score_ratio": 0.95},
     "model-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
     # the bm25-1 run of the same seed, once trained, mines (mine.model); its training time is added to the wall
-    "trained-1": {"retriever": "model", "negatives": 1, "rank_range": [3, 30], "max_score_ratio": 0.95,
-                  "mine_with": "bm25-1"},
-    "trained-1-far": {"retriever": "model", "negatives": 1, "rank_range": [10, 50], "max_score_ratio": 0.95,
-                      "mine_with": "bm25-1"},
+    "trained-1": {
+        "retriever": "model",
+        "negatives": 1,
+        "rank_range": [3, 30],
+        "max_score_ratio": 0.95,
+        "mine_with": "bm25-1",
+    },
+    "trained-1-far": {
+        "retriever": "model",
+        "negatives": 1,
+        "rank_range": [10, 50],
+        "max_score_ratio": 0.95,
+        "mine_with": "bm25-1",
+    },
     "reference": {},  # PyLate's script: no mining
-}  # fmt: skip
+}
 ARMS["bm25-3"] = {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95}
 ARMS["bm25-1-far"] = {"retriever": "bm25", "negatives": 1, "rank_range": [10, 50], "max_score_ratio": 1.0}
 ARMS["model-1-top"] = {**ARMS["model-1"], "sampling": "top"}
@@ -95,8 +105,10 @@ if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own tra
 # training goes on from it (mine.round_start: previous); the same steps in all as the other arms
 # sentence-transformers' NO_DUPLICATES: no query or document twice in a global batch (a popular positive twice
 # is an in-batch negative equal to a positive: NFCorpus sparse has 910 positives for 2,590 queries)
-ARMS["recipe-nodup"] = {**ARMS["recipe"], "training": {**ARMS["recipe"].get("training", {}),
-                                                       "batch_sampler": "no_duplicates"}}  # fmt: skip
+ARMS["recipe-nodup"] = {
+    **ARMS["recipe"],
+    "training": {**ARMS["recipe"].get("training", {}), "batch_sampler": "no_duplicates"},
+}
 ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
@@ -282,8 +294,13 @@ def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> di
         metrics = evaluate_model(wd / "out" / "final-model", args)
         mined = sorted((wd / "out" / "mined").glob("round-*/mining.json"))
         rows = json.loads(mined[-1].read_text())["rows"] if mined else sum(1 for _ in open(kept))
-    result = {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics.get("recall@100"),
-              "per_query": metrics.get("per_query", {}), "wall_seconds": round(wall, 1), "rows": rows}  # fmt: skip
+    result = {
+        "ndcg@10": metrics["ndcg@10"],
+        "recall@100": metrics.get("recall@100"),
+        "per_query": metrics.get("per_query", {}),
+        "wall_seconds": round(wall, 1),
+        "rows": rows,
+    }
     done.write_text(json.dumps(result))
     where = f"{args.labels} {args.split} {args.steps} steps seed {seed}"
     print(f"{where} {arm:12s} nDCG@10 {result['ndcg@10']:.4f} ({result['wall_seconds']}s)", flush=True)
@@ -352,8 +369,10 @@ def table(result: dict) -> str:
     ]
     for arm, s in result["summary"].items():
         gains = "".join(f"{_gain(s['paired'].get(b))} | " for b in against)
-        lines.append(f"| {arm} | {s['seeds']} | {s['mean']:.4f} ± {s['std']:.4f} | {gains}{s['recall@100']:.3f} "
-                     f"| {', '.join(map(str, s['rows']))} | {s['wall_seconds']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {arm} | {s['seeds']} | {s['mean']:.4f} ± {s['std']:.4f} | {gains}{s['recall@100']:.3f} "
+            f"| {', '.join(map(str, s['rows']))} | {s['wall_seconds']:.0f} |"
+        )
     return "\n".join(lines)
 
 

@@ -69,15 +69,18 @@ def main() -> None:
                 for top, found in zip(exact, hits)
             ]
             overlap[f"recall@{k} of exact"] = sum(shares) / len(shares)
-        rows.append({"search": f"PLAID nbits {nbits}", "seconds": round(seconds, 1), **overlap,
-                     **retrieval_metrics(run, qrels)})  # fmt: skip
+        rows.append(
+            {"search": f"PLAID nbits {nbits}", "seconds": round(seconds, 1), **overlap, **retrieval_metrics(run, qrels)}
+        )
     result = {"commit": git_commit(), "model": str(args.model), "split": args.split, "rows": rows}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print("| search | recall@10 of exact | recall@100 of exact | nDCG@10 | Recall@100 | seconds |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['search']} | {r.get('recall@10 of exact', 1.0):.3f} | {r.get('recall@100 of exact', 1.0):.3f} "
-              f"| {r['ndcg@10']:.4f} | {r['recall@100']:.3f} | {r['seconds']} |")  # fmt: skip
+        print(
+            f"| {r['search']} | {r.get('recall@10 of exact', 1.0):.3f} | {r.get('recall@100 of exact', 1.0):.3f} "
+            f"| {r['ndcg@10']:.4f} | {r['recall@100']:.3f} | {r['seconds']} |"
+        )
 
 
 if __name__ == "__main__":

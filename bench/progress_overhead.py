@@ -60,12 +60,19 @@ def main() -> None:
                 seconds[side].append(m["train_seconds"])
                 print(f"repeat {r} {side}: {m['train_seconds']:.2f} s in the loop", flush=True)
     med = {k: statistics.median(v) for k, v in seconds.items()}
-    result = {"commit": git_commit(), "steps": args.steps, "seconds": seconds, "median": med,
-              "ratio": med["stalled endpoint"] / med["no endpoint"]}  # fmt: skip
+    result = {
+        "commit": git_commit(),
+        "steps": args.steps,
+        "seconds": seconds,
+        "median": med,
+        "ratio": med["stalled endpoint"] / med["no endpoint"],
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"median loop seconds: none {med['no endpoint']:.2f}, stalled {med['stalled endpoint']:.2f}, "
-          f"ratio {result['ratio']:.3f}")  # fmt: skip
+    print(
+        f"median loop seconds: none {med['no endpoint']:.2f}, stalled {med['stalled endpoint']:.2f}, "
+        f"ratio {result['ratio']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,11 @@ def ours_config(model: str, data: Path, per_device: int, steps: int, q: int, d: 
 
 def counted(raw: dict, steps: int, global_batch: int) -> dict:
     """Samples/s counted here, identically for both sides: steps x global batch / loop seconds."""
-    return {**raw, "global_samples": steps * global_batch,
-            "samples_per_second": steps * global_batch / raw["train_seconds"]}  # fmt: skip
+    return {
+        **raw,
+        "global_samples": steps * global_batch,
+        "samples_per_second": steps * global_batch / raw["train_seconds"],
+    }
 
 
 def check_ratios(ours: dict, ref: dict, slack: float = 0.05) -> dict:

@@ -16,8 +16,11 @@ def test_gpu_script_runs_on_cpu_with_a_tiny_config(tmp_path):
     out = tmp_path / "gpu.json"
     res = subprocess.run(
         [sys.executable, "bench/gpu.py", "--tiny", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["device"] == "cpu" and result["arch"]["layers"] == 2
@@ -26,8 +29,9 @@ def test_gpu_script_runs_on_cpu_with_a_tiny_config(tmp_path):
         assert t["samples_per_second"] > 0 and t["achieved_tflops"] > 0 and t["precision"] == "fp32"
         assert t["mfu"] is None and t["reference_mfu"] is None  # no bf16 peak is claimed for a CPU
         assert t["reference_samples_per_second"] > 0  # PyLate's recipe ran beside it, same batch and steps
-        assert t["ratio_to_reference"] == pytest.approx(t["samples_per_second"] / t["reference_samples_per_second"],
-                                                        rel=0.01)  # fmt: skip
+        assert t["ratio_to_reference"] == pytest.approx(
+            t["samples_per_second"] / t["reference_samples_per_second"], rel=0.01
+        )
     assert all(result["collectives"][k]["ok"] for k in ("gather_fp32", "gather_bf16", "ddp_bucketed_all_reduce"))
     assert "skipped" in result["same_job"]
     assert "| per-device batch | precision |" in res.stdout and "| gather_bf16 | yes |" in res.stdout
@@ -100,16 +104,21 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\nq1\td1\t2\nq1\td2\t2\n")
     sparse, same = prepare(tmp_path, tmp_path / "sparse", rows_per_query=4, labels="sparse")
     assert sparse == same and [json.loads(line)["positive"] for line in sparse.open()] == ["T1 text 1"]
-    runs = {1: {"ndcg@10": 0.5, "per_query": {"a": 0.5, "b": 0.5}},
-            2: {"ndcg@10": 0.7, "per_query": {"a": 1.0, "b": 0.4}}}  # fmt: skip
-    base = {1: {"ndcg@10": 0.4, "per_query": {"a": 0.4, "b": 0.4}},
-            2: {"ndcg@10": 0.6, "per_query": {"a": 0.8, "b": 0.4}}}  # fmt: skip
+    runs = {
+        1: {"ndcg@10": 0.5, "per_query": {"a": 0.5, "b": 0.5}},
+        2: {"ndcg@10": 0.7, "per_query": {"a": 1.0, "b": 0.4}},
+    }
+    base = {
+        1: {"ndcg@10": 0.4, "per_query": {"a": 0.4, "b": 0.4}},
+        2: {"ndcg@10": 0.6, "per_query": {"a": 0.8, "b": 0.4}},
+    }
     got = paired(runs, base)
     assert got["gain"] == pytest.approx(0.1) and got["worst"] == pytest.approx(0.1)
     assert got["low"] <= got["gain"] <= got["high"]
     extra = {"recall@100": 0.5, "wall_seconds": 1.0, "rows": 2}
-    summary = summarize({"bm25-1": {s: {**r, **extra} for s, r in base.items()},
-                         "recipe": {s: {**r, **extra} for s, r in runs.items()}})  # fmt: skip
+    summary = summarize(
+        {"bm25-1": {s: {**r, **extra} for s, r in base.items()}, "recipe": {s: {**r, **extra} for s, r in runs.items()}}
+    )
     assert summary["recipe"]["paired"]["bm25-1"]["gain"] == pytest.approx(0.1) and not summary["bm25-1"]["paired"]
     row = table({"summary": summary}).splitlines()[-1]
     assert row.startswith("| recipe | 2 | 0.6000") and "+0.1000 (+0.1000)" in row

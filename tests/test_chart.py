@@ -408,20 +408,30 @@ ELASTIC_CONFIG = {**CONFIG, "training": {**CONFIG["training"], "global_batch_siz
 
 
 def test_elastic_chart_equals_cli():
-    spec = JobSpec(name="job", config_text=yaml.safe_dump(ELASTIC_CONFIG), nodes=3, gpus_per_node=2, pvc="ckpt",
-                   elastic=(2, 4))  # fmt: skip
+    spec = JobSpec(
+        name="job", config_text=yaml.safe_dump(ELASTIC_CONFIG), nodes=3, gpus_per_node=2, pvc="ckpt", elastic=(2, 4)
+    )
     from_helm = helm_render(
-        {"nodes": 3, "gpusPerNode": 2, "persistence": {"existingClaim": "ckpt"}, "elastic": "2:4",
-         "config": ELASTIC_CONFIG}
-    )  # fmt: skip
+        {
+            "nodes": 3,
+            "gpusPerNode": 2,
+            "persistence": {"existingClaim": "ckpt"},
+            "elastic": "2:4",
+            "config": ELASTIC_CONFIG,
+        }
+    )
     validate_all(from_helm)
     assert "elasticPolicy" in from_helm[-1]["spec"]
     assert normalise(from_helm) == normalise(render(spec))
 
 
 ELASTIC_VALUES = {
-    "nodes": 4, "gpusPerNode": 2, "persistence": {"size": "1Gi"}, "elastic": "2:4", "config": ELASTIC_CONFIG
-}  # fmt: skip
+    "nodes": 4,
+    "gpusPerNode": 2,
+    "persistence": {"size": "1Gi"},
+    "elastic": "2:4",
+    "config": ELASTIC_CONFIG,
+}
 
 
 @pytest.mark.parametrize(
@@ -431,14 +441,24 @@ ELASTIC_VALUES = {
         ({"persistence": {"podLocal": True}}, "needs shared storage", {"pvc_size": None, "pod_local_storage": True}),
         ({"nodes": 5}, "must be within 2..4", {"nodes": 5}),
         ({"config": CONFIG}, "needs config.training.global_batch_size", {"config_text": yaml.safe_dump(CONFIG)}),
-        ({"gpusPerNode": 3}, "3 node(s) x 3 process(es): training.global_batch_size 24 cannot be split over 9",
-         {"gpus_per_node": 3}),
+        (
+            {"gpusPerNode": 3},
+            "3 node(s) x 3 process(es): training.global_batch_size 24 cannot be split over 9",
+            {"gpus_per_node": 3},
+        ),
         ({"elastic": "4:2"}, "1 <= MIN <= MAX <= 1024", {"elastic": (4, 2)}),
         ({"elastic": "two"}, "elastic", None),
     ],
-    ids=["trainjob", "per-pod-storage", "nodes-outside", "no-global-batch", "does-not-split", "backwards",
-         "not-min-max"],
-)  # fmt: skip
+    ids=[
+        "trainjob",
+        "per-pod-storage",
+        "nodes-outside",
+        "no-global-batch",
+        "does-not-split",
+        "backwards",
+        "not-min-max",
+    ],
+)
 def test_elastic_chart_refuses_what_the_cli_refuses(over, needle, cli):
     with pytest.raises(helm_python.HelmError) as e:
         helm_render({**ELASTIC_VALUES, **over})
@@ -446,7 +466,13 @@ def test_elastic_chart_refuses_what_the_cli_refuses(over, needle, cli):
     if cli is not None:
         from operator_cli.errors import CliError
 
-        base = dict(name="job", config_text=yaml.safe_dump(ELASTIC_CONFIG), nodes=4, gpus_per_node=2, pvc_size="1Gi",
-                    elastic=(2, 4))  # fmt: skip
+        base = dict(
+            name="job",
+            config_text=yaml.safe_dump(ELASTIC_CONFIG),
+            nodes=4,
+            gpus_per_node=2,
+            pvc_size="1Gi",
+            elastic=(2, 4),
+        )
         with pytest.raises(CliError):
             JobSpec(**{**base, **cli})

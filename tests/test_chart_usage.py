@@ -30,12 +30,23 @@ def _notes(values: dict, name: str = "my-run", namespace: str = "ml") -> str:
 
 NOTES_CASES = [
     ("pytorchjob", {}, "PyTorchJob", f"{C.OPERATOR_REPLICA_TYPE}=master"),
-    ("pytorchjob", {"nodes": 3, "gpusPerNode": 2, "persistence": {"existingClaim": "ckpt"}, "elastic": "2:4",
-                    "config": {**CONFIG, "training": {**CONFIG["training"], "global_batch_size": 24,
-                                                      "per_device_batch_size": 4}}},
-     "PyTorchJob", f"{C.OPERATOR_REPLICA_TYPE}=worker,{C.OPERATOR_REPLICA_INDEX}=0"),
+    (
+        "pytorchjob",
+        {
+            "nodes": 3,
+            "gpusPerNode": 2,
+            "persistence": {"existingClaim": "ckpt"},
+            "elastic": "2:4",
+            "config": {
+                **CONFIG,
+                "training": {**CONFIG["training"], "global_batch_size": 24, "per_device_batch_size": 4},
+            },
+        },
+        "PyTorchJob",
+        f"{C.OPERATOR_REPLICA_TYPE}=worker,{C.OPERATOR_REPLICA_INDEX}=0",
+    ),
     ("trainjob", {}, "TrainJob", f"{C.JOB_COMPLETION_INDEX_LABEL}=0"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("api,values,kind,rank0", NOTES_CASES, ids=["pytorchjob", "pytorchjob-elastic", "trainjob"])
@@ -159,14 +170,18 @@ def test_every_credential_set_is_accepted(scheme, dest):
 @pytest.mark.parametrize(
     "config,values,needle",
     [
-        (S3, {}, "config.export.destination s3://models/runs/one/ needs credentials in the pods: set secretEnv "
-                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; or AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN; or "
-                 "AWS_CONTAINER_CREDENTIALS_FULL_URI (each {secret: SECRET, key: KEY}), or serviceAccount.name"),
+        (
+            S3,
+            {},
+            "config.export.destination s3://models/runs/one/ needs credentials in the pods: set secretEnv "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; or AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN; or "
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI (each {secret: SECRET, key: KEY}), or serviceAccount.name",
+        ),
         (S3, {"secretEnv": {"AWS_ACCESS_KEY_ID": {"secret": "s", "key": "k"}}}, "needs credentials in the pods"),
         (HUB, {"serviceAccount": {"name": "trainer"}}, "config.export.destination hf://org/model needs HF_TOKEN"),
     ],
     ids=["s3-nothing", "s3-half", "hub-service-account"],
-)  # fmt: skip
+)
 def test_a_missing_export_credential_is_one_line(config, values, needle):
     with pytest.raises(helm_python.HelmError) as e:
         helm_render({**values, "config": config})

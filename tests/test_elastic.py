@@ -80,13 +80,18 @@ def setup(tmp_path_factory):
     cfg = {
         "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
         "data": {"train": {"path": str(data)}},
-        "training": {"per_device_batch_size": 4, "global_batch_size": 8, "max_steps": STEPS, "learning_rate": 1e-3,
-                     "log_every": 1},
+        "training": {
+            "per_device_batch_size": 4,
+            "global_batch_size": 8,
+            "max_steps": STEPS,
+            "learning_rate": 1e-3,
+            "log_every": 1,
+        },
         "checkpoint": {"every_steps": 3, "keep_last": 5},
         "evaluation": {"after_training": False},
         "distributed": {"peer_timeout_seconds": 10},
         "output_dir": "out",
-    }  # fmt: skip
+    }
     path = tmp / "train.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return tmp, path
@@ -139,16 +144,31 @@ def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, ste
     from trainer.env import Layout
     from trainer.run.state import TrainState
 
-    cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 20, "global_batch_size": 8},
-                        "output_dir": str(tmp_path / "out")})  # fmt: skip
+    cfg = parse_config(
+        {
+            "data": {"train": {"path": "t"}},
+            "training": {"max_steps": 20, "global_batch_size": 8},
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
     model = torch.nn.Linear(3, 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     return TrainState(
-        cfg=cfg, layout=Layout(world_size=world_size), model=model, forward=model, params=list(model.parameters()),
-        optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=None, data=None, loss_fn=None, total_steps=20,
-        step=step, metrics={"world_size": world_size, "device": device, "precision": precision, "global_batch": 8},
-    )  # fmt: skip
+        cfg=cfg,
+        layout=Layout(world_size=world_size),
+        model=model,
+        forward=model,
+        params=list(model.parameters()),
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        autocast=None,
+        data=None,
+        loss_fn=None,
+        total_steps=20,
+        step=step,
+        metrics={"world_size": world_size, "device": device, "precision": precision, "global_batch": 8},
+    )
 
 
 def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its_history(tmp_path):
@@ -183,8 +203,10 @@ def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its
     _resume(four)
     assert four.metrics["world_size"] == 4 and [h["step"] for h in four.metrics["history"]] == [0, 6, 9]
     card = render(four.cfg, four.metrics)
-    assert ("| world size | 4 process(es) on CPU, fp32 (world size 2 -> 1, device NVIDIA A100 -> CPU, precision "
-            "bf16 -> fp32 at step 6; world size 1 -> 4 at step 9) |") in card  # fmt: skip
+    assert (
+        "| world size | 4 process(es) on CPU, fp32 (world size 2 -> 1, device NVIDIA A100 -> CPU, precision "
+        "bf16 -> fp32 at step 6; world size 1 -> 4 at step 9) |"
+    ) in card
 
 
 def _elastic_job(tmp_path: Path, model: Path, steps: int) -> tuple[subprocess.Popen, Path]:

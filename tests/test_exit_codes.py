@@ -52,8 +52,9 @@ def test_a_torchrun_child_whose_exception_escapes_tells_its_launcher_1(monkeypat
     monkeypatch.setattr(trainer.rounds, "run", bug)
     (tmp_path / "t.jsonl").write_text(json.dumps({"query": "q", "positive": "p", "negative": "n"}) + "\n")
     config = tmp_path / "c.yaml"
-    config.write_text(f"data: {{train: {{path: {tmp_path}/t.jsonl}}}}\ntraining: {{max_steps: 1}}\n"
-                      f"output_dir: {tmp_path}/out\n")  # fmt: skip
+    config.write_text(
+        f"data: {{train: {{path: {tmp_path}/t.jsonl}}}}\ntraining: {{max_steps: 1}}\noutput_dir: {tmp_path}/out\n"
+    )
     said = tmp_path / "codes"
     said.mkdir()
     child = {"LOCAL_RANK": "0", "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
@@ -97,11 +98,25 @@ def test_the_same_traceback_exits_1_in_a_one_process_pod_and_under_torchrun(tmp_
     (hooks / "sitecustomize.py").write_text(_PLANTED_BUG)  # every Python the pod starts reads it
     data = write_triplets(tmp_path / "t.jsonl", 8)
     config = tmp_path / "c.yaml"
-    config.write_text(json.dumps({"model": {"name_or_path": str(tiny_model)}, "data": {"train": {"path": str(data)}},
-                                  "training": {"max_steps": 1}, "output_dir": str(tmp_path / "out")}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "model": {"name_or_path": str(tiny_model)},
+                "data": {"train": {"path": str(data)}},
+                "training": {"max_steps": 1},
+                "output_dir": str(tmp_path / "out"),
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k not in ("RANK", "WORLD_SIZE")}
     env.update(launcher, PYTHONPATH=f"{hooks}{os.pathsep}{ROOT}", HF_HUB_OFFLINE="1")
-    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(config)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "a bug in the trainer (planted by the test)" in res.stderr, res.stderr[-3000:]
     assert res.returncode == 1, res.stderr[-3000:]

@@ -94,8 +94,15 @@ def _remote(s3, bucket: str, prefix: str) -> dict[str, bytes]:
     import obstore
     from obstore.store import S3Store
 
-    store = S3Store(bucket, endpoint=s3.url, region="us-east-1", access_key_id="k", secret_access_key="s",
-                    virtual_hosted_style_request=False, client_options={"allow_http": True})  # fmt: skip
+    store = S3Store(
+        bucket,
+        endpoint=s3.url,
+        region="us-east-1",
+        access_key_id="k",
+        secret_access_key="s",
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+    )
     found = [o["path"] for batch in obstore.list(store, prefix=prefix) for o in batch]
     return {p[len(prefix) :]: bytes(obstore.get(store, p).bytes()) for p in found}
 
@@ -209,7 +216,7 @@ def test_a_new_export_removes_what_the_old_one_held_and_this_one_does_not(s3_env
             lambda env: [env.delenv(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")],
             "--secret-env AWS_ACCESS_KEY_ID=SECRET/KEY and --secret-env AWS_SECRET_ACCESS_KEY=SECRET/KEY",
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_preflight_refuses_an_s3_destination_in_one_line(s3_env, outputs, monkeypatch, case, setup, message):
     setup(monkeypatch)
@@ -384,16 +391,26 @@ def test_the_card_parses_and_says_what_the_model_is(tmp_path):
 
     from trainer.storage.card import render
 
-    cfg = parse_config({
-        **BASE,
-        "model": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"},
-        "data": {"train": {"path": "hf://datasets/org/triplets"}, "eval_beir": str(tmp_path / "nfcorpus")},
-        "mine": {"negatives": 1},
-        "export": {"destination": "hf://my-org/colbert-nf"},
-    })  # fmt: skip
-    metrics = {"before": {"ndcg@10": 0.2224, "mrr@10": 0.4}, "after": {"ndcg@10": 0.3073, "mrr@10": 0.5},
-               "index": {"ndcg@10": 0.3001}, "steps": 48, "global_batch": 16, "world_size": 2, "device": "CPU",
-               "precision": "fp32", "train_seconds": 906.0}  # fmt: skip
+    cfg = parse_config(
+        {
+            **BASE,
+            "model": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"},
+            "data": {"train": {"path": "hf://datasets/org/triplets"}, "eval_beir": str(tmp_path / "nfcorpus")},
+            "mine": {"negatives": 1},
+            "export": {"destination": "hf://my-org/colbert-nf"},
+        }
+    )
+    metrics = {
+        "before": {"ndcg@10": 0.2224, "mrr@10": 0.4},
+        "after": {"ndcg@10": 0.3073, "mrr@10": 0.5},
+        "index": {"ndcg@10": 0.3001},
+        "steps": 48,
+        "global_batch": 16,
+        "world_size": 2,
+        "device": "CPU",
+        "precision": "fp32",
+        "train_seconds": 906.0,
+    }
     text = render(cfg, metrics, "my-org/colbert-nf")
     card = ModelCard(text)
     data = card.data.to_dict()
@@ -505,8 +522,9 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
         ("no credentials", "made", ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), "--secret-env AWS_ACCESS_KEY_ID="),
     ],
 )
-def test_the_trainer_refuses_a_bad_destination_before_loading_anything(s3, tmp_path, tiny_model, case, bucket, drop,
-                                                                       message):  # fmt: skip
+def test_the_trainer_refuses_a_bad_destination_before_loading_anything(
+    s3, tmp_path, tiny_model, case, bucket, drop, message
+):
     """`colbert-train` in a pod: a destination it cannot write is one line and exit 2, before staging, the
     model, or a step (torch is not even imported: trainer/cli.py checks before)."""
     import os
@@ -518,14 +536,26 @@ def test_the_trainer_refuses_a_bad_destination_before_loading_anything(s3, tmp_p
     from tests.helpers import ROOT
 
     s3.bucket("made")
-    (tmp_path / "train.yaml").write_text(yaml.safe_dump({
-        "model": {"name_or_path": str(tiny_model)}, "data": {"train": {"path": str(tmp_path / "absent.jsonl")}},
-        "training": {"max_steps": 1}, "output_dir": str(tmp_path / "out"),
-        "export": {"destination": f"s3://{bucket}/runs/x/"},
-    }))  # fmt: skip
+    (tmp_path / "train.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name_or_path": str(tiny_model)},
+                "data": {"train": {"path": str(tmp_path / "absent.jsonl")}},
+                "training": {"max_steps": 1},
+                "output_dir": str(tmp_path / "out"),
+                "export": {"destination": f"s3://{bucket}/runs/x/"},
+            }
+        )
+    )
     env = {k: v for k, v in {**os.environ, **s3.env, "AWS_EC2_METADATA_DISABLED": "true"}.items() if k not in drop}
-    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(tmp_path / "train.yaml")], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(tmp_path / "train.yaml")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     errors = [line for line in res.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in res.stderr

@@ -18,20 +18,48 @@ S3 = {**CONFIG, "export": {"destination": "s3://models/runs/one/", "include": ["
 
 CASES = [
     # name, config, CLI options, chart values, what is missing (None: accepted)
-    ("hub-with-token", HUB, {"secret_env": {"HF_TOKEN": SecretRef("hf", "token")}},
-     {"secretEnv": {"HF_TOKEN": {"secret": "hf", "key": "token"}}}, None),
+    (
+        "hub-with-token",
+        HUB,
+        {"secret_env": {"HF_TOKEN": SecretRef("hf", "token")}},
+        {"secretEnv": {"HF_TOKEN": {"secret": "hf", "key": "token"}}},
+        None,
+    ),
     ("hub-without-token", HUB, {}, {}, "needs HF_TOKEN"),
-    ("hub-service-account-is-not-a-token", HUB, {"service_account": "trainer"}, {"serviceAccount": {"name": "trainer"}},
-     "needs HF_TOKEN"),
-    ("s3-with-keys", S3, {"secret_env": {"AWS_ACCESS_KEY_ID": SecretRef("s3", "id"),
-                                        "AWS_SECRET_ACCESS_KEY": SecretRef("s3", "secret")}},
-     {"secretEnv": {"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"},
-                    "AWS_SECRET_ACCESS_KEY": {"secret": "s3", "key": "secret"}}}, None),
-    ("s3-half-the-keys", S3, {"secret_env": {"AWS_ACCESS_KEY_ID": SecretRef("s3", "id")}},
-     {"secretEnv": {"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}}, "needs credentials"),
+    (
+        "hub-service-account-is-not-a-token",
+        HUB,
+        {"service_account": "trainer"},
+        {"serviceAccount": {"name": "trainer"}},
+        "needs HF_TOKEN",
+    ),
+    (
+        "s3-with-keys",
+        S3,
+        {
+            "secret_env": {
+                "AWS_ACCESS_KEY_ID": SecretRef("s3", "id"),
+                "AWS_SECRET_ACCESS_KEY": SecretRef("s3", "secret"),
+            }
+        },
+        {
+            "secretEnv": {
+                "AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"},
+                "AWS_SECRET_ACCESS_KEY": {"secret": "s3", "key": "secret"},
+            }
+        },
+        None,
+    ),
+    (
+        "s3-half-the-keys",
+        S3,
+        {"secret_env": {"AWS_ACCESS_KEY_ID": SecretRef("s3", "id")}},
+        {"secretEnv": {"AWS_ACCESS_KEY_ID": {"secret": "s3", "key": "id"}}},
+        "needs credentials",
+    ),
     ("s3-workload-identity", S3, {"service_account": "trainer"}, {"serviceAccount": {"name": "trainer"}}, None),
     ("s3-nothing", S3, {}, {}, "needs credentials"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name,config,cli_opts,values,missing", CASES, ids=[c[0] for c in CASES])
@@ -61,8 +89,11 @@ def test_render_names_the_missing_secret_in_one_line(tmp_path):
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(HUB))
     res = subprocess.run(
         [sys.executable, "-m", "operator_cli.cli", "render", "--config", str(tmp_path / "train.yaml"), "--name", "j"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "export.destination hf://my-org/colbert-run needs HF_TOKEN" in res.stderr
     assert "--secret-env HF_TOKEN=SECRET/KEY" in res.stderr

@@ -42,9 +42,17 @@ TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedu
 def _job(api: str = "pytorchjob", state: str = "Succeeded", uid: str | None = "uid-1", **opts) -> list[dict]:
     """The objects ``submit`` creates for job demo, the job as the API server shows it once ``state``."""
     opts = {"pvc": "data", **opts}
-    spec = JobSpec(name="demo", config_text=CONFIG, api=api, image="reg.example/colbert-train:1",
-                   image_pull_secrets=["regcred"], labels={"team": "ir"}, queue="q", tolerations=[TOLERATION],
-                   **opts)  # fmt: skip
+    spec = JobSpec(
+        name="demo",
+        config_text=CONFIG,
+        api=api,
+        image="reg.example/colbert-train:1",
+        image_pull_secrets=["regcred"],
+        labels={"team": "ir"},
+        queue="q",
+        tolerations=[TOLERATION],
+        **opts,
+    )
     objects = render(spec)
     job = objects[-1]
     job["metadata"].update({"uid": uid} if uid else {})
@@ -169,8 +177,9 @@ def test_whole_archive_lands_byte_for_byte_and_replaces_only_with_overwrite(tmp_
     weights = bytes(range(256)) * 1000
     script = _member("final-model/run.sh", data=b"#!/bin/sh\n")
     script[0].mode, script[0].mtime = 0o4777, 1_700_000_000  # setuid and world-writable: dropped
-    archive = _tar(GOOD, _member("final-model", tarfile.DIRTYPE), _member("final-model/model.safetensors",
-                   data=weights), script)  # fmt: skip
+    archive = _tar(
+        GOOD, _member("final-model", tarfile.DIRTYPE), _member("final-model/model.safetensors", data=weights), script
+    )
     to = tmp_path / "demo"
     to.mkdir()
     (to / "old.txt").write_text("an older copy")
@@ -199,8 +208,10 @@ def chain_archive(dest: Path, victim: str) -> bytes:
     component = "d" * ((os.pathconf(dest.parent, "PC_PATH_MAX") - dest_len) // (len(steps) + 1))
     members, path = [_member("final-model", tarfile.DIRTYPE)], base
     for step in steps:
-        members += [_member(str(path / component), tarfile.DIRTYPE), _member(str(path / step), tarfile.SYMTYPE,
-                    link=component)]  # fmt: skip
+        members += [
+            _member(str(path / component), tarfile.DIRTYPE),
+            _member(str(path / step), tarfile.SYMTYPE, link=component),
+        ]
         path = path / component
     link = PurePosixPath(*steps, "l" * 254)
     members += [
@@ -243,9 +254,17 @@ def _frame(channel: int, data: bytes) -> ABNF:
 
 def _frames(stdout: bytes, stderr: bytes = b"", code: int = 0, size: int = 32 * 1024) -> list:
     """What a kubelet sends for an exec: stdout and stderr in frames, the exit status, a close."""
-    status = {"metadata": {}, "status": "Success"} if code == 0 else {
-        "metadata": {}, "status": "Failure", "reason": "NonZeroExitCode", "message": f"command terminated with {code}",
-        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}  # fmt: skip
+    status = (
+        {"metadata": {}, "status": "Success"}
+        if code == 0
+        else {
+            "metadata": {},
+            "status": "Failure",
+            "reason": "NonZeroExitCode",
+            "message": f"command terminated with {code}",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+        }
+    )
     out = [_frame(1, stdout[i : i + size]) for i in range(0, len(stdout), size)]
     return [*out, _frame(2, stderr), _frame(3, json.dumps(status).encode()), ABNF(opcode=ABNF.OPCODE_CLOSE)]
 
@@ -264,13 +283,15 @@ def test_exec_stream_is_binary_safe_across_frames_and_counts_progress():
 @pytest.mark.parametrize(
     "frames,expected",
     [
-        (_frames(b"", b"ok\nPermissionError: [Errno 13] Permission denied: 'index'\n", code=1),
-         "failed (exit code 1): PermissionError: [Errno 13] Permission denied: 'index'"),
+        (
+            _frames(b"", b"ok\nPermissionError: [Errno 13] Permission denied: 'index'\n", code=1),
+            "failed (exit code 1): PermissionError: [Errno 13] Permission denied: 'index'",
+        ),
         (_frames(b"partial")[:1], "the stream ended before the command's exit status"),
         ([_frame(1, b"partial"), WebSocketTimeoutException("timed out")], "the pod sent nothing for 5s"),
     ],
     ids=["non-zero exit", "closed without a status", "stalled"],
-)  # fmt: skip
+)
 def test_exec_stream_failures_are_one_line(frames, expected):
     stream = ExecStream(FrameSocket(frames), "tar in Pod default/p")
     with pytest.raises(CliError) as e:
@@ -304,8 +325,11 @@ def api(tmp_path):
 
 def _add(api: Emulator, objects: list[dict]) -> None:
     for obj in objects:
-        plural = {"ConfigMap": "v1/configmaps", "PyTorchJob": "kubeflow.org/v1/pytorchjobs",
-                  "TrainJob": "trainer.kubeflow.org/v1alpha1/trainjobs"}[obj["kind"]]  # fmt: skip
+        plural = {
+            "ConfigMap": "v1/configmaps",
+            "PyTorchJob": "kubeflow.org/v1/pytorchjobs",
+            "TrainJob": "trainer.kubeflow.org/v1alpha1/trainjobs",
+        }[obj["kind"]]
         api.add(plural, "default", obj)
 
 
@@ -315,8 +339,19 @@ def _running(api: Emulator, seen: list) -> None:
     def answer(request):
         (pod,) = [p for p in api.objects("pods") if p["metadata"]["name"] == request.name]
         seen.append(pod)
-        status = {"phase": "Running", "containerStatuses": [{"name": "fetch", "ready": True, "restartCount": 0,
-                  "image": "x", "imageID": "", "state": {"running": {}}}]}  # fmt: skip
+        status = {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "fetch",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"running": {}},
+                }
+            ],
+        }
         return {**pod, "status": status}
 
     api.react("get", PODS) << answer
@@ -351,7 +386,11 @@ def test_fetch_copies_the_whole_outputs_and_removes_its_pod(api, tmp_path, monke
     assert res.exit_code == 0, res.output
     assert f"fetched final-model, metrics.json of demo into {to}" in res.output
     assert sorted(p.relative_to(to).as_posix() for p in to.rglob("*")) == [
-        "final-model", "final-model/README.md", "final-model/model.safetensors", "metrics.json"]  # fmt: skip
+        "final-model",
+        "final-model/README.md",
+        "final-model/model.safetensors",
+        "metrics.json",
+    ]
     for name in ("final-model/model.safetensors", "final-model/README.md", "metrics.json"):
         assert (to / name).read_bytes() == (out / name).read_bytes()
     pod = seen[0]  # the pod the API server stored while the copy ran: read-only claim, labelled, bounded
@@ -379,8 +418,14 @@ def test_a_failing_copy_leaves_no_pod_and_nothing_half_written(api, tmp_path, mo
 
 
 def _tree(root: Path) -> dict[str, bytes | str]:
-    return {p.relative_to(root).as_posix(): str(p.readlink()) if p.is_symlink() else p.read_bytes()
-            if p.is_file() else "dir" for p in sorted(root.rglob("*"))}  # fmt: skip
+    return {
+        p.relative_to(root).as_posix(): str(p.readlink())
+        if p.is_symlink()
+        else p.read_bytes()
+        if p.is_file()
+        else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_fetch_of_the_cpython_symlink_chain_archive_writes_nothing_anywhere(api, tmp_path, monkeypatch):
@@ -395,8 +440,11 @@ def test_fetch_of_the_cpython_symlink_chain_archive_writes_nothing_anywhere(api,
     archive = chain_archive(home / f".demo.fetch-{'0' * 8}", ".bashrc")  # staged's name, its length exact
 
     def open_exec(cluster, pod, command, progress=None):
-        out = archive if command[2] == F.TAR else json.dumps({"exists": True, "items": ["final-model"],
-                                                              "bytes": len(archive)}).encode()  # fmt: skip
+        out = (
+            archive
+            if command[2] == F.TAR
+            else json.dumps({"exists": True, "items": ["final-model"], "bytes": len(archive)}).encode()
+        )
         return ExecStream(FrameSocket(_frames(out)), "in the pod", progress)
 
     monkeypatch.setattr(F, "exec_stream", open_exec)
@@ -442,8 +490,9 @@ def test_fetch_into_a_non_empty_directory_is_refused_before_any_request(api, tmp
 
 def test_delete_removes_a_leftover_fetch_pod_and_only_its_own(api):
     _add(api, _job(uid=None))
-    labels = yaml.safe_load(yaml.safe_dump(F.pod_manifest(F.fetch_pod(_job()[-1], lambda: "o", "default", 60,
-                                                                      "demo-fetch-1"))))  # fmt: skip
+    labels = yaml.safe_load(
+        yaml.safe_dump(F.pod_manifest(F.fetch_pod(_job()[-1], lambda: "o", "default", 60, "demo-fetch-1")))
+    )
     api.add("v1/pods", "default", labels)
     upload_pod = json.loads(json.dumps(labels))  # a killed `upload`'s pod goes too
     upload_pod["metadata"].update(name="demo-upload-1")
@@ -468,8 +517,14 @@ def test_exec_request_reaches_the_api_server_and_a_refusal_is_one_line(api):
 
     def refuse(request):
         asked.append(request)
-        return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
-                "message": 'pods "demo-fetch-1" is forbidden: cannot create resource "pods/exec"'}  # fmt: skip
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": 'pods "demo-fetch-1" is forbidden: cannot create resource "pods/exec"',
+        }
 
     api.react("get", "/api/v1/namespaces/default/pods/demo-fetch-1/exec") << 403 << refuse
     cluster = Cluster(connect(str(api.kubeconfig)), "default")
@@ -480,7 +535,12 @@ def test_exec_request_reaches_the_api_server_and_a_refusal_is_one_line(api):
     query = asked[0].url.query
     assert query.getall("command") == ["python", "-c", F.TAR, "/workspace/runs/demo", "final-model"]
     assert (query["container"], query["stdout"], query["stderr"], query["stdin"], query["tty"]) == (
-        "fetch", "true", "true", "false", "false")  # fmt: skip
+        "fetch",
+        "true",
+        "true",
+        "false",
+        "false",
+    )
 
 
 # ---- upload: the same pod, writing -------------------------------------------------------------------------

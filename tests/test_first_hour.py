@@ -43,12 +43,15 @@ def test_plain_pairs_train_and_the_outputs_name_no_local_path(tmp_path, tiny_mod
 
     _pairs(tmp_path / "pairs.jsonl", 16)
     build(tmp_path / "qs", max_test_queries=10)
-    res = _trainer(tmp_path, {
-        "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48, "license": "mit"},
-        "data": {"train": {"path": "pairs.jsonl"}, "eval_beir": "qs/beir"},
-        "training": {"per_device_batch_size": 4, "max_steps": 2, "log_every": 1},
-        "output_dir": "out",
-    })  # fmt: skip
+    res = _trainer(
+        tmp_path,
+        {
+            "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 48, "license": "mit"},
+            "data": {"train": {"path": "pairs.jsonl"}, "eval_beir": "qs/beir"},
+            "training": {"per_device_batch_size": 4, "max_steps": 2, "log_every": 1},
+            "output_dir": "out",
+        },
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "no 'negative' column: plain (query, positive) pairs, trained with in-batch negatives" in res.stderr
     assert "in-batch negatives per query 3 (this rank only" in res.stderr  # 4 queries x 1 document - 1
@@ -66,12 +69,15 @@ def test_plain_pairs_train_and_the_outputs_name_no_local_path(tmp_path, tiny_mod
 def test_a_missing_eval_set_is_found_before_mining(tmp_path, tiny_model):
     """data.eval_beir was read only when the first evaluation came, after mining: now at start, in one line."""
     _pairs(tmp_path / "pairs.jsonl", 8)
-    res = _trainer(tmp_path, {
-        "model": {"name_or_path": str(tiny_model)},
-        "data": {"train": {"path": "pairs.jsonl"}, "eval_beir": "data/nfcorpus"},
-        "mine": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 5]},
-        "training": {"max_steps": 1},
-    })  # fmt: skip
+    res = _trainer(
+        tmp_path,
+        {
+            "model": {"name_or_path": str(tiny_model)},
+            "data": {"train": {"path": "pairs.jsonl"}, "eval_beir": "data/nfcorpus"},
+            "mine": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 5]},
+            "training": {"max_steps": 1},
+        },
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     assert "data.eval_beir: data/nfcorpus/corpus.jsonl not found" in res.stderr
     assert "Traceback" not in res.stderr and "mine" not in res.stderr.lower().replace("mine:", "")

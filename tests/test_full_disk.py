@@ -40,8 +40,13 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_an_exit_and_resumes_once_fr
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(cfg))
     start = time.time()
-    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(config)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     took = time.time() - start
     errors = [line for line in res.stderr.splitlines() if "error:" in line]
     assert res.returncode == 2 and len(errors) == 1, res.stderr[-3000:]
@@ -50,8 +55,13 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_an_exit_and_resumes_once_fr
     assert not list((small_volume / "out" / "checkpoints").glob(".tmp-*"))  # the failed write is gone
     # space is freed (the volume grows): the same command resumes and finishes
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_volume)], check=True)
-    res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(config)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert (small_volume / "out" / "final-model").is_dir()
 

@@ -18,9 +18,11 @@ HELPER = str(ROOT / "tests" / "scripts" / "grad_step.py")
 
 
 def _grad(model, data, loss: str, per_device: int, accumulation: int, nproc: int, port: int, out) -> dict:
-    launch = [sys.executable] if nproc == 1 else [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}"
-    ]  # fmt: skip
+    launch = (
+        [sys.executable]
+        if nproc == 1
+        else [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}"]
+    )
     args = [str(model), str(data), loss, str(per_device), str(accumulation), str(out)]
     res = subprocess.run([*launch, HELPER, *args], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]

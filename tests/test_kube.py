@@ -436,12 +436,22 @@ def test_status_reads_each_pods_events_by_a_field_selector(api):
     api.add("v1/pods", "default", _pod("demo-master-0", "master", 0, "Pending", containerStatuses=creating))
     pulling = [_status(state={"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}})]
     api.add("v1/pods", "default", _pod("demo-worker-0", "worker", 0, "Pending", containerStatuses=pulling))
-    warning = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "FailedMount",
-               "metadata": {"name": "demo-master-0.1", "namespace": "default"},
-               "involvedObject": {"kind": "Pod", "name": "demo-master-0", "namespace": "default"},
-               "message": "configmap not found", "lastTimestamp": "2026-11-29T10:00:00Z"}  # fmt: skip
-    other = {**warning, "metadata": {"name": "other.1", "namespace": "default"}, "reason": "OtherPodsTrouble",
-             "involvedObject": {"kind": "Pod", "name": "other", "namespace": "default"}}  # fmt: skip
+    warning = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "type": "Warning",
+        "reason": "FailedMount",
+        "metadata": {"name": "demo-master-0.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "demo-master-0", "namespace": "default"},
+        "message": "configmap not found",
+        "lastTimestamp": "2026-11-29T10:00:00Z",
+    }
+    other = {
+        **warning,
+        "metadata": {"name": "other.1", "namespace": "default"},
+        "reason": "OtherPodsTrouble",
+        "involvedObject": {"kind": "Pod", "name": "other", "namespace": "default"},
+    }
     selectors = []
 
     def events(request):  # the whole namespace's events: an API server that ignored the selector
@@ -617,8 +627,13 @@ def test_status_shows_the_phase_of_the_whole_job(api, caplog):
     from trainer.config.load import parse_config
     from trainer.reporting.progress import Progress, job_plan
 
-    cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": {"max_steps": 4},
-                        "mine": {"rounds": 2, "retriever": "bm25"}})  # fmt: skip
+    cfg = parse_config(
+        {
+            "data": {"train": {"path": "t.jsonl"}},
+            "training": {"max_steps": 4},
+            "mine": {"rounds": 2, "retriever": "bm25"},
+        }
+    )
     progress = Progress(plan=job_plan(cfg, 1, rows=64, queries=64, documents=3000, chunk=512), env={}, interval=0)
     with caplog.at_level(logging.INFO, logger="trainer"):
         progress.round = 1

@@ -270,8 +270,13 @@ def test_trainjob_on_the_runtime_restarts_a_sigkilled_replica_and_resumes(tmp_pa
     from trainer.run.checkpoint import list_checkpoints
 
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 24, "checkpoint.every_steps": 4})
-    proc = subprocess.Popen(_local(wd, "--api", "trainjob", "--pvc-size", "1Gi"), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        _local(wd, "--api", "trainjob", "--pvc-size", "1Gi"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 240
     while not any(s >= 8 for s, _ in list_checkpoints(wd / "output" / "checkpoints")):
         assert proc.poll() is None and time.time() < deadline, "finished before it could be interrupted"

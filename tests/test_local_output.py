@@ -15,19 +15,30 @@ CASES = [
     ("rank-0-info", "[rank 0] 12:00:00 INFO scale: world size 2", ["[rank 0] 12:00:00 INFO scale: world size 2"]),
     ("rank-1-info-once-is-enough", "[rank 1] 12:00:00 INFO scale: world size 2", []),
     ("rank-1-warning", "[rank 1] 12:00:00 WARNING peer slow", ["[rank 1] 12:00:00 WARNING peer slow"]),
-    ("rank-1-error", "[rank 1] 12:00:00 ERROR column 'positive' is missing",
-     ["[rank 1] 12:00:00 ERROR column 'positive' is missing"]),
-    ("progress-json", f"[rank 0] 12:00:01 INFO progress {json.dumps(PROGRESS)}",
-     ["[rank 0] 12:00:01 INFO mining round 1/2: encode corpus 3/6 · 17% · ETA 34 min"]),
-    ("bar-glued-to-a-log-line", "train:  25%|██▌       | 1/4 [00:26<01:20, 26.87s/it][rank 0] 12:44:07 INFO step 4/4",
-     ["[rank 0] 12:44:07 INFO step 4/4"]),
+    (
+        "rank-1-error",
+        "[rank 1] 12:00:00 ERROR column 'positive' is missing",
+        ["[rank 1] 12:00:00 ERROR column 'positive' is missing"],
+    ),
+    (
+        "progress-json",
+        f"[rank 0] 12:00:01 INFO progress {json.dumps(PROGRESS)}",
+        ["[rank 0] 12:00:01 INFO mining round 1/2: encode corpus 3/6 · 17% · ETA 34 min"],
+    ),
+    (
+        "bar-glued-to-a-log-line",
+        "train:  25%|██▌       | 1/4 [00:26<01:20, 26.87s/it][rank 0] 12:44:07 INFO step 4/4",
+        ["[rank 0] 12:44:07 INFO step 4/4"],
+    ),
     ("bar-alone", "Loading weights: 100%|██████████| 103/103 [00:00<00:00, 7850.93it/s]", []),
     ("traceback-passes", "Traceback (most recent call last):", ["Traceback (most recent call last):"]),
-    ("torchrun-line-passes", "W1202 12:00:00.000 torch/distributed/run.py:8] OMP_NUM_THREADS set",
-     ["W1202 12:00:00.000 torch/distributed/run.py:8] OMP_NUM_THREADS set"]),
-    ("unreadable-progress-kept", "[rank 0] 12:00:01 INFO progress {oops",
-     ["[rank 0] 12:00:01 INFO progress {oops"]),
-]  # fmt: skip
+    (
+        "torchrun-line-passes",
+        "W1202 12:00:00.000 torch/distributed/run.py:8] OMP_NUM_THREADS set",
+        ["W1202 12:00:00.000 torch/distributed/run.py:8] OMP_NUM_THREADS set"],
+    ),
+    ("unreadable-progress-kept", "[rank 0] 12:00:01 INFO progress {oops", ["[rank 0] 12:00:01 INFO progress {oops"]),
+]
 
 
 @pytest.mark.parametrize("name,line,expected", CASES, ids=[c[0] for c in CASES])
@@ -37,9 +48,18 @@ def test_shown(name, line, expected):
 
 def test_the_trainers_own_progress_record_reads_as_one_line():
     """A record as trainer/reporting/progress.py writes it during training (the same keys, all of them)."""
-    record = {"best": {"metric": "ndcg@10", "step": 4, "value": 0.6336615}, "eta_seconds": 95,
-              "eval_ndcg@10": 0.6336615, "loss": 2.1854169, "lr": 0.0, "percent": 99, "phase": "train step 4/4",
-              "samples_per_second": 1.3866, "step": 4, "total": 4}  # fmt: skip
+    record = {
+        "best": {"metric": "ndcg@10", "step": 4, "value": 0.6336615},
+        "eta_seconds": 95,
+        "eval_ndcg@10": 0.6336615,
+        "loss": 2.1854169,
+        "lr": 0.0,
+        "percent": 99,
+        "phase": "train step 4/4",
+        "samples_per_second": 1.3866,
+        "step": 4,
+        "total": 4,
+    }
     assert progress_text(record) == (
         "train step 4/4 · 99% · ETA 2 min · loss 2.1854 · 1.4 samples/s · best ndcg@10 0.6337 at step 4"
     )

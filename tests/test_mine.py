@@ -74,10 +74,22 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     from trainer.mine import Pairs, _join, _part_table
     from trainer.negatives import explain_drops
 
-    cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
-                     max_score_ratio=0.9, positive_within=6, fallback="drop")  # fmt: skip
-    pairs = Pairs(queries=["a", "b", "c"], corpus=[f"d{i}" for i in range(12)], rows=[(0, 0), (1, 1), (2, 2)],
-                  positives=[{0}, {1}, {2}])  # fmt: skip
+    cfg = pairs_config(
+        tmp_path,
+        [{"query": "q", "positive": "p"}],
+        top_k=10,
+        rank_range=[2, 5],
+        negatives=2,
+        max_score_ratio=0.9,
+        positive_within=6,
+        fallback="drop",
+    )
+    pairs = Pairs(
+        queries=["a", "b", "c"],
+        corpus=[f"d{i}" for i in range(12)],
+        rows=[(0, 0), (1, 1), (2, 2)],
+        positives=[{0}, {1}, {2}],
+    )
     cands = [
         [(0, 10.0)] + [(i, 9.0 - i / 2) for i in range(1, 12)],  # kept
         [(2, 9.5), (3, 9.4), (1, 7.5), *((i, 7.4 - i / 100) for i in range(4, 12))],  # all above 0.9 x 7.5: too few
@@ -86,8 +98,10 @@ def test_drops_are_counted_by_reason_over_parts_written_by_earlier_runs(tmp_path
     scores = [{0: 10.0}, {1: 7.5}, {2: 1.0}]
     rows_of = {0: [0], 1: [1], 2: [2]}
     for n, qs in enumerate(([0, 1], [2])):  # two parts, as if the second came from a restarted job
-        pq.write_table(_part_table(pairs, qs, [cands[q] for q in qs], [scores[q] for q in qs], rows_of, cfg),
-                       tmp_path / f"part-{n}.parquet")  # fmt: skip
+        pq.write_table(
+            _part_table(pairs, qs, [cands[q] for q in qs], [scores[q] for q in qs], rows_of, cfg),
+            tmp_path / f"part-{n}.parquet",
+        )
     stats = _join(sorted(tmp_path.glob("part-*.parquet")), tmp_path / "train.parquet")
     assert stats["rows"] == 1 and stats["dropped"] == {
         "too_few": 1,
@@ -112,10 +126,21 @@ def test_a_row_with_too_few_candidates_is_kept_with_random_negatives_by_default(
     one of the query's positives, seeded per row; positive_within still drops, as the option it names."""
     from trainer.mine import Pairs, _join, _part_table
 
-    cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], top_k=10, rank_range=[2, 5], negatives=2,
-                     max_score_ratio=0.9, positive_within=6)  # fmt: skip
-    pairs = Pairs(queries=["a", "b", "c", "d"], corpus=[f"d{i}" for i in range(12)],
-                  rows=[(0, 0), (1, 1), (2, 2), (3, 4)], positives=[{0}, {1, 11}, {2}, {4}])  # fmt: skip
+    cfg = pairs_config(
+        tmp_path,
+        [{"query": "q", "positive": "p"}],
+        top_k=10,
+        rank_range=[2, 5],
+        negatives=2,
+        max_score_ratio=0.9,
+        positive_within=6,
+    )
+    pairs = Pairs(
+        queries=["a", "b", "c", "d"],
+        corpus=[f"d{i}" for i in range(12)],
+        rows=[(0, 0), (1, 1), (2, 2), (3, 4)],
+        positives=[{0}, {1, 11}, {2}, {4}],
+    )
     cands = [
         [(0, 10.0)] + [(i, 9.0 - i / 2) for i in range(1, 12)],  # kept by the retriever
         [(2, 9.5), (3, 9.4), (1, 7.5), *((i, 7.4 - i / 100) for i in range(4, 12))],  # too few: random
@@ -128,8 +153,13 @@ def test_a_row_with_too_few_candidates_is_kept_with_random_negatives_by_default(
     stats = _join([tmp_path / "part-0.parquet"], tmp_path / "train.parquet")
     assert stats["rows"] == 3 and stats["dropped"]["positive_within"] == 1
     # the second query's list is short of the top_k (11 of 12): counted as unmatched, kept all the same
-    assert stats["random_negatives"] == {"too_few": 0, "positive_within": 0, "no_terms": 1, "rows_per_query": 0,
-                                         "unmatched": 1}  # fmt: skip
+    assert stats["random_negatives"] == {
+        "too_few": 0,
+        "positive_within": 0,
+        "no_terms": 1,
+        "rows_per_query": 0,
+        "unmatched": 1,
+    }
     rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
     assert [r["row"] for r in rows] == [0, 1, 3]
     for r, positives in zip(rows[1:], ({"d1", "d11"}, {"d4"})):
@@ -193,16 +223,25 @@ def test_a_query_bm25_cannot_search_loses_its_row_at_most_not_the_job(tmp_path, 
     ]
     odd = "The r.h.s. of ``f(p) = s``."
     rows.insert(5, {"query": odd, "positive": "the right-hand side of an equation"})
-    cfg = pairs_config(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 5], negatives=2, max_score_ratio=1.0,
-                     fallback=fallback)  # fmt: skip
+    cfg = pairs_config(
+        tmp_path,
+        rows,
+        retriever="bm25",
+        top_k=10,
+        rank_range=[1, 5],
+        negatives=2,
+        max_score_ratio=1.0,
+        fallback=fallback,
+    )
     with caplog.at_level("INFO", logger="trainer"):
         table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
     stats = json.loads((tmp_path / "mined" / "mining.json").read_text())
     if fallback == "drop":
         assert table.num_rows == 12 and odd not in table.column("query").to_pylist()
         assert stats["dropped"]["no_terms"] == 1
-        assert any("1 of 13 rows dropped: their query holds no word BM25 can search for" in r.message
-                   for r in caplog.records)  # fmt: skip
+        assert any(
+            "1 of 13 rows dropped: their query holds no word BM25 can search for" in r.message for r in caplog.records
+        )
     else:
         assert table.num_rows == 13 and odd in table.column("query").to_pylist()
         assert stats["dropped"]["no_terms"] == 0 and stats["random_negatives"]["no_terms"] == 1
@@ -473,10 +512,14 @@ def test_the_packages_benchmark_holds_whole_packages_out(tmp_path):
 
 @pytest.mark.parametrize(
     "content,needle",
-    [(None, "not found; give a .jsonl file or a BEIR directory"), ("{oops\n", "row 1: not valid JSON"),
-     ('{"title": "t"}\n', "row 1: 'text' is missing"), ("\n", "holds no document")],
+    [
+        (None, "not found; give a .jsonl file or a BEIR directory"),
+        ("{oops\n", "row 1: not valid JSON"),
+        ('{"title": "t"}\n', "row 1: 'text' is missing"),
+        ("\n", "holds no document"),
+    ],
     ids=["missing", "not-json", "no-text", "empty"],
-)  # fmt: skip
+)
 def test_a_bad_mining_corpus_is_one_line(tmp_path, content, needle):
     from trainer.data import DataError
     from trainer.mine import load_pairs

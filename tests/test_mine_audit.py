@@ -175,11 +175,14 @@ def test_bm25_never_hands_out_a_document_it_scored_zero(tmp_path, caplog):
 
 
 def _bm25_rows(tmp_path, name, **mine_kw):
-    rows = [{"query": f"how to sort list {i} quickly", "positive": f"sorting list {i} with sorted and key"}
-            for i in range(21)]  # fmt: skip
+    rows = [
+        {"query": f"how to sort list {i} quickly", "positive": f"sorting list {i} with sorted and key"}
+        for i in range(21)
+    ]
     (tmp_path / name).mkdir()
-    return pairs_config(tmp_path / name, rows, retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0,
-                      **mine_kw)  # fmt: skip
+    return pairs_config(
+        tmp_path / name, rows, retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0, **mine_kw
+    )
 
 
 def test_a_restart_with_another_query_chunk_or_negatives_mines_again_never_mixes(tmp_path, caplog):
@@ -214,8 +217,16 @@ def test_a_copy_of_the_positive_under_another_id_is_never_its_negative(tmp_path)
     corpus = tmp_path / "corpus.jsonl"
     texts = ["sorting a list with sorted", "a list of files", "sorting a list with sorted", "parsing a list", "zip"]
     corpus.write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)))
-    cfg = pairs_config(tmp_path, [{"query": "sorting a list", "positive": texts[0]}], corpus=str(corpus),
-                     retriever="bm25", top_k=4, rank_range=[1, 3], negatives=1, max_score_ratio=1.0)  # fmt: skip
+    cfg = pairs_config(
+        tmp_path,
+        [{"query": "sorting a list", "positive": texts[0]}],
+        corpus=str(corpus),
+        retriever="bm25",
+        top_k=4,
+        rank_range=[1, 3],
+        negatives=1,
+        max_score_ratio=1.0,
+    )
     assert load_pairs(cfg).positives == [{0, 2}]
     # the copy scores exactly the positive's score: ratio 1.0 (allowed) admitted it; so does a positive at <= 0
     assert choose_negatives([(2, 5.0), (1, 1.0)], {0, 2}, 5.0, cfg.mine, random.Random(0)) == [(1, 1.0)]
@@ -229,8 +240,16 @@ def test_a_copy_of_the_positive_under_another_id_is_never_its_negative(tmp_path)
 def test_rows_per_query_keeps_a_sample_of_rows_and_every_positive_still_counts(tmp_path):
     rows = [{"query": "sorting lists", "positive": f"sorting lists way {i}"} for i in range(6)]
     rows += [{"query": f"other {i}", "positive": f"other document {i} sorting lists"} for i in range(6)]
-    cfg = pairs_config(tmp_path, rows, retriever="bm25", top_k=10, rank_range=[1, 6], negatives=2,
-                     max_score_ratio=1.0, rows_per_query=2)  # fmt: skip
+    cfg = pairs_config(
+        tmp_path,
+        rows,
+        retriever="bm25",
+        top_k=10,
+        rank_range=[1, 6],
+        negatives=2,
+        max_score_ratio=1.0,
+        rows_per_query=2,
+    )
     table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
     first = [r for r in table.to_pylist() if r["query"] == "sorting lists"]
     assert len(first) == 2  # 2 of its 6 rows
@@ -243,8 +262,10 @@ def test_rows_per_query_keeps_a_sample_of_rows_and_every_positive_still_counts(t
 
 
 def test_global_batch_without_the_gather_is_refused_for_contrastive_losses():
-    base = {"data": {"train": {"path": "t"}}, "training": {"max_steps": 1, "global_batch_size": 8,
-                                                             "gather_across_devices": False}}  # fmt: skip
+    base = {
+        "data": {"train": {"path": "t"}},
+        "training": {"max_steps": 1, "global_batch_size": 8, "gather_across_devices": False},
+    }
     with pytest.raises(ConfigError) as e:
         parse_config(base)
     assert "loss changes with the world size" in str(e.value) and "\n" not in str(e.value)
@@ -275,8 +296,9 @@ def test_teacher_scores_are_the_same_bits_on_one_rank_and_two(tmp_path, tiny_mod
     for world in (1, 2):
         ws = tmp_path / f"w{world}"
         ws.mkdir()
-        config = mining_job(ws, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(ce), "batch_size": 5},
-                      query_chunk=1000)  # fmt: skip
+        config = mining_job(
+            ws, tiny_model, data, retriever="bm25", teacher={"name_or_path": str(ce), "batch_size": 5}, query_chunk=1000
+        )
         cfg = yaml.safe_load(config.read_text())
         cfg["loss"] = {"name": "distillation"}
         config.write_text(yaml.safe_dump(cfg))
@@ -324,8 +346,15 @@ def test_the_labelled_mask_is_the_same_on_two_gloo_ranks_as_on_one_process(tmp_p
 
     helper = Path(__file__).parent / "scripts" / "labelled_checks.py"
     out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           str(helper), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        str(helper),
+        str(out),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads(out.read_text())

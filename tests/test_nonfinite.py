@@ -20,8 +20,10 @@ from trainer.step import apply_update
 def test_a_score_finite_in_float64_but_infinite_in_float32_is_refused_with_its_row(tmp_path):
     """1e300 passed the finite check (float64) and became inf in the float32 Arrow copy."""
     path = tmp_path / "d.jsonl"
-    rows = [{"query": "q", "documents": ["a", "b"], "scores": [1.0, 0.5]},
-            {"query": "q2", "documents": ["a", "b"], "scores": [1e300, 0.5]}]  # fmt: skip
+    rows = [
+        {"query": "q", "documents": ["a", "b"], "scores": [1.0, 0.5]},
+        {"query": "q2", "documents": ["a", "b"], "scores": [1e300, 0.5]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(DataError) as e:
         load_rows(DataSource(path=str(path)), distillation=True, cache_dir=tmp_path / "cache")
@@ -32,11 +34,19 @@ def _state(skip: int = 0) -> TrainState:
     model = torch.nn.Linear(3, 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     return TrainState(
-        model=model, forward=model, params=list(model.parameters()), optimizer=optimizer,
+        model=model,
+        forward=model,
+        params=list(model.parameters()),
+        optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=contextlib.nullcontext, data=None,
-        loss_fn=None, total_steps=10, max_grad_norm=1.0, skip_nonfinite=skip,
-    )  # fmt: skip
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        autocast=contextlib.nullcontext,
+        data=None,
+        loss_fn=None,
+        total_steps=10,
+        max_grad_norm=1.0,
+        skip_nonfinite=skip,
+    )
 
 
 def _backward(t: TrainState, value: float) -> None:
@@ -80,8 +90,9 @@ def test_the_trainer_reports_a_non_finite_step_as_exit_code_2(monkeypatch, capsy
     monkeypatch.setattr(trainer.rounds, "run", boom)
     (tmp_path / "t.jsonl").write_text(json.dumps({"query": "q", "positive": "p", "negative": "n"}) + "\n")
     config = tmp_path / "c.yaml"
-    config.write_text(f"data: {{train: {{path: {tmp_path}/t.jsonl}}}}\ntraining: {{max_steps: 1}}\n"
-                      f"output_dir: {tmp_path}/out\n")  # fmt: skip
+    config.write_text(
+        f"data: {{train: {{path: {tmp_path}/t.jsonl}}}}\ntraining: {{max_steps: 1}}\noutput_dir: {tmp_path}/out\n"
+    )
     monkeypatch.chdir(tmp_path)
     for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "PET_NNODES", "PET_NPROC_PER_NODE", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
@@ -165,15 +176,17 @@ def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_th
     data = write_triplets(tmp_path / "t.jsonl", 32)
 
     def config(name: str):
-        return parse_config({
-            "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
-            "data": {"train": {"path": str(data)}, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
-            "training": {"per_device_batch_size": 4, "max_steps": 6, "skip_nonfinite_steps": 2, "seed": 3},
-            "checkpoint": {"every_steps": 2},
-            "evaluation": {"after_training": False},
-            "tracking": {"report_to": []},
-            "output_dir": str(tmp_path / name),
-        })  # fmt: skip
+        return parse_config(
+            {
+                "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
+                "data": {"train": {"path": str(data)}, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
+                "training": {"per_device_batch_size": 4, "max_steps": 6, "skip_nonfinite_steps": 2, "seed": 3},
+                "checkpoint": {"every_steps": 2},
+                "evaluation": {"after_training": False},
+                "tracking": {"report_to": []},
+                "output_dir": str(tmp_path / name),
+            }
+        )
 
     _Faults({2, 5}).install(monkeypatch)
     whole = run(config("whole"), Layout())
@@ -189,8 +202,9 @@ def test_skipped_nonfinite_steps_are_checkpointed_so_a_restart_does_not_renew_th
     assert (tmp_path / "out" / model).read_bytes() == (tmp_path / "whole" / model).read_bytes()
     # and the budget holds across the restart: with 1 allowed, step 5's is one too many, resumed or not
     _Faults({2, 5}, kill=5).install(monkeypatch)
-    tight = config("tight").model_copy(update={"training": config("tight").training.model_copy(
-        update={"skip_nonfinite_steps": 1})})  # fmt: skip
+    tight = config("tight").model_copy(
+        update={"training": config("tight").training.model_copy(update={"skip_nonfinite_steps": 1})}
+    )
     with pytest.raises(_Killed):
         run(tight, Layout())
     _Faults({2, 5}).install(monkeypatch)
@@ -248,15 +262,17 @@ def test_fp16_skips_reach_metrics_json_survive_a_restart_and_a_nan_at_every_step
     data = write_triplets(tmp_path / "t.jsonl", 32)
 
     def config(name: str, steps: int = 6):
-        return parse_config({
-            "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
-            "data": {"train": {"path": str(data)}, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
-            "training": {"per_device_batch_size": 4, "max_steps": steps, "seed": 3},
-            "checkpoint": {"every_steps": 2},
-            "evaluation": {"after_training": False},
-            "tracking": {"report_to": []},
-            "output_dir": str(tmp_path / name),
-        })  # fmt: skip
+        return parse_config(
+            {
+                "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
+                "data": {"train": {"path": str(data)}, "num_workers": 0, "cache_dir": str(tmp_path / "cache")},
+                "training": {"per_device_batch_size": 4, "max_steps": steps, "seed": 3},
+                "checkpoint": {"every_steps": 2},
+                "evaluation": {"after_training": False},
+                "tracking": {"report_to": []},
+                "output_dir": str(tmp_path / name),
+            }
+        )
 
     _Faults({2, 5}).install(monkeypatch)
     whole = run(config("whole"), Layout())

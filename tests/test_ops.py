@@ -82,23 +82,38 @@ def test_runtime_command_prints_it_and_refuses_bad_flags():
     assert res.exit_code == 0, res.output
     rt = yaml.safe_load(res.output)
     assert rt == render_runtime(RuntimeSpec(name="colbert-ib", nccl="ib", max_restarts=5))
-    for bad, words in ((["--name", "Bad_Name"], "--name must be a DNS-1123 name"),
-                       (["--max-restarts", "-1"], "--max-restarts must be between 0 and 1000")):  # fmt: skip
+    for bad, words in (
+        (["--name", "Bad_Name"], "--name must be a DNS-1123 name"),
+        (["--max-restarts", "-1"], "--max-restarts must be between 0 and 1000"),
+    ):
         res = CliRunner().invoke(cli, ["runtime", "render", *bad])
         assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output, res.output
 
 
 def test_chart_installs_the_same_runtime_as_the_cli():
-    values = {"api": "trainjob", "runtime": {"name": "colbert-torch", "install": True, "maxRestarts": 5},
-              "nccl": "socket", "shm": {"enabled": True, "size": "16Gi"},
-              "terminationGracePeriodSeconds": 300}  # fmt: skip
+    values = {
+        "api": "trainjob",
+        "runtime": {"name": "colbert-torch", "install": True, "maxRestarts": 5},
+        "nccl": "socket",
+        "shm": {"enabled": True, "size": "16Gi"},
+        "terminationGracePeriodSeconds": 300,
+    }
     objects = helm_render(values)
     (rt,) = [o for o in objects if o["kind"] == "ClusterTrainingRuntime"]
     validate_all(objects)
-    cli_rt = render_runtime(RuntimeSpec(max_restarts=5, nccl="socket", shm_size="16Gi", termination_grace=300,
-                                        image=objects[-1]["spec"]["trainer"]["image"]))  # fmt: skip
-    for meta in (rt["metadata"], rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-                 ["metadata"]):  # fmt: skip
+    cli_rt = render_runtime(
+        RuntimeSpec(
+            max_restarts=5,
+            nccl="socket",
+            shm_size="16Gi",
+            termination_grace=300,
+            image=objects[-1]["spec"]["trainer"]["image"],
+        )
+    )
+    for meta in (
+        rt["metadata"],
+        rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"],
+    ):
         assert meta["labels"].pop("helm.sh/chart")
     assert rt == cli_rt
     assert objects[-1]["spec"]["runtimeRef"]["name"] == "colbert-torch"
@@ -110,8 +125,11 @@ def test_chart_installs_the_same_runtime_as_the_cli():
 SCHEDULING = {
     "topology-required": (
         dict(topology_required="cloud.google.com/gce-topology-block", nodes=2, pvc="ckpt"),
-        dict(scheduling={"topologyRequired": "cloud.google.com/gce-topology-block"}, nodes=2,
-             persistence={"existingClaim": "ckpt"}),
+        dict(
+            scheduling={"topologyRequired": "cloud.google.com/gce-topology-block"},
+            nodes=2,
+            persistence={"existingClaim": "ckpt"},
+        ),
         {C.KUEUE_TOPOLOGY_REQUIRED: "cloud.google.com/gce-topology-block"},
     ),
     "topology-preferred": (
@@ -119,9 +137,12 @@ SCHEDULING = {
         dict(scheduling={"topologyPreferred": "kubernetes.io/hostname", "queue": "team-a"}),
         {C.KUEUE_TOPOLOGY_PREFERRED: "kubernetes.io/hostname"},
     ),
-    "mig": (dict(mig="1g.10gb", nodes=3, pvc_size="5Gi"), dict(mig="1g.10gb", nodes=3, persistence={"size": "5Gi"}),
-            {}),
-}  # fmt: skip
+    "mig": (
+        dict(mig="1g.10gb", nodes=3, pvc_size="5Gi"),
+        dict(mig="1g.10gb", nodes=3, persistence={"size": "5Gi"}),
+        {},
+    ),
+}
 
 
 def _pod_templates(job: dict) -> list[dict]:
@@ -159,15 +180,18 @@ def test_scheduling_options_are_crd_valid_and_chart_equals_cli(api, case):
 @pytest.mark.parametrize(
     "opts,values,words",
     [
-        (dict(topology_required="a/b", topology_preferred="a/b"),
-         {"scheduling": {"topologyRequired": "a/b", "topologyPreferred": "a/b"}}, "exclude each other"),
+        (
+            dict(topology_required="a/b", topology_preferred="a/b"),
+            {"scheduling": {"topologyRequired": "a/b", "topologyPreferred": "a/b"}},
+            "exclude each other",
+        ),
         (dict(topology_required="not a label"), {"scheduling": {"topologyRequired": "not a label"}}, "topology"),
         (dict(mig="10gb"), {"mig": "10gb"}, "mig"),
         (dict(mig="1g.10gb", gpus_per_node=2), {"mig": "1g.10gb", "gpusPerNode": 2}, "one slice per pod"),
         (dict(mig="1g.10gb", gpus_per_node=0), {"mig": "1g.10gb", "gpusPerNode": 0}, "one slice per pod"),
     ],
     ids=["both-topologies", "bad-level", "bad-profile", "two-slices", "cpu-with-mig"],
-)  # fmt: skip
+)
 def test_bad_scheduling_is_one_line_in_the_cli_and_refused_by_the_chart(opts, values, words):
     with pytest.raises(CliError) as e:
         _spec(**opts)
@@ -227,8 +251,9 @@ def _config(tmp_path):
 def test_submit_trainjob_uses_the_runtime_when_it_exists(tmp_path, installed):
     runtimes = (stock_runtime(),) + ((render_runtime(RuntimeSpec()),) if installed else ())
     with Emulator(tmp_path, with_v2=True, runtimes=runtimes) as emu:
-        res = run(emu, "submit", "--config", _config(tmp_path), "--name", "demo", "--gpus-per-node", "0",
-                  "--api", "trainjob")  # fmt: skip
+        res = run(
+            emu, "submit", "--config", _config(tmp_path), "--name", "demo", "--gpus-per-node", "0", "--api", "trainjob"
+        )
         assert res.exit_code == 0, res.output
         (job,) = emu.objects("trainjobs")
         assert job["spec"]["runtimeRef"]["name"] == (C.V2_SHIPPED_RUNTIME if installed else C.V2_STOCK_RUNTIME)
@@ -238,8 +263,20 @@ def test_submit_trainjob_uses_the_runtime_when_it_exists(tmp_path, installed):
         assert len(warned) == (0 if installed else 1)
         if warned:
             assert "retries a permanent error" in warned[0] and "colbert-k8s runtime install" in warned[0]
-        res = run(emu, "submit", "--config", _config(tmp_path), "--name", "other", "--gpus-per-node", "0",
-                  "--api", "trainjob", "--runtime", C.V2_SHIPPED_RUNTIME)  # fmt: skip
+        res = run(
+            emu,
+            "submit",
+            "--config",
+            _config(tmp_path),
+            "--name",
+            "other",
+            "--gpus-per-node",
+            "0",
+            "--api",
+            "trainjob",
+            "--runtime",
+            C.V2_SHIPPED_RUNTIME,
+        )
         assert (res.exit_code == 0) == installed, res.output  # an explicit --runtime is never swapped
 
 
@@ -247,16 +284,23 @@ def _job(kind: str, name: str, ours: bool = True) -> dict:
     labels = {C.LABEL_MANAGED_BY: C.MANAGED_BY, C.LABEL_INSTANCE: name} if ours else {"app": "other"}
     spec = {"runPolicy": {"backoffLimit": 1}, "pytorchReplicaSpecs": {}} if kind == "PyTorchJob" else {"trainer": {}}
     group = f"{C.GROUP}/{C.VERSION}" if kind == "PyTorchJob" else f"{C.V2_GROUP}/{C.V2_VERSION}"
-    return {"apiVersion": group, "kind": kind, "metadata": {"name": name, "namespace": "default", "labels": labels},
-            "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": group,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": spec,
+    }
 
 
 @pytest.mark.parametrize("kind", ["PyTorchJob", "TrainJob"])
 def test_suspend_and_resume_patch_only_this_tools_jobs(tmp_path, kind):
     plural = "pytorchjobs" if kind == "PyTorchJob" else "trainjobs"
     resource = f"{C.GROUP}/{C.VERSION}/{plural}" if kind == "PyTorchJob" else f"{C.V2_GROUP}/{C.V2_VERSION}/{plural}"
-    field = (lambda j: j["spec"].get("runPolicy", {}).get("suspend")) if kind == "PyTorchJob" else (
-        lambda j: j["spec"].get("suspend"))  # fmt: skip
+    field = (
+        (lambda j: j["spec"].get("runPolicy", {}).get("suspend"))
+        if kind == "PyTorchJob"
+        else (lambda j: j["spec"].get("suspend"))
+    )
     with Emulator(tmp_path, with_crd=True, with_v2=True) as emu:
         emu.add(resource, "default", _job(kind, "mine"))
         emu.add(resource, "default", _job(kind, "theirs", ours=False))
@@ -280,8 +324,12 @@ def test_suspend_and_resume_patch_only_this_tools_jobs(tmp_path, kind):
 def test_doctor_reports_the_runtime_topologies_flavors_and_mig(tmp_path):
     from tests.helpers.doctor import check_rows, doctor, healthy_cluster
 
-    mig_node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a100-mig"},
-                "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "cpu": "64"}}}  # fmt: skip
+    mig_node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "a100-mig"},
+        "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "cpu": "64"}},
+    }
     with healthy_cluster(tmp_path, runtimes=(TORCH_RUNTIME,)) as emu:
         rows = check_rows(doctor(emu, "-o", "json"))
         assert (
@@ -289,8 +337,7 @@ def test_doctor_reports_the_runtime_topologies_flavors_and_mig(tmp_path):
         )
         assert rows["Kueue topologies"] == ("OK", "Kueue is not installed (--topology-* not usable)")
         assert rows["MIG slices"][0] == "OK" and "--mig not usable" in rows["MIG slices"][1]
-    with healthy_cluster(tmp_path, runtimes=(TORCH_RUNTIME, render_runtime(RuntimeSpec())),
-                  nodes=(mig_node,)) as emu:  # fmt: skip
+    with healthy_cluster(tmp_path, runtimes=(TORCH_RUNTIME, render_runtime(RuntimeSpec())), nodes=(mig_node,)) as emu:
         kueue = f"/apis/{C.KUEUE_GROUP}/{C.KUEUE_VERSION}"
         emu.react(f"get {kueue}/topologies") << {
             "items": [
@@ -313,9 +360,12 @@ def test_doctor_reports_the_runtime_topologies_flavors_and_mig(tmp_path):
         }
         rows = check_rows(doctor(emu, "-o", "json"))
         assert rows["torch runtime"][0] == "OK" and "fails a TrainJob at once" in rows["torch runtime"][1]
-        assert rows["Kueue topologies"] == ("OK", "Topology default: cloud.google.com/gce-topology-block > "
-                                            "kubernetes.io/hostname; ResourceFlavor(s) cpu, h100 (topology: "
-                                            "h100 -> default)")  # fmt: skip
+        assert rows["Kueue topologies"] == (
+            "OK",
+            "Topology default: cloud.google.com/gce-topology-block > "
+            "kubernetes.io/hostname; ResourceFlavor(s) cpu, h100 (topology: "
+            "h100 -> default)",
+        )
         assert rows["MIG slices"] == ("OK", "7 x 1g.10gb: pass --mig PROFILE")
 
 

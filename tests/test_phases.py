@@ -45,7 +45,7 @@ def _flip(path: Path) -> None:
         "index-bit-flipped",
         "metrics-without-index",
         "metrics-truncated",
-    ],  # fmt: skip
+    ],
 )
 def test_a_phase_that_does_not_verify_is_redone_from_where_it_broke(tmp_path, damage, index, phase, why):
     from trainer import phases
@@ -130,8 +130,11 @@ def _beir(root: Path, data: Path, n: int = 24) -> Path:
     from trainer.quickstart_data import write_beir
 
     rows = [json.loads(line) for line in data.read_text().splitlines()][:n]
-    write_beir(root, [(f"d{i}", r["positive"]) for i, r in enumerate(rows)],
-               [(f"d{i}", r["query"]) for i, r in enumerate(rows)])  # fmt: skip
+    write_beir(
+        root,
+        [(f"d{i}", r["positive"]) for i, r in enumerate(rows)],
+        [(f"d{i}", r["query"]) for i, r in enumerate(rows)],
+    )
     return root
 
 
@@ -183,7 +186,7 @@ def _mining_job(tmp: Path, model: Path, data: Path, beir: Path, name: str) -> Pa
             "negatives": 2,
             "max_score_ratio": 1.0,
             "query_chunk": 16,
-        },  # fmt: skip
+        },
         "index": {},
         "output_dir": str(tmp / name),
     }
@@ -194,8 +197,14 @@ def _mining_job(tmp: Path, model: Path, data: Path, beir: Path, name: str) -> Pa
 
 def _train(config: Path, *launch: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    return subprocess.run([sys.executable, *launch, "--config", str(config)], cwd=config.parent, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *launch, "--config", str(config)],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -309,8 +309,9 @@ def test_a_plain_http_endpoint_never_gets_the_token_and_user_info_is_not_logged(
 def test_the_final_post_is_bounded_by_the_timeout_whatever_the_server_does():
     """A server answering one byte every 0.5 s held rank 0 in the final post for 19.7 s against a 1 s timeout."""
     drip = _Plain("drip")
-    progress = Progress(total_steps=2, start_step=0, env={"KUBEFLOW_TRAINER_SERVER_URL": drip.url},
-                        interval=100.0, timeout=1.0)  # fmt: skip
+    progress = Progress(
+        total_steps=2, start_step=0, env={"KUBEFLOW_TRAINER_SERVER_URL": drip.url}, interval=100.0, timeout=1.0
+    )
     started = time.perf_counter()
     progress.finish(2)
     assert time.perf_counter() - started < 3.5  # the loop's join (timeout + 1) and the final post's (timeout)
@@ -321,8 +322,9 @@ def test_the_final_post_is_bounded_by_the_timeout_whatever_the_server_does():
 
 
 def _lines(caplog) -> list[dict]:
-    return [json.loads(r.getMessage()[len(LOG_PREFIX) :]) for r in caplog.records
-            if r.getMessage().startswith(LOG_PREFIX)]  # fmt: skip
+    return [
+        json.loads(r.getMessage()[len(LOG_PREFIX) :]) for r in caplog.records if r.getMessage().startswith(LOG_PREFIX)
+    ]
 
 
 def _two_round_plan(**mine):
@@ -331,8 +333,14 @@ def _two_round_plan(**mine):
 
     loss = {"loss": {"name": "distillation"}} if "teacher" in mine else {}
     training = {"max_steps": 4, "per_device_batch_size": 4}
-    cfg = parse_config({"data": {"train": {"path": "t.jsonl"}}, "training": training,
-                        "mine": {"rounds": 2, "query_chunk": 16, **mine}, **loss})  # fmt: skip
+    cfg = parse_config(
+        {
+            "data": {"train": {"path": "t.jsonl"}},
+            "training": training,
+            "mine": {"rounds": 2, "query_chunk": 16, **mine},
+            **loss,
+        }
+    )
     return job_plan(cfg, 1, rows=48, queries=48, documents=1100, chunk=512)
 
 
@@ -428,13 +436,21 @@ def test_a_two_round_mining_job_reports_one_progress_to_the_trainjob(tls, tmp_pa
     config.write_text(yaml.safe_dump(cfg))
 
     def job() -> list[dict]:
-        res = subprocess.run([sys.executable, "-m", "trainer", "--config", str(config)], cwd=tmp_path,
-                             env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True,
-                             timeout=600)  # fmt: skip
+        res = subprocess.run(
+            [sys.executable, "-m", "trainer", "--config", str(config)],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         out = res.stdout + res.stderr
-        return [json.loads(line[line.index(LOG_PREFIX) + len(LOG_PREFIX) :]) for line in out.splitlines()
-                if LOG_PREFIX + "{" in line]  # fmt: skip
+        return [
+            json.loads(line[line.index(LOG_PREFIX) + len(LOG_PREFIX) :])
+            for line in out.splitlines()
+            if LOG_PREFIX + "{" in line
+        ]
 
     def one_progress(percents: list[int]) -> None:
         assert percents == sorted(percents) and percents.count(100) == 1 and percents[-1] == 100, percents

@@ -209,9 +209,14 @@ def test_elastic_refusals(name, kw, message):
 
 @pytest.mark.parametrize(
     "raw,message",
-    [("3", "--elastic must be MIN:MAX"), ("a:b", "--elastic must be MIN:MAX"), ("4:2", "1 <= MIN <= MAX <= 1024"),
-     ("0:2", "1 <= MIN <= MAX"), ("1:2000", "MAX <= 1024")],
-)  # fmt: skip
+    [
+        ("3", "--elastic must be MIN:MAX"),
+        ("a:b", "--elastic must be MIN:MAX"),
+        ("4:2", "1 <= MIN <= MAX <= 1024"),
+        ("0:2", "1 <= MIN <= MAX"),
+        ("1:2000", "MAX <= 1024"),
+    ],
+)
 def test_elastic_flag_is_min_colon_max(raw, message):
     from operator_cli.spec import parse_elastic
 

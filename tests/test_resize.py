@@ -28,8 +28,21 @@ def api(request, tmp_path):
 def _submit(emu, tmp_path, text: str, *storage: str):
     cfg = tmp_path / "train.yaml"
     cfg.write_text(text)
-    res = run(emu, "submit", "--config", str(cfg), "--name", "demo", "--nodes", "2", "--gpus-per-node", "0",
-              "--api", emu.api_name, *(storage or ("--pvc-size", "10Gi")))  # fmt: skip
+    res = run(
+        emu,
+        "submit",
+        "--config",
+        str(cfg),
+        "--name",
+        "demo",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "0",
+        "--api",
+        emu.api_name,
+        *(storage or ("--pvc-size", "10Gi")),
+    )
     assert res.exit_code == 0, res.output
     plural = "pytorchjobs" if emu.api_name == "pytorchjob" else "trainjobs"
     return plural
@@ -108,8 +121,24 @@ def test_an_elastic_job_is_resized_within_its_range_only(tmp_path):
     with Emulator(tmp_path, with_crd=True) as emu:
         cfg = tmp_path / "train.yaml"
         cfg.write_text(ELASTIC)
-        res = run(emu, "submit", "--config", str(cfg), "--name", "demo", "--elastic", "1:2", "--nodes", "2",
-                  "--gpus-per-node", "0", "--pvc-size", "10Gi", "--api", "pytorchjob")  # fmt: skip
+        res = run(
+            emu,
+            "submit",
+            "--config",
+            str(cfg),
+            "--name",
+            "demo",
+            "--elastic",
+            "1:2",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "0",
+            "--pvc-size",
+            "10Gi",
+            "--api",
+            "pytorchjob",
+        )
         assert res.exit_code == 0, res.output
         before = _job(emu, "pytorchjobs")
         res = run(emu, "resize", "demo", "--nodes", "4")

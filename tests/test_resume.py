@@ -359,8 +359,9 @@ def test_a_changed_learning_rate_is_applied_on_resume_not_dropped():
     opt, sched = objects(5e-4)  # the resumed job builds with the new value, then loads the old state
     opt.load_state_dict(saved["optimizer"])
     sched.load_state_dict(saved["scheduler"])
-    cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 10, "learning_rate": 5e-4,
-                                                                        "weight_decay": 0.0}})  # fmt: skip
+    cfg = parse_config(
+        {"data": {"train": {"path": "t"}}, "training": {"max_steps": 10, "learning_rate": 5e-4, "weight_decay": 0.0}}
+    )
     old = {"training": {"learning_rate": 1e-3, "weight_decay": 0.1}}
     changes = apply_changed_hyperparameters(old, cfg, opt, sched)
     assert len(changes) == 2 and "training.learning_rate 0.001 -> 0.0005" in changes[0]

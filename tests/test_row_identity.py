@@ -23,8 +23,10 @@ EDITED = 3
 
 
 def _pairs(edit: bool = False) -> list[dict]:
-    rows = [{"query": f"how to sort list {i} quickly", "positive": f"sorting list {i} with sorted and key"}
-            for i in range(N)]  # fmt: skip
+    rows = [
+        {"query": f"how to sort list {i} quickly", "positive": f"sorting list {i} with sorted and key"}
+        for i in range(N)
+    ]
     if edit:
         rows[EDITED]["positive"] = f"sorting list {EDITED} with sorted and a corrected key"
     return rows
@@ -36,8 +38,11 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 def _rows(path: Path, cache: Path):
-    return load_rows(DataSource(path=str(path), columns={"query": "query", "positive": "positive", "negatives": []}),
-                     distillation=False, cache_dir=cache)  # fmt: skip
+    return load_rows(
+        DataSource(path=str(path), columns={"query": "query", "positive": "positive", "negatives": []}),
+        distillation=False,
+        cache_dir=cache,
+    )
 
 
 def test_one_edited_row_between_the_samples_changes_the_identity_and_a_copy_does_not(tmp_path):
@@ -54,8 +59,9 @@ def test_one_edited_row_between_the_samples_changes_the_identity_and_a_copy_does
 def test_a_restart_after_one_positive_is_edited_mines_again(tmp_path, caplog):
     """Mined rows made from the old positive were trusted ("mined rows found"); now the parts are mined again
     and equal what mining the edited file from scratch writes."""
-    cfg = pairs_config(tmp_path, _pairs(), retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0,
-                     negatives=2)  # fmt: skip
+    cfg = pairs_config(
+        tmp_path, _pairs(), retriever="bm25", top_k=12, rank_range=[1, 8], max_score_ratio=1.0, negatives=2
+    )
     out = tmp_path / "mined"
     mine(cfg, Layout(), out)
     _write(Path(cfg.data.train.path), _pairs(edit=True))  # corrected in place

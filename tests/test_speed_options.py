@@ -66,5 +66,10 @@ def test_the_speed_keys_are_config_keys_with_safe_defaults():
     cfg = parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 1}})
     assert (cfg.training.compile, cfg.training.tf32, cfg.model.attn_implementation) == (False, True, None)
     with pytest.raises(ConfigError, match="model.attn_implementation"):
-        parse_config({"data": {"train": {"path": "t"}}, "training": {"max_steps": 1},
-                      "model": {"attn_implementation": "xformers"}})  # fmt: skip
+        parse_config(
+            {
+                "data": {"train": {"path": "t"}},
+                "training": {"max_steps": 1},
+                "model": {"attn_implementation": "xformers"},
+            }
+        )

@@ -22,10 +22,18 @@ def test_the_loss_stays_on_the_device_across_micro_batches(monkeypatch):
         return LossOutput(loss)
 
     t = TrainState(
-        model=model, forward=model, params=list(model.parameters()), optimizer=None, scheduler=None,
-        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=contextlib.nullcontext, data=None,
-        loss_fn=loss_fn, total_steps=1, accumulation=4,
-    )  # fmt: skip
+        model=model,
+        forward=model,
+        params=list(model.parameters()),
+        optimizer=None,
+        scheduler=None,
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        autocast=contextlib.nullcontext,
+        data=None,
+        loss_fn=loss_fn,
+        total_steps=1,
+        accumulation=4,
+    )
     reads = []
     item, to_float = torch.Tensor.item, torch.Tensor.__float__
     monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append("item") or item(self))

@@ -43,10 +43,14 @@ def _step_gradient(model: Path, data: Path, per_device: int, accumulation: int, 
             "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
             "data": {"train": {"path": str(data)}, "cache_dir": str(tmp / "cache")},
             "loss": {"name": "distillation"},
-            "training": {"per_device_batch_size": per_device, "gradient_accumulation_steps": accumulation,
-                         "max_steps": 1, "seed": 5},
+            "training": {
+                "per_device_batch_size": per_device,
+                "gradient_accumulation_steps": accumulation,
+                "max_steps": 1,
+                "seed": 5,
+            },
         }
-    )  # fmt: skip
+    )
     t = build(cfg, Layout(), torch.device("cpu"))
     accumulate_gradients(t, batches(t.data, 0, 1, 0, torch.device("cpu"), 0, 1, t.accumulation))
     return torch.cat([p.grad.reshape(-1) for p in t.params])
@@ -96,10 +100,15 @@ def test_schedules_come_from_transformers(name, tiny_model, tmp_path):
             "model": {"name_or_path": str(tiny_model)},
             "data": {"train": {"path": str(data)}, "cache_dir": str(tmp_path / "cache")},
             "loss": {"name": "distillation"},
-            "training": {"lr_scheduler": name, "learning_rate": 0.5, "warmup_ratio": 0.2, "max_steps": 10,
-                         "per_device_batch_size": 4},
+            "training": {
+                "lr_scheduler": name,
+                "learning_rate": 0.5,
+                "warmup_ratio": 0.2,
+                "max_steps": 10,
+                "per_device_batch_size": 4,
+            },
         }
-    )  # fmt: skip
+    )
     t = build(cfg, Layout(), torch.device("cpu"))
     lrs = []
     for _ in range(10):

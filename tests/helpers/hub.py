@@ -231,8 +231,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             lfs = f["size"] > _REGULAR_LIMIT or f["path"].endswith(_LFS_SUFFIXES) or b"\0" in sample
             have = files.get(f["path"])
             oid = None if have is None else (hashlib.sha256(have).hexdigest() if lfs else git_sha1(have))
-            out.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
-                        "oid": oid})  # fmt: skip
+            out.append(
+                {"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+            )
         self._send(200, {"files": out, "commitOid": repo.commits[-1] if repo.commits else None})
 
     def post_lfs_batch(self, hub, repo_id) -> None:
@@ -294,8 +295,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         repo.branches[revision] = staged  # all or nothing
         oid = hashlib.sha1(json.dumps(sorted(staged)).encode() + bytes(len(repo.commits)), usedforsecurity=False)
         repo.commits.append(oid.hexdigest())
-        self._send(200, {"commitOid": oid.hexdigest(), "commitUrl": f"{hub.url}/{repo_id}/commit/{oid.hexdigest()}",
-                         "success": True})  # fmt: skip
+        self._send(
+            200,
+            {
+                "commitOid": oid.hexdigest(),
+                "commitUrl": f"{hub.url}/{repo_id}/commit/{oid.hexdigest()}",
+                "success": True,
+            },
+        )
 
     _REPO = r"([\w.-]+/[\w.-]+)"
     ROUTES = [

@@ -85,8 +85,10 @@ class _ApiServer(kmock.KubernetesEmulator):
         sent, stored = request.data.get("metadata", {}), found.raw.get("metadata", {})
         if sent.get("resourceVersion") not in (None, stored.get("resourceVersion")):
             return await self._render_error(KubernetesError(409, "Conflict", "the object has been modified"))
-        body = {**request.data, "metadata": {**sent, "uid": stored.get("uid"),
-                                             "resourceVersion": str(next(self._versions))}}  # fmt: skip
+        body = {
+            **request.data,
+            "metadata": {**sent, "uid": stored.get("uid"), "resourceVersion": str(next(self._versions))},
+        }
         self.objects[key] = body
         return aiohttp.web.json_response(body)
 
@@ -195,7 +197,7 @@ class Emulator:
                                     "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
                                 },
                             }
-                        ],  # fmt: skip
+                        ],
                     },
                     "status": {"storedVersions": [version]},
                 }
@@ -214,9 +216,11 @@ class Emulator:
 
             emu["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << 201 << review
             if self.with_sweeps:
-                for res, kind in (("kubeflow.org/v1beta1/experiments", "Experiment"),
-                                  ("kubeflow.org/v1beta1/trials", "Trial"),
-                                  ("trainer.kubeflow.org/v1alpha1/optimizationjobs", "OptimizationJob")):  # fmt: skip
+                for res, kind in (
+                    ("kubeflow.org/v1beta1/experiments", "Experiment"),
+                    ("kubeflow.org/v1beta1/trials", "Trial"),
+                    ("trainer.kubeflow.org/v1alpha1/optimizationjobs", "OptimizationJob"),
+                ):
                     emu.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True)
             if self.with_kueue:
                 emu.resources["kueue.x-k8s.io/v1beta1/localqueues"] = kmock.ResourceInfo(

@@ -77,9 +77,15 @@ class MotoS3:
         import obstore
         from obstore.store import S3Store
 
-        store = S3Store(bucket, endpoint=self.url, region="us-east-1", access_key_id="testing-key",
-                        secret_access_key="testing-secret", virtual_hosted_style_request=False,
-                        client_options={"allow_http": True})  # fmt: skip
+        store = S3Store(
+            bucket,
+            endpoint=self.url,
+            region="us-east-1",
+            access_key_id="testing-key",
+            secret_access_key="testing-secret",
+            virtual_hosted_style_request=False,
+            client_options={"allow_http": True},
+        )
         found = [o["path"] for batch in obstore.list(store, prefix=prefix) for o in batch]
         return {p[len(prefix) :]: bytes(obstore.get(store, p).bytes()) for p in found}
 

@@ -29,8 +29,9 @@ labelled = frozenset({(1, 100), (1, 102), (2, 104), (3, 106), (3, 100)})
 def loss(lo: int, hi: int, gather: bool) -> float:
     batch = SimpleNamespace(query_keys=query_keys[lo:hi], document_keys=document_keys[lo * n_docs : hi * n_docs])
     fn = Contrastive(gather=gather, labelled=labelled)
-    return float(contrastive_from_embeddings(queries[lo:hi], documents[lo:hi], mask[lo:hi], 1.0, gather,
-                                             fn._mask(batch)))  # fmt: skip
+    return float(
+        contrastive_from_embeddings(queries[lo:hi], documents[lo:hi], mask[lo:hi], 1.0, gather, fn._mask(batch))
+    )
 
 
 mine = loss(rank * b, (rank + 1) * b, gather=True)

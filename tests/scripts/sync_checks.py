@@ -39,10 +39,17 @@ class Partial(torch.nn.Module):
 
 def state(module, forward, loss_fn) -> TrainState:
     return TrainState(
-        model=module, forward=forward, params=list(module.parameters()), optimizer=None, scheduler=None,
-        scaler=torch.amp.GradScaler("cpu", enabled=False), autocast=contextlib.nullcontext, data=None,
-        loss_fn=loss_fn, total_steps=1,
-    )  # fmt: skip
+        model=module,
+        forward=forward,
+        params=list(module.parameters()),
+        optimizer=None,
+        scheduler=None,
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        autocast=contextlib.nullcontext,
+        data=None,
+        loss_fn=loss_fn,
+        total_steps=1,
+    )
 
 
 # 1. parameters used on some ranks: each summed with its own partner, whatever order hooks fire in;
