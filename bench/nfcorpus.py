@@ -109,6 +109,9 @@ ARMS["recipe-nodup"] = {
     **ARMS["recipe"],
     "training": {**ARMS["recipe"].get("training", {}), "batch_sampler": "no_duplicates"},
 }
+# LP-FT: the first quarter of the steps train the projection alone (training.head_only_steps), then the encoder
+# joins; "head_only_share" is this script's, turned into steps for --steps
+ARMS["recipe-lpft"] = {**ARMS["recipe"], "training": {**ARMS["recipe"].get("training", {}), "head_only_share": 0.25}}
 ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
@@ -170,7 +173,8 @@ def refreshes(mine: dict | None) -> int:
 def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> dict:
     mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
     loss = mine.pop("loss", {"name": "contrastive"})
-    training = mine.pop("training", {})
+    training = dict(mine.pop("training", {}))
+    head_only_share = training.pop("head_only_share", 0.0)
     train: dict = {"path": str(pairs)}
     if mine.pop("inbatch", False):  # no mining: the kept pairs, in-batch negatives only
         train, mine = {"path": str(kept), "columns": {"negatives": []}}, None
@@ -189,6 +193,7 @@ def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> 
             "seed": seed,
             "log_every": 10,
             **training,
+            **({"head_only_steps": round(head_only_share * args.steps)} if head_only_share else {}),
         },
         "loss": loss,
         "checkpoint": {"every_steps": 10_000},

@@ -69,7 +69,7 @@ def test_accumulation_equals_the_large_batch(tmp_path, tiny_model_no_dropout):
 def test_no_weight_decay_on_biases_and_layernorm_and_the_head_at_its_own_rate(tiny_model, head_lr):
     from trainer.config.schema import ModelConfig, TrainingConfig
     from trainer.model import build_model
-    from trainer.train import param_groups
+    from trainer.optim import param_groups
 
     model = build_model(ModelConfig(name_or_path=str(tiny_model)), "cpu")
     groups = param_groups(model, TrainingConfig(learning_rate=5e-5, head_learning_rate=head_lr, weight_decay=0.01))
@@ -119,6 +119,90 @@ def test_schedules_come_from_transformers(name, tiny_model, tmp_path):
     assert (lrs[-1] == pytest.approx(0.5)) == (name == "constant_with_warmup")
     after_warmup = {"linear": 0.5 * 6 / 8, "cosine": 0.25 * (1 + math.cos(math.pi / 4)), "constant_with_warmup": 0.5}
     assert lrs[4] == pytest.approx(after_warmup[name])  # 2 steps into the decay (of 8)
+
+
+def _head_only_run(model: Path, tmp: Path, head_only_steps: int, steps: int) -> list[dict[str, torch.Tensor]]:
+    """The weights before and after each of ``steps`` optimizer steps, through the trainer's own ``build`` and
+    step."""
+    from trainer.config.schema import TrainConfig
+    from trainer.data import batches
+    from trainer.env import Layout
+    from trainer.step import optimizer_step
+    from trainer.train import build
+
+    tmp.mkdir()
+    cfg = TrainConfig.model_validate(
+        {
+            "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
+            "data": {"train": {"path": str(_distill_rows(tmp / "d.jsonl", 16))}, "cache_dir": str(tmp / "cache")},
+            "loss": {"name": "distillation"},
+            "training": {"per_device_batch_size": 4, "max_steps": 8, "learning_rate": 1e-3, "warmup_ratio": 0.0}
+            | {"head_only_steps": head_only_steps, "seed": 5},
+        }
+    )
+    t = build(cfg, Layout(), torch.device("cpu"))
+    feed = batches(t.data, 0, steps, 0, torch.device("cpu"), 0)
+    weights = [{n: p.detach().clone() for n, p in t.model.named_parameters()}]
+    for _ in range(steps):
+        optimizer_step(t, feed)  # steps the schedule too
+        weights.append({n: p.detach().clone() for n, p in t.model.named_parameters()})
+    return weights
+
+
+def test_head_only_steps_train_the_projection_alone_then_the_encoder_joins(tiny_model_no_dropout, tmp_path):
+    """LP-FT: for ``head_only_steps`` steps the encoder's weights do not move and the projection's do; the step
+    after, the encoder trains too. Without the lever both move from step 1 (the test can tell them apart)."""
+
+    def moved(run: list[dict[str, torch.Tensor]], part: str) -> list[bool]:
+        """Per step: did any weight of ``part`` (the encoder is module 0, the head the rest) change?"""
+        return [
+            any(not torch.equal(now[n], before[n]) for n in now if n.startswith("0.") == (part == "encoder"))
+            for before, now in zip(run, run[1:])
+        ]
+
+    lp_ft = _head_only_run(tiny_model_no_dropout, tmp_path / "lp", head_only_steps=2, steps=3)
+    assert moved(lp_ft, "encoder") == [False, False, True]
+    assert moved(lp_ft, "head") == [True, True, True]
+    plain = _head_only_run(tiny_model_no_dropout, tmp_path / "plain", head_only_steps=0, steps=1)
+    assert moved(plain, "encoder") == moved(plain, "head") == [True]
+
+
+def test_head_only_steps_shift_the_encoders_schedule_and_keep_the_heads(tiny_model, tmp_path):
+    """The encoder waits, then warms up over warmup_ratio of the steps left; the head follows the plain schedule."""
+    from trainer.config.schema import TrainConfig
+    from trainer.env import Layout
+    from trainer.train import build
+
+    cfg = TrainConfig.model_validate(
+        {
+            "model": {"name_or_path": str(tiny_model)},
+            "data": {"train": {"path": str(_distill_rows(tmp_path / "d.jsonl", 8))}, "cache_dir": str(tmp_path)},
+            "loss": {"name": "distillation"},
+            "training": {"learning_rate": 0.5, "head_learning_rate": 0.1, "warmup_ratio": 0.25, "max_steps": 12}
+            | {"head_only_steps": 4, "per_device_batch_size": 4},
+        }
+    )
+    t = build(cfg, Layout(), torch.device("cpu"))
+    encoder, head = [], []
+    for _ in range(12):
+        encoder.append(t.optimizer.param_groups[0]["lr"])
+        head.append(t.optimizer.param_groups[2]["lr"])
+        t.optimizer.step()
+        t.scheduler.step()
+    # 8 steps left: 2 of warm-up (0, 0.25), then linear decay over 6 (0.5, 5/6 of it, ...)
+    assert encoder[:7] == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.0, 0.25, 0.5]) and encoder[7] == pytest.approx(
+        0.5 * 5 / 6
+    )
+    # 12 steps: 3 of warm-up, then linear decay over 9
+    assert head[:5] == pytest.approx([0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1 * 8 / 9])
+
+
+def test_head_only_steps_must_leave_the_encoder_a_step(tmp_path):
+    from trainer.config.schema import TrainConfig
+
+    base = {"data": {"train": {"path": "x.jsonl"}}, "training": {"max_steps": 4, "head_only_steps": 4}}
+    with pytest.raises(ValueError, match="head_only_steps 4 leaves no step for the encoder"):
+        TrainConfig.model_validate(base)
 
 
 @pytest.mark.slow

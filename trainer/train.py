@@ -25,7 +25,6 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
-from transformers import get_scheduler
 
 from trainer import distributed as D
 from trainer import grad_sync, phases
@@ -39,6 +38,7 @@ from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
 from trainer.model import autocast_for, build_model, choose_precision
+from trainer.optim import param_groups, schedule
 from trainer.reporting.metrics_file import append_line
 from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import Tracker
@@ -52,7 +52,7 @@ from trainer.scale import job_scale
 from trainer.step import optimizer_step
 from trainer.storage.card import for_job, origin
 
-__all__ = ["run", "build", "param_groups"]
+__all__ = ["run", "build"]
 
 log = logging.getLogger("trainer")
 
@@ -138,6 +138,9 @@ def build(
         layout.master_port,
     )
 
+    if tcfg.head_only_steps:
+        k = tcfg.head_only_steps
+        log.info("steps 1-%d train the projection alone (head_only_steps); the encoder joins at step %d", k, k + 1)
     optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
     log.info("precision %s on %s", precision, device)
@@ -149,7 +152,7 @@ def build(
         forward=forward,
         params=[p for p in model.parameters() if p.requires_grad],
         optimizer=optimizer,
-        scheduler=get_scheduler(tcfg.lr_scheduler, optimizer, int(tcfg.warmup_ratio * total_steps), total_steps),
+        scheduler=schedule(tcfg, optimizer, total_steps),
         scaler=torch.amp.GradScaler(device.type, enabled=precision == "fp16"),  # scale() is a no-op when off
         autocast=autocast_for(precision, device),
         data=data,
@@ -169,24 +172,6 @@ def build(
             "train_data": origin((labelled_from or cfg.data.train).path),  # the user's, not the mined rows' copy
         },
     )
-
-
-def param_groups(model: torch.nn.Module, tcfg) -> list[dict]:
-    """The encoder's trainable parameters with weight decay (matrices) and without (biases, LayerNorm
-    weights), then the layers after the encoder (the projection: module 1 on) at ``head_learning_rate``.
-    The groups are this order on every run, so a checkpoint's optimizer state fits them."""
-    decay, no_decay, head = [], [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        if tcfg.head_learning_rate is not None and not name.startswith("0."):
-            head.append(p)
-        else:
-            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if head:
-        groups.append({"params": head, "weight_decay": tcfg.weight_decay, "lr": tcfg.head_learning_rate})
-    return groups
 
 
 @contextlib.contextmanager

@@ -163,6 +163,13 @@ class TrainingConfig(Strict):
         "random on a base that is not a ColBERT), as sentence-transformers' learning_rate_mapping sets one "
         "per module: the encoder starts trained, the projection does not. Default: training.learning_rate.",
     )
+    head_only_steps: int = Field(
+        0,
+        ge=0,
+        description="The first N optimizer steps train only the layers after the encoder (the projection); the "
+        "encoder then joins, warming up over warmup_ratio of the steps left (LP-FT: a random head's first "
+        "gradients pull the trained encoder away from what it knew). Default 0: both from step 1.",
+    )
     weight_decay: float = Field(0.0, ge=0, description="Not applied to biases and LayerNorm weights.")
     epochs: float | None = Field(1.0, gt=0, description="Ignored when max_steps is set.")
     max_steps: int | None = Field(None, ge=1)
@@ -383,6 +390,11 @@ class TrainConfig(Strict):
     def _check(self) -> TrainConfig:
         if self.training.max_steps is None and self.training.epochs is None:
             raise ValueError("set training.max_steps or training.epochs")
+        if self.training.max_steps is not None and self.training.head_only_steps >= self.training.max_steps:
+            raise ValueError(
+                f"training.head_only_steps {self.training.head_only_steps} leaves no step for the encoder "
+                f"(max_steps {self.training.max_steps}): lower it, or raise training.max_steps"
+            )
         if self.evaluation.before_training and not self.data.eval_beir:
             raise ValueError("evaluation.before_training needs data.eval_beir")
         if self.evaluation.every_steps and not self.data.eval_beir:

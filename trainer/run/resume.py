@@ -62,6 +62,7 @@ _MUST_MATCH = (
     ("training", "gather_across_devices"),
     ("training", "gradient_accumulation_steps"),
     ("training", "lr_scheduler"),
+    ("training", "head_only_steps"),  # the groups and the schedule's shape
     ("data", "train", "columns"),
     ("data", "train", "limit"),
 )
