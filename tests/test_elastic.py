@@ -54,19 +54,24 @@ def test_another_world_size_is_refused_without_a_global_batch(tmp_path):
         check_compatible(tmp_path, {"world_size": 2, "config": plain.model_dump(mode="json")}, plain, 1)
 
 
-def test_a_checkpoint_of_another_batch_sampler_is_refused_and_one_older_than_the_key_is_not(tmp_path):
-    """Another epoch order would train some rows twice and others never; a 0.3 checkpoint (no such key) ran the
-    default, random, and still resumes."""
+@pytest.mark.parametrize(
+    ("key", "default", "other"), [("batch_sampler", "random", "no_duplicates"), ("head_only_steps", 0, 2)]
+)
+def test_a_checkpoint_of_another_order_or_schedule_is_refused_and_one_older_than_the_key_is_not(
+    tmp_path, key, default, other
+):
+    """Another epoch order would train some rows twice and others never; another head-only start, other
+    parameter groups and another schedule. A 0.3 checkpoint (no such key) ran the default and still resumes."""
     from trainer.run.resume import CheckpointError, check_compatible
 
-    plain = _cfg()
+    plain = _cfg(max_steps=4)
     saved = plain.model_dump(mode="json")
-    with pytest.raises(CheckpointError, match="training.batch_sampler='random', this config has 'no_duplicates'"):
-        check_compatible(tmp_path, {"world_size": 1, "config": saved}, _cfg(batch_sampler="no_duplicates"), 1)
-    del saved["training"]["batch_sampler"]
+    with pytest.raises(CheckpointError, match=f"training.{key}={default!r}, this config has {other!r}"):
+        check_compatible(tmp_path, {"world_size": 1, "config": saved}, _cfg(max_steps=4, **{key: other}), 1)
+    del saved["training"][key]
     check_compatible(tmp_path, {"world_size": 1, "config": saved}, plain, 1)
-    with pytest.raises(CheckpointError, match="batch_sampler='random'"):
-        check_compatible(tmp_path, {"world_size": 1, "config": saved}, _cfg(batch_sampler="no_duplicates"), 1)
+    with pytest.raises(CheckpointError, match=f"{key}={default!r}"):
+        check_compatible(tmp_path, {"world_size": 1, "config": saved}, _cfg(max_steps=4, **{key: other}), 1)
 
 
 STEPS = 12
