@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from tests.helpers import free_port, make_tiny_bert, write_triplets
 from tests.helpers.pods import last_log, start_pods, wait_pods
+from tests.helpers.states import linear_state
 from trainer.config.load import parse_config
 from trainer.config.schema import ConfigError
 from trainer.scale import job_scale, micro_batches
@@ -147,7 +148,6 @@ def test_a_2_rank_checkpoint_resumes_on_another_world_size(setup, tmp_path, resu
 def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, step: int = 0):
     """The state of a run of a linear model on ``world_size`` ranks (this process is rank 0), as build makes it."""
     from trainer.env import Layout
-    from trainer.run.state import TrainState
 
     cfg = parse_config(
         {
@@ -156,20 +156,9 @@ def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, ste
             "output_dir": str(tmp_path / "out"),
         }
     )
-    model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    return TrainState(
+    return linear_state(
         cfg=cfg,
         layout=Layout(world_size=world_size),
-        model=model,
-        forward=model,
-        params=list(model.parameters()),
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        autocast=None,
-        data=None,
-        loss_fn=None,
         total_steps=20,
         step=step,
         metrics={"world_size": world_size, "device": device, "precision": precision, "global_batch": 8},

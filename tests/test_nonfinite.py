@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from tests.helpers.states import linear_state
 from trainer.config.schema import DataSource
 from trainer.data import DataError, load_rows
 from trainer.errors import NonFinite
@@ -31,22 +32,7 @@ def test_a_score_finite_in_float64_but_infinite_in_float32_is_refused_with_its_r
 
 
 def _state(skip: int = 0) -> TrainState:
-    model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    return TrainState(
-        model=model,
-        forward=model,
-        params=list(model.parameters()),
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        autocast=contextlib.nullcontext,
-        data=None,
-        loss_fn=None,
-        total_steps=10,
-        max_grad_norm=1.0,
-        skip_nonfinite=skip,
-    )
+    return linear_state(total_steps=10, max_grad_norm=1.0, skip_nonfinite=skip)
 
 
 def _backward(t: TrainState, value: float) -> None:

@@ -3,12 +3,10 @@ micro-batch is summed on the device, in float64, to the very value the host sum 
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
+from tests.helpers.states import linear_state
 from trainer.losses.base import LossOutput
-from trainer.run.state import TrainState
 from trainer.step import accumulate_gradients
 
 
@@ -21,19 +19,7 @@ def test_the_loss_stays_on_the_device_across_micro_batches(monkeypatch):
         seen.append(loss.detach().clone())
         return LossOutput(loss)
 
-    t = TrainState(
-        model=model,
-        forward=model,
-        params=list(model.parameters()),
-        optimizer=None,
-        scheduler=None,
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        autocast=contextlib.nullcontext,
-        data=None,
-        loss_fn=loss_fn,
-        total_steps=1,
-        accumulation=4,
-    )
+    t = linear_state(model, loss_fn=loss_fn, accumulation=4)
     reads = []
     item, to_float = torch.Tensor.item, torch.Tensor.__float__
     monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append("item") or item(self))
