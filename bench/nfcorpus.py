@@ -120,10 +120,12 @@ for _rounds in (2, 4):
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
 ARMS["dense-kd3"] = {**ARMS["recipe"], **KD, "negatives": 3, "rank_range": [1, 30], "max_score_ratio": 1.0}
 ARMS["dense-kd7"] = {**ARMS["dense-kd3"], "negatives": 7}
-# Self-distillation: the recipe's trained model (dense-1-far-head: the recipe's settings, default fallback)
-# mines by exact MaxSim and scores the rows; the base model trains again from them
-SELF = {"retriever": "model", "mine_with": "dense-1-far-head", "teach_with_miner": True}
+# Self-distillation: the recipe's trained model (the same seed's `recipe` run) mines by exact MaxSim and scores
+# the rows; the base model trains again from them
+SELF = {"retriever": "model", "mine_with": "recipe", "teach_with_miner": True}
 ARMS["self-kd3"] = {**ARMS["dense-kd3"], **SELF}
+# The bi-encoder teacher over deeper ranks: with all labels, ranks 1-30 are mostly labelled positives (session 15)
+ARMS["dense-kd3-deep"] = {**ARMS["dense-kd3"], "rank_range": [1, 100]}
 
 
 def prepare(data: Path, out: Path, rows_per_query: int, labels: str = "full", seed: int = 0) -> tuple[Path, Path]:
