@@ -197,6 +197,37 @@ def test_head_only_steps_shift_the_encoders_schedule_and_keep_the_heads(tiny_mod
     assert head[:5] == pytest.approx([0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1 * 8 / 9])
 
 
+def test_a_head_only_run_logs_both_rates_so_a_zero_lr_is_not_a_mystery(tiny_model, tmp_path, caplog):
+    """The log's ``lr`` is the encoder's: 0 during the head-only start. The projection's own rate is logged
+    beside it (``head_lr``, also in metrics.jsonl), with a line saying when the encoder joins."""
+    from trainer.config.load import parse_config
+    from trainer.env import Layout
+    from trainer.train import run
+
+    cfg = parse_config(
+        {
+            "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
+            "data": {"train": {"path": str(write_triplets(tmp_path / "t.jsonl", 16))}, "num_workers": 0}
+            | {"cache_dir": str(tmp_path / "cache")},
+            "training": {"per_device_batch_size": 4, "max_steps": 4, "head_only_steps": 2, "warmup_ratio": 0.0}
+            | {"head_learning_rate": 1e-3, "log_every": 1},
+            "evaluation": {"after_training": False},
+            "tracking": {"report_to": ["jsonl"]},
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
+    with caplog.at_level("INFO", logger="trainer"):
+        run(cfg, Layout())
+    assert "steps 1-2 train the projection alone (head_only_steps); the encoder joins at step 3" in caplog.text
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "train/lr" in line]
+    # as HF's Trainer logs it: the rate after the step's schedule step, the one the next step uses (step 2 is
+    # head-only, 3 and 4 are not; the linear decay ends at 0)
+    assert [line["train/lr"] > 0 for line in steps] == [False, True, True, False]
+    assert [line["train/head_lr"] > 0 for line in steps] == [True, True, True, False]
+    assert "step 1/4 loss" in caplog.text and "lr 0.00e+00 head_lr 7.50e-04" in caplog.text
+
+
 def test_head_only_steps_must_leave_the_encoder_a_step(tmp_path):
     from trainer.config.schema import TrainConfig
 

@@ -38,7 +38,7 @@ from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
 from trainer.model import autocast_for, build_model, choose_precision
-from trainer.optim import param_groups, schedule
+from trainer.optim import ENCODER_GROUPS, param_groups, schedule
 from trainer.reporting.metrics_file import append_line
 from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import Tracker
@@ -293,13 +293,15 @@ def _note_time(t: TrainState) -> None:
 
 def _report(t: TrainState, grad_norm: float) -> float:
     """Log and track the step; returns the loss, read back from the device here (a host sync)."""
-    loss, lr = float(t.loss), t.scheduler.get_last_lr()[0]
+    loss, lrs = float(t.loss), t.scheduler.get_last_lr()
+    lr, head = lrs[0], {"head_lr": lrs[-1]} if len(lrs) > ENCODER_GROUPS else {}  # the projection's own rate
     hard = _hardness(t)
-    shown = f" margin {hard['margin']:.3f} easy {100 * hard['easy_share']:.0f}%" if hard else ""
+    shown = f" head_lr {head['head_lr']:.2e}" if head else ""
+    shown += f" margin {hard['margin']:.3f} easy {100 * hard['easy_share']:.0f}%" if hard else ""
     log.info("step %d/%d loss %.4f grad_norm %.3f lr %.2e%s", t.step, t.total_steps, loss, grad_norm, lr, shown)
     recent = t.step_times[-11:]
     speed = (len(recent) - 1) * t.data.global_batch / (recent[-1] - recent[0]) if len(recent) > 1 else 0.0
-    figures = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "samples_per_second": speed, **hard}
+    figures = {"loss": loss, "lr": lr, **head, "grad_norm": grad_norm, "samples_per_second": speed, **hard}
     t.tracker.log(t.step, figures, "train/")
     t.progress.step(t.step, loss, lr, speed, hard)
     return loss
