@@ -195,7 +195,7 @@ def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> 
             "seed": seed,
             "log_every": 10,
             **training,
-            **({"head_only_steps": round(head_only_share * args.steps)} if head_only_share else {}),
+            **({"head_only_steps": round(head_only_share * args.steps // refreshes(mine))} if head_only_share else {}),
         },
         "loss": loss,
         "checkpoint": {"every_steps": 10_000},

@@ -146,6 +146,9 @@ def _head_only_run(model: Path, tmp: Path, head_only_steps: int, steps: int) -> 
     for _ in range(steps):
         optimizer_step(t, feed)  # steps the schedule too
         weights.append({n: p.detach().clone() for n, p in t.model.named_parameters()})
+        # AdamW's own step count per part: an encoder without state has had no gradient yet
+        encoder = [t.optimizer.state[p].get("step") for n, p in t.model.named_parameters() if n.startswith("0.")]
+        weights[-1]["adam steps"] = torch.tensor([float(s) if s is not None else 0.0 for s in encoder])
     return weights
 
 
@@ -156,11 +159,17 @@ def test_head_only_steps_train_the_projection_alone_then_the_encoder_joins(tiny_
     def moved(run: list[dict[str, torch.Tensor]], part: str) -> list[bool]:
         """Per step: did any weight of ``part`` (the encoder is module 0, the head the rest) change?"""
         return [
-            any(not torch.equal(now[n], before[n]) for n in now if n.startswith("0.") == (part == "encoder"))
+            any(
+                not torch.equal(now[n], before[n])
+                for n in now
+                if n != "adam steps" and n.startswith("0.") == (part == "encoder")
+            )
             for before, now in zip(run, run[1:])
         ]
 
     lp_ft = _head_only_run(tiny_model_no_dropout, tmp_path / "lp", head_only_steps=2, steps=3)
+    # the random head's gradients reach neither the encoder's weights nor AdamW's moments for it
+    assert [w["adam steps"].max().item() for w in lp_ft[1:]] == [0.0, 0.0, 1.0]
     assert moved(lp_ft, "encoder") == [False, False, True]
     assert moved(lp_ft, "head") == [True, True, True]
     plain = _head_only_run(tiny_model_no_dropout, tmp_path / "plain", head_only_steps=0, steps=1)
@@ -218,7 +227,7 @@ def test_a_head_only_run_logs_both_rates_so_a_zero_lr_is_not_a_mystery(tiny_mode
     )
     with caplog.at_level("INFO", logger="trainer"):
         run(cfg, Layout())
-    assert "steps 1-2 train the projection alone (head_only_steps); the encoder joins at step 3" in caplog.text
+    assert "steps 1-2 train the projection alone (head_only_steps); then the encoder's warm-up starts" in caplog.text
     lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "train/lr" in line]
     # as HF's Trainer logs it: the rate after the step's schedule step, the one the next step uses (step 2 is
@@ -226,6 +235,35 @@ def test_a_head_only_run_logs_both_rates_so_a_zero_lr_is_not_a_mystery(tiny_mode
     assert [line["train/lr"] > 0 for line in steps] == [False, True, True, False]
     assert [line["train/head_lr"] > 0 for line in steps] == [True, True, True, False]
     assert "step 1/4 loss" in caplog.text and "lr 0.00e+00 head_lr 7.50e-04" in caplog.text
+
+
+def test_a_head_only_schedule_resumed_with_more_steps_trains_the_encoder_to_the_new_end():
+    """A checkpoint's schedule state must not bring back its own step count: resumed with max_steps 10 -> 20,
+    the encoder kept the old schedule and sat at lr 0 from step 10 on while the head went on."""
+    from trainer.config.schema import TrainingConfig
+    from trainer.optim import schedule
+
+    def build(max_steps: int):
+        params = [torch.nn.Parameter(torch.zeros(1)) for _ in range(3)]
+        optimizer = torch.optim.AdamW([{"params": [p]} for p in params], lr=0.5)
+        tcfg = TrainingConfig(max_steps=max_steps, head_only_steps=2, learning_rate=0.5, warmup_ratio=0.0)
+        return optimizer, schedule(tcfg, optimizer, max_steps)
+
+    optimizer, first = build(10)
+    for _ in range(5):
+        optimizer.step()
+        first.step()
+    state = first.state_dict()
+    optimizer, resumed = build(20)
+    resumed.load_state_dict(state)
+    lrs = []
+    for _ in range(5, 19):
+        optimizer.step()
+        resumed.step()
+        lrs.append(resumed.get_last_lr())
+    encoder, head = [lr[0] for lr in lrs], [lr[2] for lr in lrs]
+    # step 19 of 20: the encoder's schedule is 18 steps long from step 2, the head's 20 from 0; both end at 20
+    assert encoder[-1] == pytest.approx(0.5 / 18) and head[-1] == pytest.approx(0.5 / 20)
 
 
 def test_head_only_steps_must_leave_the_encoder_a_step(tmp_path):

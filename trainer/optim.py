@@ -15,6 +15,8 @@ follow the same schedule over the steps left after the head-only start, shifted 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from transformers import get_scheduler
 
@@ -44,19 +46,21 @@ def param_groups(model: torch.nn.Module, tcfg: TrainingConfig) -> list[dict]:
     return groups
 
 
-class AfterHeadOnly:
+def after_head_only(schedule: Callable[[int], float], start: int) -> Callable[[int], float]:
     """An encoder group's multiplier: 0 for the first ``start`` steps, then ``schedule`` from its step 0.
 
-    >>> after = AfterHeadOnly(lambda step: min(1.0, (step + 1) / 2), start=3)
+    A plain function on purpose: ``LambdaLR`` saves and restores the attributes of a callable object, so an
+    object would bring the checkpoint's step count back over a resumed run's own (another ``max_steps``).
+
+    >>> after = after_head_only(lambda step: min(1.0, (step + 1) / 2), start=3)
     >>> [after(step) for step in range(6)]
     [0.0, 0.0, 0.0, 0.5, 1.0, 1.0]
     """
 
-    def __init__(self, schedule, start: int) -> None:
-        self.schedule, self.start = schedule, start
+    def multiplier(step: int) -> float:
+        return 0.0 if step < start else schedule(step - start)
 
-    def __call__(self, step: int) -> float:
-        return 0.0 if step < self.start else self.schedule(step - self.start)
+    return multiplier
 
 
 def schedule(
@@ -73,7 +77,7 @@ def schedule(
             "lower it, or raise training.max_steps"
         )
     head = _multiplier(tcfg, total_steps)
-    encoder = AfterHeadOnly(_multiplier(tcfg, total_steps - start), start)
+    encoder = after_head_only(_multiplier(tcfg, total_steps - start), start)
     lambdas = [encoder] * ENCODER_GROUPS + [head] * (len(optimizer.param_groups) - ENCODER_GROUPS)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
 

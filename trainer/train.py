@@ -140,7 +140,7 @@ def build(
 
     if tcfg.head_only_steps:
         k = tcfg.head_only_steps
-        log.info("steps 1-%d train the projection alone (head_only_steps); the encoder joins at step %d", k, k + 1)
+        log.info("steps 1-%d train the projection alone (head_only_steps); then the encoder's warm-up starts", k)
     optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
     log.info("precision %s on %s", precision, device)

@@ -236,7 +236,8 @@ def apply_changed_hyperparameters(
         changes.append(f"training.{key} {old} -> {new} (the schedule goes on at the new peak)")
     old_wd = _dig(state_config, ("training", "weight_decay"))
     if old_wd is not None and old_wd != cfg.training.weight_decay:
-        optimizer.param_groups[decay_group]["weight_decay"] = cfg.training.weight_decay
+        for i in (decay_group, *range(2, len(optimizer.param_groups))):  # the encoder's matrices and the head
+            optimizer.param_groups[i]["weight_decay"] = cfg.training.weight_decay
         changes.append(f"training.weight_decay {old_wd} -> {cfg.training.weight_decay}")
     return changes
 
