@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install with the test extras, lint, and run the whole test suite (CPU only, about 15 minutes on 2 cores).
+# Install with the test extras, lint, and run the whole test suite (CPU only, about 30 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh train,test
