@@ -90,30 +90,13 @@ def s3_env(s3, monkeypatch):
     return s3
 
 
-def _remote(s3, bucket: str, prefix: str) -> dict[str, bytes]:
-    import obstore
-    from obstore.store import S3Store
-
-    store = S3Store(
-        bucket,
-        endpoint=s3.url,
-        region="us-east-1",
-        access_key_id="k",
-        secret_access_key="s",
-        virtual_hosted_style_request=False,
-        client_options={"allow_http": True},
-    )
-    found = [o["path"] for batch in obstore.list(store, prefix=prefix) for o in batch]
-    return {p[len(prefix) :]: bytes(obstore.get(store, p).bytes()) for p in found}
-
-
 @s3_only
 def test_s3_export_is_the_output_byte_for_byte_with_the_manifest(s3_env, outputs):
     s3_env.bucket("exp-a")
     cfg = _cfg(outputs, "s3://exp-a/runs/one/", include=["checkpoint"])
     export.preflight(cfg)
     result = export.run(cfg)
-    remote = _remote(s3_env, "exp-a", "runs/one/")
+    remote = s3_env.objects("exp-a", "runs/one/")
     manifest = json.loads(remote.pop(export.MANIFEST))
     want = {**_local_files(outputs), "checkpoint/state.pt": b"state" * 1000}
     assert remote == want  # the model directory at the root, metrics.json, the last checkpoint
@@ -156,13 +139,13 @@ def test_an_interrupted_s3_export_shows_no_manifest_and_a_restart_sends_only_the
     assert "uploading" in str(e.value) and "connection reset" in str(e.value)
     assert calls[0] == "m/" + export.PARTIAL
     first_two = calls[1:3]
-    half = _remote(s3_env, "exp-b", "m/")
+    half = s3_env.objects("exp-b", "m/")
     assert export.MANIFEST not in half and export.PARTIAL in half and len(half) == 3  # a reader refuses it
     monkeypatch.setattr(obstore, "put", real_put)
     replaced = first_two[1].removeprefix("m/")
     s3_env.put("exp-b", first_two[1], b"x" * len(_local_files(outputs)[replaced]))  # same size, other bytes
     result = export.run(cfg)
-    remote = _remote(s3_env, "exp-b", "m/")
+    remote = s3_env.objects("exp-b", "m/")
     remote.pop(export.MANIFEST)
     assert export.PARTIAL not in remote
     local = _local_files(outputs)
@@ -181,7 +164,7 @@ def test_a_new_export_removes_the_old_manifest_before_any_file_changes(s3_env, o
     _dying_put(monkeypatch, at=2)  # the first file after the marker
     with pytest.raises(export.ExportFailed):
         export.run(cfg)
-    assert export.MANIFEST not in _remote(s3_env, "exp-c", "m/")
+    assert export.MANIFEST not in s3_env.objects("exp-c", "m/")
 
 
 @s3_only
@@ -190,7 +173,7 @@ def test_a_new_export_removes_what_the_old_one_held_and_this_one_does_not(s3_env
     new export (a stale checkpoint/ would be read back as part of the model)."""
     s3_env.bucket("exp-d")
     export.run(_cfg(outputs, "s3://exp-d/m/", include=["checkpoint"]))
-    assert "checkpoint/state.pt" in _remote(s3_env, "exp-d", "m/")
+    assert "checkpoint/state.pt" in s3_env.objects("exp-d", "m/")
     cfg = _cfg(outputs, "s3://exp-d/m/")
     (outputs / "metrics.json").write_text(json.dumps({"after": {"ndcg@10": 0.7}}))  # one file to send again
     import obstore
@@ -201,7 +184,7 @@ def test_a_new_export_removes_what_the_old_one_held_and_this_one_does_not(s3_env
         export.run(cfg)
     monkeypatch.setattr(obstore, "put", real_put)
     export.run(cfg)
-    remote = _remote(s3_env, "exp-d", "m/")
+    remote = s3_env.objects("exp-d", "m/")
     remote.pop(export.MANIFEST)
     assert remote == _local_files(outputs)
 
@@ -492,7 +475,7 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
         psutil.wait_procs(children, timeout=60)
         text = (tmp_path / "first.log").read_text()
         assert "step 3/3" in text
-        remote = _remote(s3, "e2e-export", "tiny/")
+        remote = s3.objects("e2e-export", "tiny/")
         assert remote and export.MANIFEST not in remote and "model.safetensors" not in remote  # no half export
 
         proxy.stall = None
@@ -505,7 +488,7 @@ def test_a_local_job_killed_during_the_upload_exports_on_restart_without_trainin
     assert "export: s3://e2e-export/tiny/ (" in again.stdout  # local's summary names where the model went
     assert "testing-secret" not in text + out
     output = tmp_path / "output"
-    remote = _remote(s3, "e2e-export", "tiny/")
+    remote = s3.objects("e2e-export", "tiny/")
     manifest = json.loads(remote.pop(export.MANIFEST))
     assert remote == _local_files(output) and set(manifest["files"]) == set(remote)
     result = json.loads((output / "export.json").read_text())

@@ -57,11 +57,11 @@ class MotoS3:
     def bucket(self, name: str) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/{name}", method="PUT"), timeout=10)
 
-    def put(self, bucket: str, key: str, data: bytes) -> None:
-        import obstore
+    def store(self, bucket: str):
+        """An obstore client of ``bucket`` on this server (path-style, plain HTTP)."""
         from obstore.store import S3Store
 
-        store = S3Store(
+        return S3Store(
             bucket,
             endpoint=self.url,
             region="us-east-1",
@@ -70,22 +70,17 @@ class MotoS3:
             virtual_hosted_style_request=False,
             client_options={"allow_http": True},
         )
-        obstore.put(store, key, data)
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        import obstore
+
+        obstore.put(self.store(bucket), key, data)
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
         """Every object under ``prefix``, by its key after the prefix."""
         import obstore
-        from obstore.store import S3Store
 
-        store = S3Store(
-            bucket,
-            endpoint=self.url,
-            region="us-east-1",
-            access_key_id="testing-key",
-            secret_access_key="testing-secret",
-            virtual_hosted_style_request=False,
-            client_options={"allow_http": True},
-        )
+        store = self.store(bucket)
         found = [o["path"] for batch in obstore.list(store, prefix=prefix) for o in batch]
         return {p[len(prefix) :]: bytes(obstore.get(store, p).bytes()) for p in found}
 
