@@ -272,6 +272,14 @@ def test_head_only_steps_must_leave_the_encoder_a_step(tmp_path):
     base = {"data": {"train": {"path": "x.jsonl"}}, "training": {"max_steps": 4, "head_only_steps": 4}}
     with pytest.raises(ValueError, match="head_only_steps 4 leaves no step for the encoder"):
         TrainConfig.model_validate(base)
+    # with epochs the step count is known only once the rows are: the schedule refuses it then, as a ConfigError
+    # (one line and exit 2 from trainer/cli.py), before the first step
+    from trainer.config.schema import ConfigError, TrainingConfig
+    from trainer.optim import schedule
+
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    with pytest.raises(ConfigError, match="head_only_steps 5 leaves no step for the encoder .the run has 3."):
+        schedule(TrainingConfig(epochs=1.0, head_only_steps=5), optimizer, total_steps=3)
 
 
 @pytest.mark.slow
