@@ -113,8 +113,6 @@ ARMS["recipe-nodup"] = {
 # joins; "head_only_share" is this script's, turned into steps for --steps
 ARMS["recipe-lpft"] = {**ARMS["recipe"], "training": {**ARMS["recipe"].get("training", {}), "head_only_share": 0.25}}
 ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
-# drops them only for a query none of whose rows was placed: "drop" with sparse labels, not with all (session 17)
-ARMS["recipe-dropq"] = {**ARMS["recipe"], "fallback": "drop-query"}
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first

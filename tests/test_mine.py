@@ -168,34 +168,6 @@ def test_a_row_with_too_few_candidates_is_kept_with_random_negatives_by_default(
     assert again.column("negatives").to_pylist() == table.column("negatives").to_pylist()  # seeded per row
 
 
-@pytest.mark.parametrize(("fallback", "kept"), [("random", [0, 1, 2]), ("drop", [0]), ("drop-query", [0, 1])])
-def test_drop_query_drops_the_unplaced_rows_of_a_query_only_when_none_of_its_rows_was_placed(tmp_path, fallback, kept):
-    """Issue 39: dropping unplaced rows won with one label per query and lost with all labels, where the rows
-    dropped were the weaker positives of queries the miner did place. ``drop-query`` keeps those (random
-    negatives) and drops a query whose every row the retriever failed to place, whatever the part it is in."""
-    from trainer.mine import Pairs, _part_table
-
-    cfg = pairs_config(
-        tmp_path,
-        [{"query": "q", "positive": "p"}],
-        top_k=10,
-        rank_range=[2, 5],
-        negatives=2,
-        max_score_ratio=0.9,
-        fallback=fallback,
-    )
-    pairs = Pairs(
-        queries=["a", "b"],
-        corpus=[f"d{i}" for i in range(12)],
-        rows=[(0, 0), (0, 1), (1, 2)],  # query a: two rows, one placed; query b: one row, not placed
-        positives=[{0, 1}, {2}],
-    )
-    a = [(0, 10.0), (1, 1.0)] + [(i, 9.0 - i / 2) for i in range(2, 12)]  # d0 places; d1 is below them all
-    b = [(i, 9.5 - i / 100) for i in range(3, 12)] + [(2, 1.0)]  # every other document scores above d2
-    table = _part_table(pairs, [0, 1], [a, b], [{0: 10.0, 1: 1.0}, {2: 1.0}], {0: [0, 1], 1: [2]}, cfg)
-    assert table.column("row").to_pylist() == kept
-
-
 def _choose(*args):
     from trainer.mine import choose_negatives
 

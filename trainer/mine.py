@@ -33,7 +33,7 @@ from trainer.config.schema import Columns, DataSource, TrainConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.env import Layout
 from trainer.errors import JobVerdict
-from trainer.negatives import Dropped, choose_negatives, drop_lost_query, explain_drops, row_negatives
+from trainer.negatives import Dropped, choose_negatives, explain_drops, row_negatives
 from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import flatten
 from trainer.retrieval import RETRIEVERS, round_retriever
@@ -210,7 +210,7 @@ def mine(
         if drawn := sum(stats["random_negatives"].values()):
             log.info(
                 "mine: %d of %d rows kept with random negatives: the retriever left them too few candidates "
-                "(mine.fallback: drop drops them instead; drop-query, those of queries it placed no row of)",
+                "(mine.fallback: drop drops them instead)",
                 drawn,
                 len(pairs.rows),
             )
@@ -350,13 +350,10 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
         if cfg.mine.rows_per_query is not None and len(rows) > cfg.mine.rows_per_query:
             rows = sorted(random.Random(f"rows-{cfg.training.seed}-{q}").sample(rows, cfg.mine.rows_per_query))
             dropped[Dropped.ROWS_PER_QUERY.value] += len(rows_of[q]) - len(rows)
-        results = []
         for row in rows:
             positive = pairs.rows[row][1]
             rng = random.Random(cfg.training.seed * 1_000_003 + row)  # per row: the same on any world size
-            results.append(row_negatives(found, pairs.positives[q], scores.get(positive, 0.0), short, n, cfg.mine, rng))
-        for row, (chosen, why) in zip(rows, drop_lost_query(results, cfg.mine)):
-            positive = pairs.rows[row][1]
+            chosen, why = row_negatives(found, pairs.positives[q], scores.get(positive, 0.0), short, n, cfg.mine, rng)
             if chosen is None:
                 dropped[why.value] += 1
                 continue

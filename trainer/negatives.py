@@ -6,9 +6,7 @@ negatives whatever the world size. Mining (``trainer/mine.py``) calls it for eve
 A row left with too few candidates (its positive ranks low, BM25 shares no word with its query) is kept by
 default with negatives drawn at random from the corpus (``mine.fallback: random``): its (query, positive) pair
 is labelled data all the same, and in-batch negatives still teach from it. ``mine.fallback: drop`` drops it,
-as 0.3 did. ``mine.fallback: drop-query`` drops such rows only for a query none of whose rows the retriever
-placed: with one positive per query that is ``drop``, with many it keeps the weaker positives of the queries it
-can place (docs/mining.md measures all three).
+as 0.3 did (docs/mining.md measures both).
 """
 
 from __future__ import annotations
@@ -20,15 +18,7 @@ from enum import Enum
 from trainer.config.mine import MineConfig
 from trainer.retrieval.search import Candidates
 
-__all__ = [
-    "FALLS_BACK",
-    "Dropped",
-    "choose_negatives",
-    "drop_lost_query",
-    "explain_drops",
-    "random_negatives",
-    "row_negatives",
-]
+__all__ = ["FALLS_BACK", "Dropped", "choose_negatives", "explain_drops", "random_negatives", "row_negatives"]
 
 log = logging.getLogger("trainer")
 
@@ -107,10 +97,9 @@ def row_negatives(
 ) -> tuple[list[tuple[int, float | None]], None] | tuple[list[tuple[int, float | None]] | None, Dropped]:
     """One row's negatives and, when the retriever's candidates did not serve, why: ``(chosen, None)``
     from the candidates; ``(drawn, reason)`` drawn at random (``mine.fallback: random``, no retriever
-    score; with ``drop-query``, ``drop_lost_query`` decides after); ``(None, reason)`` when the row is
-    dropped. ``found`` is None when BM25 could search no word of the query; ``short`` when the retriever
-    returned fewer than it was asked for (BM25 scores 0 for documents sharing no word), so that too few left
-    is the retriever's doing, not the settings'.
+    score); ``(None, reason)`` when the row is dropped. ``found`` is None when BM25 could search no word
+    of the query; ``short`` when the retriever returned fewer than it was asked for (BM25 scores 0 for
+    documents sharing no word), so that too few left is the retriever's doing, not the settings'.
 
     >>> cfg = MineConfig(negatives=1, rank_range=[1, 2], top_k=2)
     >>> row_negatives([(3, 0.5), (4, 0.4)], {0}, 1.0, False, 5, cfg, random.Random(0))
@@ -123,31 +112,11 @@ def row_negatives(
         return list(why), None
     if why is Dropped.TOO_FEW and short:
         why = Dropped.UNMATCHED
-    if why in FALLS_BACK and cfg.fallback != "drop":
+    if why in FALLS_BACK and cfg.fallback == "random":
         drawn = random_negatives(documents, positives, cfg.negatives, rng)
         if drawn is not None:
             return [(d, None) for d in drawn], why
     return None, why
-
-
-Row = tuple[list[tuple[int, float | None]] | None, Dropped | None]  # what row_negatives returns
-
-
-def drop_lost_query(rows: list[Row], cfg: MineConfig) -> list[Row]:
-    """One query's rows, as ``row_negatives`` returned them, with ``mine.fallback: drop-query`` applied: when
-    the retriever placed none of them, the rows kept with random negatives are dropped; when it placed one,
-    they stay. A query it cannot find at all is likely vague or mislabelled; a query it finds has weaker
-    positives that are still relevance to learn (with all NFCorpus labels, dropping those lost 0.017).
-
-    >>> cfg = MineConfig(fallback="drop-query")
-    >>> drop_lost_query([([(3, None)], Dropped.TOO_FEW)], cfg)
-    [(None, <Dropped.TOO_FEW: 'too_few'>)]
-    >>> drop_lost_query([([(3, 0.5)], None), ([(4, None)], Dropped.TOO_FEW)], cfg)
-    [([(3, 0.5)], None), ([(4, None)], <Dropped.TOO_FEW: 'too_few'>)]
-    """
-    if cfg.fallback != "drop-query" or any(why is None for _, why in rows):
-        return rows
-    return [(None, why) if why in FALLS_BACK else (chosen, why) for chosen, why in rows]
 
 
 def explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:

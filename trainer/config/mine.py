@@ -101,13 +101,12 @@ class MineConfig(Strict):
         "mislabelled. Default: keep every row.",
     )
     negatives: int = Field(3, ge=1, le=64, description="Negatives per (query, positive) row.")
-    fallback: Literal["random", "drop", "drop-query"] = Field(
+    fallback: Literal["random", "drop"] = Field(
         "random",
         description="A row left with too few candidates (its positive ranks low; BM25 shares no word with its "
         "query): random keeps it with negatives drawn at random from the corpus, as labelled data all the same; "
-        "drop drops it (0.3's behaviour, a consistency filter); drop-query drops it only when the retriever "
-        "placed none of its query's rows (with one positive per query, the same as drop). docs/mining.md "
-        "measures all three. Counted in mining.json either way.",
+        "drop drops it (0.3's behaviour, a consistency filter: docs/mining.md measures both). Counted in "
+        "mining.json either way.",
     )
     rows_per_query: int | None = Field(
         None,
