@@ -126,3 +126,28 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
 
     shipped = yaml.safe_load(RECIPE.read_text())["mine"]
     assert all(ARMS["recipe"][k] == v for k, v in shipped.items() if k != "corpus")  # the arm is the recipe
+
+
+def test_the_budget_curve_averages_the_same_seeds_at_every_budget(tmp_path):
+    """bench/nfcorpus_budget.py: a point is the mean of exactly the seeds asked for, and an arm that lacks one
+    of them at a budget has no point there (a mean over other seeds would draw a flip that is only noise)."""
+
+    def result(steps, runs):
+        path = tmp_path / f"r{steps}.json"
+        runs = {arm: {str(s): {"ndcg@10": v} for s, v in seeds.items()} for arm, seeds in runs.items()}
+        path.write_text(json.dumps({"steps": steps, "runs": runs}))
+        return path
+
+    short = result(48, {"recipe": {1: 0.25, 2: 0.75, 3: 0.0}, "reference": {1: 0.5}})
+    long = result(240, {"recipe": {1: 0.5, 2: 1.0}, "dense": {1: 0.25, 2: 0.25}})
+    out = tmp_path / "curve.png"
+    res = subprocess.run(
+        [sys.executable, "bench/nfcorpus_budget.py", str(short), str(long), "--seeds", "1", "2", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "recipe         48 steps 0.5000  240 steps 0.7500" in res.stdout
+    assert "reference" not in res.stdout and "dense          240 steps 0.2500" in res.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
