@@ -30,8 +30,13 @@ def curves(files: list[Path], seeds: list[int]) -> dict[str, dict[int, float]]:
     for file in files:
         result = json.loads(file.read_text())
         for arm, runs in result["runs"].items():
-            if all(str(s) in runs for s in seeds):
-                out.setdefault(arm, {})[result["steps"]] = statistics.mean(runs[str(s)]["ndcg@10"] for s in seeds)
+            if not all(str(s) in runs for s in seeds):
+                continue
+            mean = statistics.mean(runs[str(s)]["ndcg@10"] for s in seeds)
+            points = out.setdefault(arm, {})
+            if points.get(result["steps"], mean) != mean:  # two files, two runs of one arm: which one is drawn?
+                raise SystemExit(f"{file}: {arm} at {result['steps']} steps differs from an earlier file's; pass one")
+            points[result["steps"]] = mean
     return out
 
 

@@ -151,3 +151,13 @@ def test_the_budget_curve_averages_the_same_seeds_at_every_budget(tmp_path):
     assert "recipe         48 steps 0.5000  240 steps 0.7500" in res.stdout
     assert "reference" not in res.stdout and "dense          240 steps 0.2500" in res.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    other = tmp_path / "other.json"  # the same arm and budget from another run: refused, not overwritten
+    other.write_text(json.dumps({"steps": 48, "runs": {"recipe": {"1": {"ndcg@10": 0.0}, "2": {"ndcg@10": 0.0}}}}))
+    res = subprocess.run(
+        [sys.executable, "bench/nfcorpus_budget.py", str(short), str(other), "--seeds", "1", "2", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1 and "recipe at 48 steps differs from an earlier file's" in res.stderr
+    assert "Traceback" not in res.stderr
