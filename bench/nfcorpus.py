@@ -122,6 +122,9 @@ for _lr in ("1e-4", "2e-4"):
         **ARMS["recipe"],
         "training": {**ARMS["recipe"].get("training", {}), "learning_rate": float(_lr)},
     }
+# The new projection started from the base model's own principal directions (model.projection_init), not at
+# random: MaxSim starts close to MaxSim over the encoder's full width
+ARMS["recipe-pca"] = {**ARMS["recipe"], "model": {"projection_init": "principal"}}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
@@ -182,6 +185,7 @@ def refreshes(mine: dict | None) -> int:
 def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> dict:
     mine = {"top_k": 100, "corpus": str(args.data), "rows_per_query": args.rows_per_query, **ARMS[arm]}
     loss = mine.pop("loss", {"name": "contrastive"})
+    model = mine.pop("model", {})
     training = dict(mine.pop("training", {}))
     head_only_share = training.pop("head_only_share", 0.0)
     train: dict = {"path": str(pairs)}
@@ -192,7 +196,7 @@ def config(args, pairs: Path, arm: str, seed: int, kept: Path | None = None) -> 
         if mine.pop("teach_with_miner", False):  # self-distillation: the same trained model scores the rows
             mine["teacher"] = {"name_or_path": mine["model"]}
     return {
-        "model": {"name_or_path": minilm(), "query_length": 32, "document_length": args.document_length},
+        "model": {"name_or_path": minilm(), "query_length": 32, "document_length": args.document_length, **model},
         "data": {"train": train, "eval_beir": str(args.data), "eval_split": args.split},
         "training": {
             "per_device_batch_size": args.batch,

@@ -269,7 +269,8 @@ def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
         "data.train rows": rows.identity(),  # every row's content: one positive edited is mined again
         "mine": mine_cfg,
         "mine.corpus file": corpus,  # size and time: a corpus edited in place is mined again
-        "model": cfg.model.model_dump(mode="json") if uses_model else None,
+        # how training starts a new projection changes no mined row (the miner builds its model without it)
+        "model": cfg.model.model_dump(mode="json", exclude={"projection_init"}) if uses_model else None,
         "training.seed": cfg.training.seed,
         "retriever": retriever or cfg.mine.model or cfg.mine.retriever,
     }

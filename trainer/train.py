@@ -39,6 +39,7 @@ from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
 from trainer.model import autocast_for, build_model, choose_precision
 from trainer.optim import ENCODER_GROUPS, param_groups, schedule
+from trainer.projection import SAMPLE_DOCUMENTS, start_projection
 from trainer.reporting.metrics_file import append_line
 from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import Tracker
@@ -105,9 +106,12 @@ def build(
     tcfg = cfg.training
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
+    rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     model = build_model(cfg.model, device)
     if weights is not None:  # the same on every rank (broadcast by the caller)
         model.load_state_dict(weights)
+    elif cfg.model.projection_init == "principal":  # a checkpoint found on resume still replaces it
+        start_projection(model, cfg.model, rows.first_documents(SAMPLE_DOCUMENTS))
     if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tcfg.tf32
     if tcfg.compile:
@@ -115,7 +119,6 @@ def build(
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
-    rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
     scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData

@@ -73,6 +73,13 @@ class ModelConfig(Strict):
         le=4096,
         description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own.",
     )
+    projection_init: Literal["random", "principal"] = Field(
+        "random",
+        description="How a new ColBERT projection starts (a base model that is not a ColBERT): random "
+        "(PyLate's), or principal: the top principal directions of the base model's own token embeddings over "
+        "the first training documents, so MaxSim starts close to MaxSim over the encoder's full-width "
+        "embeddings. A model with its own projection is refused with principal.",
+    )
     license: str | None = Field(
         None,
         min_length=1,
