@@ -125,6 +125,8 @@ for _lr in ("1e-4", "2e-4"):
 # The new projection started from the base model's own principal directions (model.projection_init), not at
 # random: MaxSim starts close to MaxSim over the encoder's full width
 ARMS["recipe-pca"] = {**ARMS["recipe"], "model": {"projection_init": "principal"}}
+# the same start at the encoder's rate: a projection that starts trained may not want the random one's 1e-3
+ARMS["recipe-pca-slowhead"] = {**ARMS["recipe-pca"], "training": {"head_learning_rate": None}}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
