@@ -21,13 +21,27 @@ from pathlib import Path
 import torch
 
 from trainer.config.schema import ConfigError, ModelConfig
+from trainer.data.rows import ROWS_PER_BATCH, Rows
 from trainer.model import resolve_model_path
 
-__all__ = ["SAMPLE_DOCUMENTS", "has_projection", "principal_directions", "start_projection"]
+__all__ = ["SAMPLE_DOCUMENTS", "first_documents", "has_projection", "principal_directions", "start_projection"]
 
 log = logging.getLogger("trainer")
 
 SAMPLE_DOCUMENTS = 256  # the first distinct positives: ~30k token vectors at 128 tokens, seconds on a CPU
+
+
+def first_documents(rows: Rows, n: int) -> list[str]:
+    """Up to ``n`` distinct documents of ``rows`` in file order (a row's positive, then its negatives): the
+    same on every rank, read a record batch's worth of rows at a time until there are enough."""
+    seen: dict[str, None] = {}
+    for start in range(0, len(rows), ROWS_PER_BATCH):
+        _, documents, _ = rows.take(list(range(start, min(len(rows), start + ROWS_PER_BATCH))))
+        for docs in documents:
+            seen.update(dict.fromkeys(docs))
+            if len(seen) >= n:
+                return list(seen)[:n]
+    return list(seen)
 
 
 def has_projection(name_or_path: str) -> bool:

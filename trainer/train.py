@@ -39,7 +39,7 @@ from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
 from trainer.model import autocast_for, build_model, choose_precision
 from trainer.optim import ENCODER_GROUPS, param_groups, schedule
-from trainer.projection import SAMPLE_DOCUMENTS, start_projection
+from trainer.projection import SAMPLE_DOCUMENTS, first_documents, start_projection
 from trainer.reporting.metrics_file import append_line
 from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import Tracker
@@ -111,7 +111,7 @@ def build(
     if weights is not None:  # the same on every rank (broadcast by the caller)
         model.load_state_dict(weights)
     elif cfg.model.projection_init == "principal":  # a checkpoint found on resume still replaces it
-        start_projection(model, cfg.model, rows.first_documents(SAMPLE_DOCUMENTS))
+        start_projection(model, cfg.model, first_documents(rows, SAMPLE_DOCUMENTS))
     if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tcfg.tf32
     if tcfg.compile:

@@ -89,18 +89,6 @@ class Rows:
         payload = [n, self.docs_per_query, *self.take(idx)]
         return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:20]
 
-    def first_documents(self, n: int) -> list[str]:
-        """Up to ``n`` distinct documents in file order (a row's positive, then its negatives): the same on
-        every rank, read one record batch at a time until there are enough."""
-        seen: dict[str, None] = {}
-        reader = self._file()
-        for b in range(reader.num_record_batches):
-            for docs in reader.get_batch(b).column("documents").to_pylist():
-                seen.update(dict.fromkeys(docs))
-                if len(seen) >= n:
-                    return list(seen)[:n]
-        return list(seen)
-
     def all(self) -> tuple[list[str], list[list[str]], list[list[float]] | None]:
         """Every row, in one read (small sets: ``data.pretokenize``, tests)."""
         table = self._file().read_all()
