@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import write_triplets
+from trainer.cli import stage
 from trainer.config.schema import ConfigError, ModelConfig, TrainConfig
 from trainer.env import Layout
 from trainer.model import build_model
@@ -65,5 +66,7 @@ def test_principal_refuses_a_model_that_has_its_own_projection_and_a_projection_
     build_model(ModelConfig(name_or_path=str(tiny_model), embedding_size=8), "cpu").save(str(colbert))
     with pytest.raises(ConfigError, match="already has one; leave model.projection_init at random"):
         build(_config(colbert, data, tmp_path, projection_init="principal"), Layout(), CPU)
+    with pytest.raises(ConfigError, match="already has one"):  # the job's staging says so before any mining
+        stage(_config(colbert, data, tmp_path, projection_init="principal"))
     with pytest.raises(ConfigError, match="set model.embedding_size to 32 or less"):
         build(_config(tiny_model, data, tmp_path, embedding_size=64, projection_init="principal"), Layout(), CPU)

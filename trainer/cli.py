@@ -221,6 +221,10 @@ def stage(cfg: TrainConfig) -> TrainConfig:
     check_sinks(cfg.tracking.report_to)
     cfg = stage_config(cfg)
     check_present(cfg)  # every section's files, before any mining or training
+    if cfg.model.projection_init == "principal":  # a model with its own projection: refused before mining
+        from trainer.projection import check_new_projection
+
+        check_new_projection(cfg.model)
     if cfg.mine:  # mining reads (query, positive) pairs; it writes the rows training reads
         load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
     else:

@@ -24,7 +24,14 @@ from trainer.config.schema import ConfigError, ModelConfig
 from trainer.data.rows import ROWS_PER_BATCH, Rows
 from trainer.model import resolve_model_path
 
-__all__ = ["SAMPLE_DOCUMENTS", "first_documents", "has_projection", "principal_directions", "start_projection"]
+__all__ = [
+    "SAMPLE_DOCUMENTS",
+    "check_new_projection",
+    "first_documents",
+    "has_projection",
+    "principal_directions",
+    "start_projection",
+]
 
 log = logging.getLogger("trainer")
 
@@ -62,6 +69,16 @@ def has_projection(name_or_path: str) -> bool:
     return any(str(m.get("type", "")).endswith("Dense") for m in json.loads(modules.read_text()))
 
 
+def check_new_projection(cfg: ModelConfig) -> None:
+    """``principal`` only where the projection will be new: called by the job's staging, before mining, and
+    again when the model is built."""
+    if has_projection(cfg.name_or_path):
+        raise ConfigError(
+            f"model.projection_init: principal starts a new projection, but {cfg.name_or_path} already has one; "
+            "leave model.projection_init at random to train the model's own"
+        )
+
+
 def principal_directions(embeddings: torch.Tensor, k: int) -> torch.Tensor:
     """The top ``k`` eigenvectors of the uncentred second moment of ``embeddings`` (rows are vectors), as the
     rows of a ``k x dim`` matrix; each one's largest entry made positive, so the answer is one matrix.
@@ -82,11 +99,7 @@ def principal_directions(embeddings: torch.Tensor, k: int) -> torch.Tensor:
 def start_projection(model, cfg: ModelConfig, documents: list[str], batch_size: int = 32) -> None:
     """Set the new projection of ``model`` (a PyLate ColBERT built from ``cfg``) to the principal directions
     of its encoder's token embeddings over ``documents``; a model with its own projection is refused."""
-    if has_projection(cfg.name_or_path):
-        raise ConfigError(
-            f"model.projection_init: principal starts a new projection, but {cfg.name_or_path} already has one; "
-            "leave model.projection_init at random to train the model's own"
-        )
+    check_new_projection(cfg)
     dense = model[1]
     hidden, size = dense.linear.in_features, dense.linear.out_features
     if size > hidden:
