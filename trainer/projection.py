@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import torch
 
 from trainer.config.schema import ConfigError, ModelConfig
 from trainer.data.rows import ROWS_PER_BATCH, Rows
-from trainer.model import resolve_model_path
+from trainer.storage.card import model_file
 
 __all__ = [
     "SAMPLE_DOCUMENTS",
@@ -35,7 +34,7 @@ __all__ = [
 
 log = logging.getLogger("trainer")
 
-SAMPLE_DOCUMENTS = 256  # the first distinct positives: ~30k token vectors at 128 tokens, seconds on a CPU
+SAMPLE_DOCUMENTS = 256  # the first distinct documents: ~30k token vectors at 128 tokens, seconds on a CPU
 
 
 def first_documents(rows: Rows, n: int) -> list[str]:
@@ -54,19 +53,10 @@ def first_documents(rows: Rows, n: int) -> list[str]:
 def has_projection(name_or_path: str) -> bool:
     """Whether the model already has layers after its encoder (a ColBERT checkpoint, or a sentence-transformers
     model with a Dense module), read from its ``modules.json`` where that is at hand."""
-    path = Path(resolve_model_path(name_or_path))
-    modules = path / "modules.json"
-    if not modules.is_file():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(str(name_or_path), "modules.json")
-        except Exception:  # not a repository id: no cached file to read
-            cached = None
-        if not isinstance(cached, str):
-            return False
-        modules = Path(cached)
-    return any(str(m.get("type", "")).endswith("Dense") for m in json.loads(modules.read_text()))
+    modules = model_file(name_or_path, "modules.json")
+    return modules is not None and any(
+        str(m.get("type", "")).endswith("Dense") for m in json.loads(modules.read_text())
+    )
 
 
 def check_new_projection(cfg: ModelConfig) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from trainer.config.schema import METRICS, TrainConfig
 from trainer.retrieval import RETRIEVERS
 
-__all__ = ["dataset_name", "for_job", "license_of", "origin", "render", "update"]
+__all__ = ["dataset_name", "for_job", "license_of", "model_file", "origin", "render", "update"]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _ROWS = ("ndcg@10", "mrr@10", "recall@100", "map@100")
@@ -80,21 +80,31 @@ def dataset_name(path: str) -> str:
     return next((p for p in reversed(parts) if p.lower() not in _GENERIC), parts[-1] if parts else path)
 
 
+def model_file(name_or_path: str, filename: str) -> Path | None:
+    """One file of a model where it is at hand without a download: a local or staged directory, the packaged
+    MiniLM, else the Hub cache (for a Hub id); None where none of them has it."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from trainer.model import resolve_model_path
+
+    local = Path(resolve_model_path(name_or_path)) / filename
+    if local.is_file():
+        return local
+    hub = _hub_name(name_or_path)
+    found = try_to_load_from_cache(hub, filename) if hub else None
+    return Path(found) if isinstance(found, str) else None
+
+
 def license_of(cfg: TrainConfig) -> str | None:
     """The card's ``license``: ``model.license``, else the base model's, from its own card's front matter
     when it is at hand (a local or staged directory, the packaged MiniLM, the Hub cache); else none."""
     if cfg.model.license:
         return cfg.model.license
-    from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.repocard import metadata_load
 
-    from trainer.model import resolve_model_path
-
-    local = Path(resolve_model_path(cfg.model.name_or_path)) / "README.md"
-    hub = _hub_name(cfg.model.name_or_path)
-    found = local if local.is_file() else try_to_load_from_cache(hub, "README.md") if hub else None
+    found = model_file(cfg.model.name_or_path, "README.md")
     try:
-        value = (metadata_load(Path(found)) or {}).get("license") if isinstance(found, (str, Path)) else None
+        value = (metadata_load(found) or {}).get("license") if found else None
     except (OSError, ValueError):  # an unreadable card: no license rather than no model
         return None
     return value if isinstance(value, str) and value else None
