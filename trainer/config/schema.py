@@ -23,6 +23,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, Location, Strict, parse_destination
 from trainer.config.mine import MineConfig
+from trainer.config.model import ModelConfig
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
@@ -56,43 +57,6 @@ MetricName = Literal["ndcg@10", "mrr@10", "recall@100", "map@100"]
 
 class ConfigError(ValueError):
     """A config problem, reported to the user as one line (never a traceback)."""
-
-
-class ModelConfig(Strict):
-    name_or_path: Location = Field(
-        "sentence-transformers/all-MiniLM-L6-v2",
-        min_length=1,
-        description="A local model directory, an object-store prefix (s3://bucket/model/, staged like data), "
-        "or a hub name (needs network access).",
-    )
-    query_length: int = Field(32, ge=4, le=8192, description="Query tokens, incl. [Q] marker and expansion.")
-    document_length: int = Field(180, ge=8, le=8192, description="Maximum document tokens.")
-    embedding_size: int | None = Field(
-        None,
-        ge=8,
-        le=4096,
-        description="Size of a new ColBERT projection (PyLate's default 128); unset keeps a model's own.",
-    )
-    projection_init: Literal["random", "principal"] = Field(
-        "random",
-        description="How a new ColBERT projection starts (a base model that is not a ColBERT): random "
-        "(PyLate's), or principal: the top principal directions of the base model's own token embeddings over "
-        "the first training documents, so MaxSim starts close to MaxSim over the encoder's full-width "
-        "embeddings. A model with its own projection is refused with principal.",
-    )
-    license: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9.+-]*$",
-        description="The trained model's license on its card (a Hub license id, e.g. apache-2.0 or mit). Unset: "
-        "the base model's, read from its own card when that is at hand (a local directory, the Hub cache).",
-    )
-    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = Field(
-        None,
-        description="transformers' attention kernel: eager, sdpa (fused, PyTorch's own), or flash_attention_2 "
-        "(CUDA, needs the flash-attn package and bf16/fp16). Unset: transformers' default for the model.",
-    )
 
 
 class Columns(Strict):
