@@ -70,3 +70,8 @@ def test_principal_refuses_a_model_that_has_its_own_projection_and_a_projection_
         stage(_config(colbert, data, tmp_path, projection_init="principal"))
     with pytest.raises(ConfigError, match="set model.embedding_size to 32 or less"):
         build(_config(tiny_model, data, tmp_path, embedding_size=64, projection_init="principal"), Layout(), CPU)
+    with pytest.raises(ConfigError, match="keeps 64 of the encoder's 32 directions"):  # read from config.json
+        stage(_config(tiny_model, data, tmp_path, embedding_size=64, projection_init="principal"))
+    with pytest.raises(ConfigError, match="keeps 128 of the encoder's 32"):  # unset: PyLate's 128
+        stage(_config(tiny_model, data, tmp_path, projection_init="principal"))
+    stage(_config(tiny_model, data, tmp_path, embedding_size=32, projection_init="principal"))  # as wide: kept

@@ -26,6 +26,8 @@ from trainer.storage.card import model_file
 __all__ = [
     "SAMPLE_DOCUMENTS",
     "check_new_projection",
+    "check_width",
+    "encoder_width",
     "first_documents",
     "has_projection",
     "principal_directions",
@@ -34,6 +36,7 @@ __all__ = [
 
 log = logging.getLogger("trainer")
 
+PYLATE_EMBEDDING_SIZE = 128  # PyLate's width for a new projection when model.embedding_size is unset
 SAMPLE_DOCUMENTS = 256  # the first distinct documents: ~30k token vectors at 128 tokens, seconds on a CPU
 
 
@@ -59,13 +62,36 @@ def has_projection(name_or_path: str) -> bool:
     )
 
 
+def encoder_width(name_or_path: str) -> int | None:
+    """The encoder's hidden size, read from the model's ``config.json`` where that is at hand (None where it is
+    not, or names no ``hidden_size``): enough to refuse a too-wide projection before mining."""
+    config = model_file(name_or_path, "config.json")
+    try:
+        width = json.loads(config.read_text()).get("hidden_size") if config else None
+    except (OSError, ValueError, AttributeError):  # unreadable, or not an object: the build checks again
+        return None
+    return width if isinstance(width, int) else None
+
+
 def check_new_projection(cfg: ModelConfig) -> None:
-    """``principal`` only where the projection will be new: called by the job's staging, before mining, and
-    again when the model is built."""
+    """``principal`` only where the projection will be new and no wider than the encoder: called by the job's
+    staging, before mining, and again when the model is built (where the encoder's width is certain)."""
     if has_projection(cfg.name_or_path):
         raise ConfigError(
             f"model.projection_init: principal starts a new projection, but {cfg.name_or_path} already has one; "
             "leave model.projection_init at random to train the model's own"
+        )
+    hidden = encoder_width(cfg.name_or_path)
+    if hidden is not None:
+        check_width(cfg.embedding_size or PYLATE_EMBEDDING_SIZE, hidden)
+
+
+def check_width(size: int, hidden: int) -> None:
+    """A principal projection keeps ``size`` of the encoder's ``hidden`` directions: it cannot keep more."""
+    if size > hidden:
+        raise ConfigError(
+            f"model.projection_init: principal keeps {size} of the encoder's {hidden} directions, which it has "
+            f"not; set model.embedding_size to {hidden} or less, or leave model.projection_init at random"
         )
 
 
@@ -92,11 +118,7 @@ def start_projection(model, cfg: ModelConfig, documents: list[str], batch_size: 
     check_new_projection(cfg)
     dense = model[1]
     hidden, size = dense.linear.in_features, dense.linear.out_features
-    if size > hidden:
-        raise ConfigError(
-            f"model.projection_init: principal keeps {size} of the encoder's {hidden} directions, which it has "
-            f"not; set model.embedding_size to {hidden} or less, or leave model.projection_init at random"
-        )
+    check_width(size, hidden)
     if not documents:
         raise ConfigError("model.projection_init: principal needs documents in data.train; none were read")
     was_training = model.training
