@@ -347,7 +347,8 @@ def paired(runs: dict[int, dict], base: dict[int, dict], draws: int = 2000) -> d
     independent samples of queries)."""
     seeds = [s for s in runs if s in base]
     gains = [runs[s]["ndcg@10"] - base[s]["ndcg@10"] for s in seeds]
-    with_queries = [s for s in seeds if runs[s]["per_query"] and base[s]["per_query"]]
+    # a result written before per-query figures were kept pairs by its mean alone
+    with_queries = [s for s in seeds if runs[s].get("per_query") and base[s].get("per_query")]
     queries = sorted(base[with_queries[0]]["per_query"]) if with_queries else []
     diffs = [[runs[s]["per_query"][q] - base[s]["per_query"][q] for q in queries] for s in with_queries]
     low = high = None

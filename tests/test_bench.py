@@ -115,6 +115,8 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     got = paired(runs, base)
     assert got["gain"] == pytest.approx(0.1) and got["worst"] == pytest.approx(0.1)
     assert got["low"] <= got["gain"] <= got["high"]
+    older = paired({**runs, 3: {"ndcg@10": 0.9}}, {**base, 3: {"ndcg@10": 0.5}})  # a result without per-query
+    assert older["gain"] == pytest.approx(0.2) and (older["low"], older["high"]) == (got["low"], got["high"])
     extra = {"recall@100": 0.5, "wall_seconds": 1.0, "rows": 2}
     summary = summarize(
         {"bm25-1": {s: {**r, **extra} for s, r in base.items()}, "recipe": {s: {**r, **extra} for s, r in runs.items()}}
