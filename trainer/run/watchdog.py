@@ -13,6 +13,13 @@ because the thread runs while the main thread waits in C++. A peer whose counter
 stays unreachable as long (rank 0 is gone), ends this process with exit code 129 (retryable,
 trainer/errors.py) and one line.
 
+A store whose host is frozen, or whose node is gone without a TCP reset, does not refuse a call: the
+call never returns (a TCPStore client's store timeout bounds the wait for a key, not for an answer). So a
+second thread, which makes no call, judges how long the heartbeat thread has been inside its current one.
+That also keeps the exit clean: a daemon thread still inside a store call when Python exits is torn down
+in C++ ("terminate called without an active exception") and the rank ends by SIGABRT, not by its own
+exit code; ``stop()`` returns only once the heartbeat thread has left its call.
+
 One watchdog watches the whole process group (:func:`watching`): mining, teacher scoring, every round
 and training (``trainer/rounds.py`` opens it with the group; ``trainer/train.py``'s is then a no-op).
 So the counters run on across phases and are never restarted by one: a rank entering the next phase
@@ -68,8 +75,11 @@ class PeerWatchdog:
         self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
         self.interval = max(0.5, timeout_s / 12)
         self._host, self._port = host, port
-        self._stopped = threading.Event()
+        self._stopped = threading.Event()  # stop() was called: make no further call
+        self._ended = threading.Event()  # the heartbeat thread has returned
+        self._calling_since: float | None = None  # when the heartbeat thread's current store call began
         self._thread = threading.Thread(target=self._run, name="peer-watchdog", daemon=True)
+        self._judge = threading.Thread(target=self._judge_calls, name="peer-watchdog-store", daemon=True)
         self._store = None
 
     def start(self) -> PeerWatchdog:
@@ -83,18 +93,36 @@ class PeerWatchdog:
             wait_for_workers=False,
         )
         self._thread.start()
+        self._judge.start()
         return self
 
     def stop(self) -> None:
-        """Mark this rank finished (peers stop watching it) and end the thread."""
+        """Mark this rank finished (peers stop watching it) once the heartbeat thread has left its store call.
+        That call returns, or the judge ends the process within ``timeout_s``: the join waits no longer."""
         self._stopped.set()
-        self._thread.join(timeout=self.interval * 2)
+        self._thread.join(timeout=self.timeout_s + 2 * self.interval)
+        if self._thread.is_alive():  # only if the judge could not run: the call holds the client, a set would wait
+            return
         try:
             self._store.set(f"{_PREFIX}{self.rank}", _DONE)
         except Exception:  # the store may already be gone at the very end; peers are done too
             pass
 
+    def _call(self, method: str, *args):
+        """One store call, timed for the judge."""
+        self._calling_since = time.monotonic()
+        try:
+            return getattr(self._store, method)(*args)
+        finally:
+            self._calling_since = None
+
     def _run(self) -> None:
+        try:
+            self._beat()
+        finally:
+            self._ended.set()
+
+    def _beat(self) -> None:
         beats = 0
         peers = {r: f"{_PREFIX}{r}" for r in range(self.world_size) if r != self.rank}
         last_value: dict[int, bytes | None] = {}
@@ -104,20 +132,38 @@ class PeerWatchdog:
             now = time.monotonic()
             try:
                 beats += 1
-                self._store.set(f"{_PREFIX}{self.rank}", str(beats))
-                # check() does not block on a key a slower peer has not written yet; get() would
-                values = {r: self._store.get(k) if self._store.check([k]) else None for r, k in peers.items()}
+                self._call("set", f"{_PREFIX}{self.rank}", str(beats))
+                values = self._read(peers)
                 store_ok = now
             except Exception:  # the store's host (rank 0's pod) is gone or unreachable
                 values = {}
                 if now - store_ok > self.timeout_s:
                     self._die(f"the rendezvous store at {self._host}:{self._port} (rank 0) is unreachable")
+            if self._stopped.is_set():  # stopped during the calls: this rank is done, it judges no one
+                return
             for r, v in values.items():
                 if v != last_value.get(r):
                     last_value[r], last_change[r] = v, now
             for r in peers:
                 if last_value.get(r) != _DONE and now - last_change[r] > self.timeout_s:
                     self._die(f"rank {r} has not sent a heartbeat")
+
+    def _read(self, peers: dict[int, str]) -> dict[int, bytes | None]:
+        """Each peer's counter, None for one not written yet (check() does not block on it; get() would);
+        once stopped, no further peer is read."""
+        values: dict[int, bytes | None] = {}
+        for r, key in peers.items():
+            if self._stopped.is_set():
+                break
+            values[r] = self._call("get", key) if self._call("check", [key]) else None
+        return values
+
+    def _judge_calls(self) -> None:
+        """End the process when one store call has not returned for ``timeout_s`` (rank 0 frozen or cut off)."""
+        while not self._ended.wait(self.interval):
+            since = self._calling_since
+            if since is not None and time.monotonic() - since > self.timeout_s:
+                self._die(f"the rendezvous store at {self._host}:{self._port} (rank 0) has not answered")
 
     def _die(self, why: str) -> None:
         msg = (
