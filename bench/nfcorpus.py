@@ -101,8 +101,6 @@ _SHIPPED = yaml.safe_load(RECIPE.read_text())
 ARMS["recipe"] = {k: v for k, v in _SHIPPED["mine"].items() if k not in ("corpus",)}
 if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own training lever travels with it
     ARMS["recipe"]["training"] = {"head_learning_rate": _SHIPPED["training"]["head_learning_rate"]}
-# ANCE's refresh: the recipe's first round, then every steps/R steps the model being trained mines again and
-# training goes on from it (mine.round_start: previous); the same steps in all as the other arms
 # sentence-transformers' NO_DUPLICATES: no query or document twice in a global batch (a popular positive twice
 # is an in-batch negative equal to a positive: NFCorpus sparse has 910 positives for 2,590 queries)
 ARMS["recipe-nodup"] = {
@@ -113,6 +111,8 @@ ARMS["recipe-nodup"] = {
 # joins; "head_only_share" is this script's, turned into steps for --steps
 ARMS["recipe-lpft"] = {**ARMS["recipe"], "training": {**ARMS["recipe"].get("training", {}), "head_only_share": 0.25}}
 ARMS["recipe-drop"] = {**ARMS["recipe"], "fallback": "drop"}  # 0.3's way: rows left too few candidates go
+# ANCE's refresh: the recipe's first round, then every steps/R steps the model being trained mines again and
+# training goes on from it (mine.round_start: previous); the same steps in all as the other arms
 for _rounds in (2, 4):
     ARMS[f"recipe-refresh{_rounds}"] = {**ARMS["recipe"], "rounds": _rounds, "round_start": "previous"}
 # The encoder's own rate, higher than PyLate's script's: at 48 steps every trained arm is still climbing (the
@@ -127,6 +127,8 @@ for _lr in ("1e-4", "2e-4"):
 ARMS["recipe-pca"] = {**ARMS["recipe"], "model": {"projection_init": "principal"}}
 # the same start at the encoder's rate: a projection that starts trained may not want the random one's 1e-3
 ARMS["recipe-pca-slowhead"] = {**ARMS["recipe-pca"], "training": {"head_learning_rate": None}}
+# ANCE's refresh on top of it, once, half-way: at 240 steps its negatives grow easy after step 160 (session 18)
+ARMS["recipe-pca-refresh2"] = {**ARMS["recipe-refresh2"], "model": {"projection_init": "principal"}}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
