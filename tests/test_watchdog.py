@@ -82,7 +82,9 @@ _HOST = textwrap.dedent(
     import time, torch.distributed as dist
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     print(store.port, flush=True)
-    time.sleep(600)
+    for beat in range(3000):  # rank 0 beats too, until it is frozen: only the store's silence can end rank 1
+        store.set("colbert-k8s/heartbeat/0", str(beat))
+        time.sleep(0.2)
     """
 )
 
