@@ -14,8 +14,9 @@ stays unreachable as long (rank 0 is gone), ends this process with exit code 129
 trainer/errors.py) and one line.
 
 A store whose host is frozen, or whose node is gone without a TCP reset, does not refuse a call: the
-call never returns (a TCPStore client's store timeout bounds the wait for a key, not for an answer). So a
-second thread, which makes no call, judges how long the heartbeat thread has been inside its current one.
+call does not return (measured with torch 2.11: check and get still blocked 20 s and more into a 3 s
+store timeout; set alone returns). So a second thread, which makes no call, judges how long the
+heartbeat thread has been inside its current one.
 That also keeps the exit clean: a daemon thread still inside a store call when Python exits is torn down
 in C++ ("terminate called without an active exception") and the rank ends by SIGABRT, not by its own
 exit code; ``stop()`` returns only once the heartbeat thread has left its call.
@@ -76,7 +77,6 @@ class PeerWatchdog:
         self.interval = max(0.5, timeout_s / 12)
         self._host, self._port = host, port
         self._stopped = threading.Event()  # stop() was called: make no further call
-        self._ended = threading.Event()  # the heartbeat thread has returned
         self._calling_since: float | None = None  # when the heartbeat thread's current store call began
         self._thread = threading.Thread(target=self._run, name="peer-watchdog", daemon=True)
         self._judge = threading.Thread(target=self._judge_calls, name="peer-watchdog-store", daemon=True)
@@ -117,12 +117,6 @@ class PeerWatchdog:
             self._calling_since = None
 
     def _run(self) -> None:
-        try:
-            self._beat()
-        finally:
-            self._ended.set()
-
-    def _beat(self) -> None:
         beats = 0
         peers = {r: f"{_PREFIX}{r}" for r in range(self.world_size) if r != self.rank}
         last_value: dict[int, bytes | None] = {}
@@ -160,7 +154,8 @@ class PeerWatchdog:
 
     def _judge_calls(self) -> None:
         """End the process when one store call has not returned for ``timeout_s`` (rank 0 frozen or cut off)."""
-        while not self._ended.wait(self.interval):
+        while self._thread.is_alive():  # judges on after stop(), while the last call may still hang
+            self._thread.join(self.interval)
             since = self._calling_since
             if since is not None and time.monotonic() - since > self.timeout_s:
                 self._die(f"the rendezvous store at {self._host}:{self._port} (rank 0) has not answered")
