@@ -129,6 +129,14 @@ ARMS["recipe-pca"] = {**ARMS["recipe"], "model": {"projection_init": "principal"
 ARMS["recipe-pca-slowhead"] = {**ARMS["recipe-pca"], "training": {"head_learning_rate": None}}
 # ANCE's refresh on top of it, once, half-way: at 240 steps its negatives grow easy after step 160 (session 18)
 ARMS["recipe-pca-refresh2"] = {**ARMS["recipe-refresh2"], "model": {"projection_init": "principal"}}
+# Keeping the negatives hard at 240 steps by other means than re-mining (re-mined from ranks 30-100 by the model
+# in training they are easy for it by construction: session 21): three negatives per row, the hardest of
+# three being harder than one; and the principal start with the encoder's rate raised
+ARMS["recipe-pca-neg3"] = {**ARMS["recipe-pca"], "negatives": 3}
+ARMS["recipe-pca-lr1e-4"] = {
+    **ARMS["recipe-pca"],
+    "training": {**ARMS["recipe-pca"].get("training", {}), "learning_rate": 1e-4},
+}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
