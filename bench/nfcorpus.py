@@ -137,6 +137,12 @@ ARMS["recipe-pca-lr1e-4"] = {
     **ARMS["recipe-pca"],
     "training": {**ARMS["recipe-pca"].get("training", {}), "learning_rate": 1e-4},
 }
+# The same three mined negatives, one per step, the next each epoch (training.negatives_per_row): fresh negatives
+# in every epoch of a 240-step run, at one negative's cost and one negative's false-negative risk per step
+ARMS["recipe-pca-rotate3"] = {
+    **ARMS["recipe-pca-neg3"],
+    "training": {**ARMS["recipe-pca"].get("training", {}), "negatives_per_row": 1},
+}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}

@@ -90,11 +90,12 @@ def job_scale(cfg: TrainConfig, world_size: int) -> Scale:
     t = cfg.training
     gather = t.gather_across_devices if t.gather_across_devices is not None else world_size > 1
     per_device, accumulation = micro_batches(cfg, world_size)
+    negatives = cfg.mine.negatives if cfg.mine else len(cfg.data.train.columns.negatives)
     return Scale(
         world_size=world_size,
         per_device=per_device,
         accumulation=accumulation,
-        docs_per_query=1 + (cfg.mine.negatives if cfg.mine else len(cfg.data.train.columns.negatives)),
+        docs_per_query=1 + (t.negatives_per_row or negatives),  # per step: training.negatives_per_row of a pool
         gather=gather,
         loss=cfg.loss.name,
     )

@@ -120,10 +120,11 @@ def build(
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
     scale = job_scale(cfg, layout.world_size)  # per-device batch and accumulation for this world size
-    scale = replace(scale, docs_per_query=rows.docs_per_query)  # as the rows are (plain pairs: 1), for the log
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
-    data = kind(rows, model, scale.per_device, layout.world_size * scale.accumulation, tcfg.seed, tcfg.batch_sampler)
+    virtual_ranks = layout.world_size * scale.accumulation
+    data = kind(rows, model, scale.per_device, virtual_ranks, tcfg.seed, tcfg.batch_sampler, tcfg.negatives_per_row)
+    scale = replace(scale, docs_per_query=data.docs_per_query)  # as a step takes them (plain pairs: 1), for the log
     labelled = None
     if getattr(cfg.loss, "mask_labelled_positives", False):
         source = labelled_from or cfg.data.train

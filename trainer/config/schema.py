@@ -126,6 +126,14 @@ class TrainingConfig(Strict):
         "positive. Where a few texts are in most rows, or at an epoch's end, batches still take repeats. The "
         "same batches on any world size either way.",
     )
+    negatives_per_row: int | None = Field(
+        None,
+        ge=1,
+        description="Train each row on this many of its negatives per epoch, the next ones of the row's own "
+        "list each epoch (a seeded start per row), as Tevatron's and FlagEmbedding's train_group_size draw "
+        "from a pool: mine.negatives (or data.train.columns.negatives) sets the pool, and a longer run sees "
+        "new negatives each epoch at one negative's cost per step. Default: every negative, every step.",
+    )
     head_learning_rate: float | None = Field(
         None,
         gt=0,
@@ -387,6 +395,7 @@ class TrainConfig(Strict):
                 "in-batch negatives from its own rank only, so the loss changes with the world size; remove "
                 "training.gather_across_devices, or unset global_batch_size"
             )
+        self._check_negatives_per_row()
         if self.mine is not None and self.mine.teacher is None and self.loss.scored:
             raise ValueError(f"loss {self.loss.name} with mine needs mine.teacher to score the mined documents")
         if self.mine is not None and self.mine.teacher is not None and not self.loss.scored:
@@ -398,6 +407,16 @@ class TrainConfig(Strict):
         if self.registration is not None and self.export is None:
             raise ValueError("register needs an export section: the registered version points at the export")
         return self
+
+    def _check_negatives_per_row(self) -> None:
+        per_row = self.training.negatives_per_row
+        pool = self.mine.negatives if self.mine else len(self.data.train.columns.negatives)
+        if per_row is not None and per_row >= pool:
+            where = "mine.negatives" if self.mine else "data.train.columns.negatives"
+            raise ValueError(
+                f"training.negatives_per_row {per_row} leaves nothing to rotate: the rows have {pool} "
+                f"negative(s) ({where}); raise {where}, or remove training.negatives_per_row"
+            )
 
     def _check_export(self) -> None:
         if self.export is None:

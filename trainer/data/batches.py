@@ -98,11 +98,21 @@ class _Schedule:
 
     keys = False  # set to give each batch its texts' keys (loss.mask_labelled_positives)
 
-    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int, sampler: str = "random"):
+    def __init__(
+        self,
+        rows: Rows,
+        model,
+        per_device: int,
+        virtual_ranks: int,
+        seed: int,
+        sampler: str = "random",
+        negatives_per_row: int | None = None,
+    ):
         self.rows, self.model, self.per_device, self.seed = rows, model, per_device, seed
         self.virtual_ranks = virtual_ranks  # processes x accumulation micro-batches
         self.global_batch = per_device * virtual_ranks
-        self.docs_per_query = rows.docs_per_query
+        self.docs_per_query = 1 + negatives_per_row if negatives_per_row else rows.docs_per_query
+        self._rotation = _rotation(rows, negatives_per_row, seed) if negatives_per_row else None
         if len(rows) < self.global_batch:
             raise DataError(
                 f"{rows.source}: {len(rows)} rows cannot fill one global batch of {self.global_batch} "
@@ -129,8 +139,33 @@ class _Schedule:
         global_idx = self._perm[1][pos * self.global_batch : (pos + 1) * self.global_batch]
         return global_idx[rank * self.per_device : (rank + 1) * self.per_device]
 
+    def columns(self, step: int, idx: torch.Tensor) -> torch.Tensor | None:
+        """Which of each row's documents step ``step`` trains on, (len(idx), docs_per_query): the positive, then
+        the next ``negatives_per_row`` of the row's negatives in epoch order. None: all of them, as stored.
+
+        Epoch ``e`` of row ``i`` takes negatives ``start[i] + e*k ... + k - 1`` (mod the row's count), so a run
+        of ``count / k`` epochs trains on every negative once; a function of (seed, step, row) like the order."""
+        if self._rotation is None:
+            return None
+        start, pool = self._rotation
+        k = self.docs_per_query - 1
+        epoch = step // self.steps_per_epoch
+        negatives = 1 + (start[idx, None] + epoch * k + torch.arange(k)) % pool
+        return torch.cat([torch.zeros(len(idx), 1, dtype=torch.long), negatives], dim=1)
+
     def host_batch(self, step: int, rank: int) -> Batch:
         raise NotImplementedError
+
+
+def _rotation(rows: Rows, per_row: int, seed: int) -> tuple[torch.Tensor, int]:
+    """Each row's first negative (seeded) and how many it has: ``training.negatives_per_row``'s rotation."""
+    pool = rows.docs_per_query - 1
+    if per_row >= pool:
+        raise DataError(
+            f"{rows.source}: training.negatives_per_row {per_row} needs rows with more negatives than that; "
+            f"these have {pool}: raise mine.negatives, or remove training.negatives_per_row"
+        )
+    return torch.randint(pool, (len(rows),), generator=torch.Generator().manual_seed(seed)), pool
 
 
 def _row_keys(rows: Rows, chunk: int = 65_536) -> np.ndarray:
@@ -180,7 +215,12 @@ class StreamingData(_Schedule):
     """Tokenises only this rank's rows of a step, when the step's batch is built."""
 
     def host_batch(self, step: int, rank: int) -> Batch:
-        queries, documents, scores = self.rows.take(self.indices(step, rank).tolist())
+        idx = self.indices(step, rank)
+        queries, documents, scores = self.rows.take(idx.tolist())
+        columns = self.columns(step, idx)
+        if columns is not None:  # training.negatives_per_row: this epoch's share of each row's negatives
+            documents = [[docs[c] for c in row] for docs, row in zip(documents, columns.tolist())]
+            scores = [[s[c] for c in row] for s, row in zip(scores, columns.tolist())] if scores is not None else None
         flat = [x for docs in documents for x in docs]
         q = _tokenize(self.model, queries, is_query=True)
         d = _tokenize(self.model, flat, is_query=False)
@@ -191,26 +231,27 @@ class StreamingData(_Schedule):
 class TokenizedData(_Schedule):
     """Every row tokenised up front (``data.pretokenize: true``): fast steps, memory linear in rows."""
 
-    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int, sampler: str = "random"):
-        super().__init__(rows, model, per_device, virtual_ranks, seed, sampler)
+    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int, *args):
+        super().__init__(rows, model, per_device, virtual_ranks, seed, *args)
         queries, documents, scores = rows.all()
         self.queries = _tokenize(model, queries, is_query=True)
         flat_docs = [d for docs in documents for d in docs]
         self.documents = {
-            k: v.view(len(rows), self.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()
+            k: v.view(len(rows), rows.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()
         }
         self.scores = torch.tensor(scores) if scores is not None else None
         q_keys, d_keys = _keys(queries, flat_docs)
-        self.key_table = (q_keys, d_keys.view(len(rows), self.docs_per_query))
+        self.key_table = (q_keys, d_keys.view(len(rows), rows.docs_per_query))
 
     def host_batch(self, step: int, rank: int) -> Batch:
         idx = self.indices(step, rank)
+        columns = self.columns(step, idx)
+        pick = (lambda t: t[idx]) if columns is None else (lambda t: t[idx[:, None], columns])  # (b, docs, ...)
         q = {k: v[idx] for k, v in self.queries.items()}
-        d = {k: v[idx].flatten(0, 1) for k, v in self.documents.items()}
-        keys = (self.key_table[0][idx], self.key_table[1][idx].flatten()) if self.keys else (None, None)
-        return _trimmed(
-            q, d, self.docs_per_query, self.model, self.scores[idx] if self.scores is not None else None, keys
-        )
+        d = {k: pick(v).flatten(0, 1) for k, v in self.documents.items()}
+        keys = (self.key_table[0][idx], pick(self.key_table[1]).flatten()) if self.keys else (None, None)
+        scores = pick(self.scores) if self.scores is not None else None
+        return _trimmed(q, d, self.docs_per_query, self.model, scores, keys)
 
 
 class _Steps(torch.utils.data.Dataset):

@@ -59,6 +59,7 @@ _MUST_MATCH = (
     ("training", "global_batch_size"),
     ("training", "seed"),
     ("training", "batch_sampler"),  # the epoch's order: another one would see some rows twice, others never
+    ("training", "negatives_per_row"),  # which of a row's negatives each epoch trains on
     ("training", "gather_across_devices"),
     ("training", "gradient_accumulation_steps"),
     ("training", "lr_scheduler"),
