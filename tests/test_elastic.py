@@ -56,23 +56,29 @@ def test_another_world_size_is_refused_without_a_global_batch(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("key", "default", "other"), [("batch_sampler", "random", "no_duplicates"), ("head_only_steps", 0, 2)]
+    ("key", "default", "other"),
+    [("batch_sampler", "random", "no_duplicates"), ("head_only_steps", 0, 2), ("negatives_per_row", None, 1)],
 )
 def test_a_checkpoint_of_another_order_or_schedule_is_refused_and_one_older_than_the_key_is_not(
     tmp_path, key, default, other
 ):
     """Another epoch order would train some rows twice and others never; another head-only start, other
-    parameter groups and another schedule. A 0.3 checkpoint (no such key) ran the default and still resumes."""
+    parameter groups and another schedule; another share of each row's negatives, other documents per step.
+    A 0.3 checkpoint (no such key) ran the default and still resumes."""
     from trainer.run.resume import CheckpointError, check_compatible
 
-    plain = _cfg(max_steps=4)
+    def cfg(**training):  # rows of two negatives: training.negatives_per_row has a pool to rotate through
+        train = {"path": "t", "columns": {"negatives": ["n1", "n2"]}}
+        return parse_config({"data": {"train": train}, "training": {"max_steps": 4, **training}})
+
+    plain = cfg()
     saved = plain.model_dump(mode="json")
     with pytest.raises(CheckpointError, match=f"training.{key}={default!r}, this config has {other!r}"):
-        check_compatible(tmp_path, {"world_size": 1, "config": saved}, _cfg(max_steps=4, **{key: other}), 1)
+        check_compatible(tmp_path, {"world_size": 1, "config": saved}, cfg(**{key: other}), 1)
     del saved["training"][key]
     check_compatible(tmp_path, {"world_size": 1, "config": saved}, plain, 1)
     with pytest.raises(CheckpointError, match=f"{key}={default!r}"):
-        check_compatible(tmp_path, {"world_size": 1, "config": saved}, _cfg(max_steps=4, **{key: other}), 1)
+        check_compatible(tmp_path, {"world_size": 1, "config": saved}, cfg(**{key: other}), 1)
 
 
 STEPS = 12

@@ -211,6 +211,54 @@ def test_no_duplicates_batches_hold_no_text_twice_and_split_as_one_batch(tmp_pat
         assert torch.equal(torch.cat([nodup.indices(s, 0), nodup.indices(s, 1)]), one.indices(s, 0))
 
 
+class _Labels:
+    """A model stand-in whose "tokens" are each text's own id: a batch says which texts it holds."""
+
+    query_length, document_length = 1, 1
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+
+    def tokenize(self, texts, is_query, pad):
+        ids = torch.tensor([[self.ids.setdefault(t, len(self.ids) + 1)] for t in texts])
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    def texts(self, ids: torch.Tensor) -> list[str]:
+        names = {v: k for k, v in self.ids.items()}
+        return [names[int(i)] for i in ids.flatten()]
+
+
+@pytest.mark.parametrize("pretokenize", [False, True], ids=["streaming", "pretokenized"])
+def test_negatives_per_row_trains_each_negative_once_in_as_many_epochs_as_it_has(tmp_path, pretokenize):
+    """training.negatives_per_row 1 of 3 negatives, against the rows' own texts: a step holds each row's
+    positive and one of its negatives; three epochs hold every negative of every row once; 2 ranks x 2 rows
+    take exactly the documents 1 rank x 4 takes."""
+    from trainer.data import StreamingData, TokenizedData
+
+    path = tmp_path / "pool.jsonl"
+    rows_in = [
+        {"query": f"q{i}", "positive": f"p{i}", **{f"n{j}": f"n{j} of {i}" for j in range(3)}} for i in range(16)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    rows = load_rows(DataSource(path=str(path), columns={"negatives": ["n0", "n1", "n2"]}), False, tmp_path / "c")
+    kind = TokenizedData if pretokenize else StreamingData
+    two, one = kind(rows, _Labels(), 2, 2, 7, "random", 1), kind(rows, _Labels(), 4, 1, 7, "random", 1)
+    assert two.docs_per_query == 2 and two.steps_per_epoch == 4
+    seen: dict[str, list[str]] = {r["query"]: [] for r in rows_in}
+    for step in range(3 * two.steps_per_epoch):
+        shares = [two.host_batch(step, v) for v in range(2)]
+        whole = one.host_batch(step, 0)
+        queries = [q for b in shares for q in two.model.texts(b.queries["input_ids"])]
+        documents = [d for b in shares for d in two.model.texts(b.documents["input_ids"])]
+        assert queries == one.model.texts(whole.queries["input_ids"])
+        assert documents == one.model.texts(whole.documents["input_ids"])
+        for k, query in enumerate(queries):
+            positive, negative = documents[2 * k : 2 * k + 2]
+            assert positive == "p" + query[1:] and negative.endswith(f" of {query[1:]}")
+            seen[query].append(negative)
+    assert all(sorted(got) == [f"n{j} of {q[1:]}" for j in range(3)] for q, got in seen.items()), seen
+
+
 def test_arrow_copy_is_reused_and_rebuilt_when_the_source_changes(tmp_path):
     path = write_triplets(tmp_path / "t.jsonl", 10)
     cache = tmp_path / "cache"
