@@ -143,6 +143,11 @@ ARMS["recipe-pca-rotate3"] = {
     **ARMS["recipe-pca-neg3"],
     "training": {**ARMS["recipe-pca"].get("training", {}), "negatives_per_row": 1},
 }
+# The principal start's rows: 1,408 of 2,590 with one label per query get random negatives, the bi-encoder
+# placing their positive too low for ranks 30-100 of its top 100 (under 0.95 x the positive's score). Deeper
+# candidates place more of them; and deeper ranks, which won over ranks 3-30 with one label per query, again
+ARMS["recipe-pca-k300"] = {**ARMS["recipe-pca"], "top_k": 300}
+ARMS["recipe-pca-deep200"] = {**ARMS["recipe-pca"], "top_k": 300, "rank_range": [50, 200]}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
