@@ -153,6 +153,9 @@ ARMS["recipe-pca-deep200"] = {**ARMS["recipe-pca"], "top_k": 300, "rank_range": 
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
 ARMS["dense-kd3"] = {**ARMS["recipe"], **KD, "negatives": 3, "rank_range": [1, 30], "max_score_ratio": 1.0}
 ARMS["dense-kd7"] = {**ARMS["dense-kd3"], "negatives": 7}
+# the same teacher on the principal start at 240 steps, one label per query: its grades of every candidate keep
+# unlabelled positives from being pushed down as negatives (session 22)
+ARMS["recipe-pca-kd3"] = {**ARMS["dense-kd3"], "model": {"projection_init": "principal"}}
 # Self-distillation: the recipe's trained model (the same seed's `recipe` run) mines by exact MaxSim and scores
 # the rows; the base model trains again from them
 SELF = {"retriever": "model", "mine_with": "recipe", "teach_with_miner": True}
