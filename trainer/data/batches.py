@@ -15,6 +15,11 @@ batch, never of how it is split, so a checkpoint resumes on it and 1 or W ranks 
 is built where the batches start (the DataLoader's workers inherit it) and again by each worker at an epoch's
 end.
 
+**Negatives per row** (``training.negatives_per_row``). A step can take ``k`` of a row's negatives, the next
+``k`` of its list each epoch from a seeded start per row (:meth:`_Schedule.columns`): a function of (seed, step,
+row), so it splits and resumes as the order does. ``no_duplicates`` still counts every negative of a row, also
+those another epoch takes: stricter than needed, never looser.
+
 **Tokens.** :class:`StreamingData` tokenises a rank's share when its batch is built (in DataLoader
 workers, ahead of the step, pinned for the copy to the GPU); :class:`TokenizedData` tokenises every
 row up front (``data.pretokenize: true``, for small sets). Both pad to the model's lengths and trim
