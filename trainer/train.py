@@ -30,7 +30,7 @@ from trainer import distributed as D
 from trainer import grad_sync, phases
 from trainer.atomic import replace_dir, write_text
 from trainer.config.schema import DataSource, TrainConfig
-from trainer.data import StreamingData, TokenizedData, batches, load_rows
+from trainer.data import Rows, StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
 from trainer.errors import NO_SPACE, DiskFull, no_space
@@ -107,15 +107,7 @@ def build(
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
     rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
-    model = build_model(cfg.model, device)
-    if weights is not None:  # the same on every rank (broadcast by the caller)
-        model.load_state_dict(weights)
-    elif cfg.model.projection_init == "principal":  # a checkpoint found on resume still replaces it
-        start_projection(model, cfg.model, first_documents(rows, SAMPLE_DOCUMENTS))
-    if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tcfg.tf32
-    if tcfg.compile:
-        model[0].auto_model.compile()  # in place: the state dict keeps its names, checkpoints stay loadable
+    model = _starting_model(cfg, rows, device, weights)
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
@@ -176,6 +168,21 @@ def build(
             "train_data": origin((labelled_from or cfg.data.train).path),  # the user's, not the mined rows' copy
         },
     )
+
+
+def _starting_model(cfg: TrainConfig, rows: Rows, device: torch.device, weights: dict | None) -> torch.nn.Module:
+    """The weights every rank starts from: the given ones (a round's previous model), else the base model with
+    its projection started as configured; then TF32 and compilation as the config asks."""
+    model = build_model(cfg.model, device)
+    if weights is not None:  # the same on every rank (broadcast by the caller)
+        model.load_state_dict(weights)
+    elif cfg.model.projection_init == "principal":  # a checkpoint found on resume still replaces it
+        start_projection(model, cfg.model, first_documents(rows, SAMPLE_DOCUMENTS))
+    if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.training.tf32
+    if cfg.training.compile:
+        model[0].auto_model.compile()  # in place: the state dict keeps its names, checkpoints stay loadable
+    return model
 
 
 @contextlib.contextmanager
