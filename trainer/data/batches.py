@@ -236,8 +236,17 @@ class StreamingData(_Schedule):
 class TokenizedData(_Schedule):
     """Every row tokenised up front (``data.pretokenize: true``): fast steps, memory linear in rows."""
 
-    def __init__(self, rows: Rows, model, per_device: int, virtual_ranks: int, seed: int, *args):
-        super().__init__(rows, model, per_device, virtual_ranks, seed, *args)
+    def __init__(
+        self,
+        rows: Rows,
+        model,
+        per_device: int,
+        virtual_ranks: int,
+        seed: int,
+        sampler: str = "random",
+        negatives_per_row: int | None = None,
+    ):
+        super().__init__(rows, model, per_device, virtual_ranks, seed, sampler, negatives_per_row)
         queries, documents, scores = rows.all()
         self.queries = _tokenize(model, queries, is_query=True)
         flat_docs = [d for docs in documents for d in docs]
