@@ -163,3 +163,22 @@ def test_the_budget_curve_averages_the_same_seeds_at_every_budget(tmp_path):
     )
     assert res.returncode == 1 and "recipe at 48 steps differs from an earlier file's" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_interpolation_mixes_each_alpha_from_the_two_ends_not_from_the_last_mix():
+    """bench/interpolate.py (WiSE-FT): the mix loaded for each alpha, in turn, is the plain formula over the
+    two models as they were, also after earlier mixes were loaded into the trained one."""
+    import torch
+
+    from bench.interpolate import mixes
+
+    torch.manual_seed(0)
+    start, trained = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    ends = [{k: v.clone() for k, v in m.state_dict().items()} for m in (start, trained)]
+    seen = []
+    for alpha in mixes(start, trained, [0.0, 0.5, 1.0, 0.25]):
+        for k, v in trained.state_dict().items():
+            assert torch.allclose(v, (1 - alpha) * ends[0][k] + alpha * ends[1][k]), (alpha, k)
+        seen.append(alpha)
+    assert seen == [0.0, 0.5, 1.0, 0.25]
+    assert all(torch.equal(v, ends[0][k]) for k, v in start.state_dict().items())  # the start is left alone
