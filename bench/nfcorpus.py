@@ -150,8 +150,8 @@ ARMS["recipe-pca-k300"] = {**ARMS["recipe-pca"], "top_k": 300}
 ARMS["recipe-pca-deep200"] = {**ARMS["recipe-pca"], "top_k": 300, "rank_range": [50, 200]}
 # The softmax's temperature (loss.temperature; PyLate's default 1): softer (2) keeps a gradient on every
 # in-batch document after the hardest negative has gone easy, and weighs that hardest one, with one label per
-# query often an unlabelled positive, less; sharper (0.5) the opposite (session 23)
-for _t in ("2", "0.5"):
+# query often an unlabelled positive, less; sharper (0.5, 0.25) the opposite (session 23)
+for _t in ("2", "0.5", "0.25"):
     ARMS[f"recipe-pca-t{_t}"] = {**ARMS["recipe-pca"], "loss": {"name": "contrastive", "temperature": float(_t)}}
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
