@@ -4,12 +4,12 @@ does a trained model move too far from where it started?
     python bench/interpolate.py --data ../shared/data/nfcorpus --run /tmp/nf/sparse-dev-240/recipe-pca-1 \\
         --alphas 0 0.5 0.7 0.9
 
-The start is what the run trained from: the base encoder with the projection started from its principal
-directions over the run's own mined rows (``model.projection_init: principal``, as ``trainer/train.py``
-builds it); ``alpha`` 1 is the trained model. Each mix (every floating-point weight ``(1 - alpha) x start +
-alpha x trained``) is saved beside the run and scored by the same exact MaxSim as the run, on the run's split;
-its nDCG@10 is paired per query against the run's. Results are kept per alpha (``RUN-wiseALPHA/result.json``)
-and reused. This needs the data path and a finished run; the test suite never does.
+The start is what the run trained from, built by the trainer's own ``trainer.train.starting_model`` from the
+run's ``train.yaml`` and mined rows, after the same seed (the principal projection over those rows, or the
+seeded random one); ``alpha`` 1 is the trained model. Each mix (every floating-point weight ``(1 - alpha) x
+start + alpha x trained``) is saved beside the run and scored by the same exact MaxSim as the run, on the run's
+split and document length; its nDCG@10 is paired per query against the run's. Results are kept per alpha
+(``RUN-wiseALPHA/result.json``) and reused. This needs the data path and a finished run; the test suite never does.
 """
 
 from __future__ import annotations
@@ -23,30 +23,29 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import minilm
 from bench.nfcorpus import evaluate_model, paired
 
 
-def start_and_trained(run: Path, document_length: int):
-    """The run's start (base encoder, principal projection over its mined rows) and its trained model."""
+def start_and_trained(run: Path):
+    """The run's config, its start (as ``trainer/train.py`` builds it, from the run's config and mined rows) and
+    its trained model."""
     import torch
 
-    from trainer.config.schema import ModelConfig
+    from trainer.config.load import load_config
     from trainer.data import load_rows
     from trainer.mine import mined_source
     from trainer.model import build_model
-    from trainer.projection import SAMPLE_DOCUMENTS, first_documents, start_projection
+    from trainer.train import starting_model
 
+    cfg = load_config(run / "train.yaml")
     cpu = torch.device("cpu")
-    lengths = {"query_length": 32, "document_length": document_length}
-    cfg = ModelConfig(name_or_path=minilm(), projection_init="principal", **lengths)
-    start = build_model(cfg, cpu)
     mined = run / "out" / "mined" / "round-1" / "train.parquet"
     rows = load_rows(mined_source(mined, distillation=False), distillation=False, cache_dir=str(run / "cache"))
+    torch.manual_seed(cfg.training.seed)  # as train.build seeds it: a random projection starts the same
     with torch.no_grad():
-        start_projection(start, cfg, first_documents(rows, SAMPLE_DOCUMENTS))
-    trained = build_model(ModelConfig(name_or_path=str(run / "out" / "final-model"), **lengths), cpu)
-    return start, trained
+        start = starting_model(cfg, rows, cpu, weights=None)
+    final = {"name_or_path": str(run / "out" / "final-model"), "projection_init": "random"}  # its own projection
+    return cfg, start, build_model(cfg.model.model_copy(update=final), cpu)
 
 
 def mixes(start, trained, alphas: list[float]):
@@ -70,12 +69,12 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True, help="a finished run's directory (ARM-SEED)")
     parser.add_argument("--split", choices=["dev", "test"], default="dev")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.5, 0.7, 0.9])
-    parser.add_argument("--document-length", type=int, default=128)
     args = parser.parse_args()
-    if not (args.run / "result.json").is_file() or not (args.run / "out" / "final-model").is_dir():
-        raise SystemExit(f"--run {args.run}: no result.json and out/final-model; give a finished nfcorpus.py run")
-    args.threads = 1  # evaluate_model's setting
-    start, trained = start_and_trained(args.run, args.document_length)
+    needed = ("result.json", "train.yaml", "out/final-model", "out/mined/round-1/train.parquet")
+    if missing := [n for n in needed if not (args.run / n).exists()]:
+        raise SystemExit(f"--run {args.run}: no {', '.join(missing)}; give a finished nfcorpus.py run's directory")
+    cfg, start, trained = start_and_trained(args.run)
+    args.threads, args.document_length = 1, cfg.model.document_length  # evaluate_model's settings, the run's
     base = {1: json.loads((args.run / "result.json").read_text())}
     print(f"{args.run.name} (alpha 1): nDCG@10 {base[1]['ndcg@10']:.4f}")
     for alpha in mixes(start, trained, args.alphas):

@@ -182,3 +182,17 @@ def test_interpolation_mixes_each_alpha_from_the_two_ends_not_from_the_last_mix(
         seen.append(alpha)
     assert seen == [0.0, 0.5, 1.0, 0.25]
     assert all(torch.equal(v, ends[0][k]) for k, v in start.state_dict().items())  # the start is left alone
+
+
+def test_interpolation_refuses_a_directory_that_is_not_a_finished_run(tmp_path):
+    (tmp_path / "result.json").write_text("{}")  # a run cut off before its model and mined rows
+    res = subprocess.run(
+        [sys.executable, "bench/interpolate.py", "--data", str(tmp_path), "--run", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "no train.yaml, out/final-model, out/mined/round-1/train.parquet" in res.stderr
+    assert "give a finished nfcorpus.py run's directory" in res.stderr

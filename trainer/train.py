@@ -107,7 +107,7 @@ def build(
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
     rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
-    model = _starting_model(cfg, rows, device, weights)
+    model = starting_model(cfg, rows, device, weights)
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
@@ -170,7 +170,7 @@ def build(
     )
 
 
-def _starting_model(cfg: TrainConfig, rows: Rows, device: torch.device, weights: dict | None) -> torch.nn.Module:
+def starting_model(cfg: TrainConfig, rows: Rows, device: torch.device, weights: dict | None) -> torch.nn.Module:
     """The weights every rank starts from: the given ones (a round's previous model), else the base model with
     its projection started as configured; then TF32 and compilation as the config asks."""
     model = build_model(cfg.model, device)
