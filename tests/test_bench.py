@@ -127,7 +127,26 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     import yaml
 
     shipped = yaml.safe_load(RECIPE.read_text())["mine"]
-    assert all(ARMS["recipe"][k] == v for k, v in shipped.items() if k != "corpus")  # the arm is the recipe
+    assert all(ARMS["recipe"][k] == v for k, v in shipped.items() if k != "corpus")  # the recipe's mining
+
+
+def test_the_shipped_recipe_is_the_arm_its_figures_come_from(monkeypatch):
+    """recipes/README.md quotes ``SHIPPED_ARM``'s test figures: at the recipe's own budget, every model, loss,
+    training and mining key the recipe sets is what that arm trains with, so editing the recipe without measuring
+    the edit fails here."""
+    from pathlib import Path
+
+    import yaml
+
+    import bench.nfcorpus as nf
+
+    monkeypatch.setattr(nf, "minilm", lambda: "base-model")
+    shipped = yaml.safe_load(nf.RECIPE.read_text())
+    args = nf.arguments().parse_args(["--data", "beir", "--steps", str(shipped["training"]["max_steps"])])
+    arm = nf.config(args, Path("pairs.jsonl"), nf.SHIPPED_ARM, seed=1)
+    for section in ("model", "loss", "training", "mine"):
+        keys = set(shipped[section]) - {"name_or_path", "corpus"}
+        assert {k: arm[section].get(k) for k in keys} == {k: shipped[section][k] for k in keys}, section
 
 
 def test_the_budget_curve_averages_the_same_seeds_at_every_budget(tmp_path):
