@@ -100,6 +100,8 @@ ARMS["bm25-1-far-head"] = {**ARMS["bm25-1-far"], **HEAD}
 
 RECIPE = ROOT / "recipes" / "domain-adaptation-from-pairs.yaml"
 _SHIPPED = yaml.safe_load(RECIPE.read_text())
+# the recipe until session 24: the file's mining and new-layer rate, but not its model or loss keys (the
+# projection at random, PyLate's temperature 1), as every stored result named "recipe" ran; SHIPPED_ARM is the file
 ARMS["recipe"] = {k: v for k, v in _SHIPPED["mine"].items() if k not in ("corpus",)}
 if "head_learning_rate" in _SHIPPED.get("training", {}):  # the recipe's own training lever travels with it
     ARMS["recipe"]["training"] = {"head_learning_rate": _SHIPPED["training"]["head_learning_rate"]}
