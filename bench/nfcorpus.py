@@ -154,11 +154,12 @@ ARMS["recipe-pca-k300"] = {**ARMS["recipe-pca"], "top_k": 300}
 ARMS["recipe-pca-deep200"] = {**ARMS["recipe-pca"], "top_k": 300, "rank_range": [50, 200]}
 # The softmax's temperature (loss.temperature; PyLate's default 1): softer (2) keeps a gradient on every
 # in-batch document after the hardest negative has gone easy, and weighs that hardest one, with one label per
-# query often an unlabelled positive, less; sharper (0.5, 0.25) the opposite (session 23)
-for _t in ("2", "0.5", "0.25"):
+# query often an unlabelled positive, less; sharper (0.5, 0.25; 0.125 in session 25) the opposite (session 23)
+for _t in ("2", "0.5", "0.25", "0.125"):
     ARMS[f"recipe-pca-t{_t}"] = {**ARMS["recipe-pca"], "loss": {"name": "contrastive", "temperature": float(_t)}}
 # The arm recipes/domain-adaptation-from-pairs.yaml is, whose test figures recipes/README.md quotes (session 24)
 SHIPPED_ARM = "recipe-pca-t0.25"
+ARMS[f"{SHIPPED_ARM}-drop"] = {**ARMS[SHIPPED_ARM], "fallback": "drop"}  # the named option, on the shipped recipe
 # The base model as a bi-encoder teacher (issue 39): on NFCorpus it is the stronger model for the first
 # hundred-odd steps, and its scores grade every candidate, also the unlabelled positives sparse labels leave
 KD = {"teacher": {"name_or_path": "sentence-transformers/all-MiniLM-L6-v2"}, "loss": {"name": "distillation"}}
