@@ -12,7 +12,7 @@
 #    quickstart data (PET_NPROC_PER_NODE=2: the trainer starts torchrun itself, as in a pod);
 # 6. image size, build time and the job's metrics, printed and written to $WORK/result.json.
 #
-# Stand-in gaps (see README "The image"): no GPU/NVIDIA runtime, no registry push/pull, chroot
+# Stand-in gaps (see docs/docker.md): no GPU/NVIDIA runtime, no registry push/pull, chroot
 # isolation instead of a container runtime (no cgroup limits, the host's network namespace, and the
 # host name mapping a runtime writes into /etc/hosts is added by hand).
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""The chart as a user meets it (issue 43): README's install line as written, NOTES.txt for the chosen API,
+"""The chart as a user meets it: docs/helm.md's install line as written, NOTES.txt for the chosen API,
 a readable ConfigMap, `helm lint` with the shipped ci/ values, and one line for a missing export credential."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_configmap_holds_readable_yaml(config):
 
 def test_bare_lint_needs_config_and_the_ci_values_are_clean():
     """A bare `helm lint` refuses the chart (config is required, as --config is); every ci/*-values.yaml
-    (what README's lint line and chart-testing use) lints clean, strict, for both APIs."""
+    (what docs/helm.md's lint line and chart-testing use) lints clean, strict, for both APIs."""
     bare = helm_python.lint(str(CHART), {}, strict=True, kube_version="v1.32.0")
     assert bare["errors"] or any(m["severity"] >= 3 for m in bare["messages"])
     files = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -100,13 +100,13 @@ def test_bare_lint_needs_config_and_the_ci_values_are_clean():
         validate_all(helm_render(values))
     assert (
         "helm lint charts/colbert-train -f charts/colbert-train/ci/pytorchjob-values.yaml"
-        in (ROOT / "README.md").read_text()
+        in (ROOT / "docs" / "helm.md").read_text()
     )
 
 
-def _readme_install() -> str:
-    """README's `helm install` command, its continuation lines joined, its trailing comment dropped."""
-    text = (ROOT / "README.md").read_text()
+def _documented_install() -> str:
+    """docs/helm.md's `helm install` command, its continuation lines joined, its trailing comment dropped."""
+    text = (ROOT / "docs" / "helm.md").read_text()
     start = text.index("helm install my-run charts/colbert-train")
     lines = []
     for line in text[start:].splitlines():
@@ -123,10 +123,10 @@ def _set(values: dict, key: str, text: str) -> None:
     values[last] = yaml.safe_load(text)
 
 
-def test_readme_install_line_renders_as_written(tmp_path):
-    """The --set flags as README gives them and its `-f <(printf ...; sed ...)` run by bash on a real config
+def test_documented_install_line_renders_as_written(tmp_path):
+    """The --set flags as docs/helm.md gives them and its `-f <(printf ...; sed ...)` run by bash on a real config
     (the quickstart's, comments and all) render a 2-node job that validates."""
-    command = _readme_install()
+    command = _documented_install()
     script = re.search(r"-f <\((.*)\)$", command).group(1)  # process substitution: bash runs it
     args = shlex.split(command[: command.index(" -f <(")])
     assert args[:5] == ["helm", "install", "my-run", "charts/colbert-train", "-n"]
