@@ -337,7 +337,7 @@ class JobSpec:
         ``backoffLimit`` times, to keep checkpoints that only an in-place restart after an OOM kill or a
         crash would use (eviction and preemption delete the pod and its emptyDir under either policy).
         ``OnFailure`` only for several pods on ``--pod-local-storage``: there a restarted worker must find the
-        master's pod, and its checkpoints, still there; a permanent error is then retried (see README)."""
+        master's pod, and its checkpoints, still there; a permanent error is then retried (docs/trainer.md)."""
         return "OnFailure" if self.nodes > 1 and not self.claim_name else "ExitCode"
 
     @property
@@ -356,7 +356,7 @@ def read_config(path: str | Path, overrides: tuple[str, ...] = ()) -> str:
         text = with_overrides(read_config_text(path), overrides, str(path))
         parse_config(load_yaml(text, str(path)), str(path))
     except ConfigError as e:
-        raise CliError(str(e), hint="see README 'Training config' for every key") from None
+        raise CliError(str(e), hint="see docs/trainer.md for every key") from None
     return text
 
 

@@ -97,7 +97,7 @@ def _dump_workers_of(agent: int) -> None:
 
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="colbert-train", description=DESCRIPTION)
-    parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (see README)")
+    parser.add_argument("--config", required=True, metavar="FILE.yaml", help="the training config (docs/trainer.md)")
     parser.add_argument(
         "--set",
         action="append",

@@ -5,7 +5,7 @@ rank (a parameter used on some ranks and not others is still summed with the rig
 buckets rebuilt in the order gradients become ready (overlap with backward from the first layers
 backward reaches), globally unused parameters left at ``None`` (so AdamW does not decay what one
 process would leave alone) when ``distributed.find_unused_parameters`` is on, and ``no_sync()`` for
-micro-batches whose gradients only accumulate. Version 0.2's own reducer had none of these (issue 17).
+micro-batches whose gradients only accumulate.
 
 How the loop uses it:
 

@@ -6,7 +6,7 @@ negatives whatever the world size. Mining (``trainer/mine.py``) calls it for eve
 A row left with too few candidates (its positive ranks low, BM25 shares no word with its query) is kept by
 default with negatives drawn at random from the corpus (``mine.fallback: random``): its (query, positive) pair
 is labelled data all the same, and in-batch negatives still teach from it. ``mine.fallback: drop`` drops it,
-as 0.3 did (docs/mining.md measures both).
+as 0.3 did (docs/results.md measures both).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def choose_negatives(
     The filter comes before the ranks (NV-Retriever's TopK-PercPos, arXiv:2407.15831). Ranks counted
     before it drop every row whose positive the retriever ranks below the window: the queries the model
     gets wrong, which are the ones it has most to learn from (41% of the packages benchmark's rows with
-    the base model, ``docs/mining.md``)."""
+    the base model, ``docs/results.md``)."""
     others = [c for c in candidates[: cfg.top_k + len(positives)] if c[0] not in positives]
     if cfg.positive_within is not None and sum(s > positive_score for _, s in others) >= cfg.positive_within:
         return Dropped.POSITIVE_WITHIN  # consistency filtering
@@ -122,7 +122,7 @@ def row_negatives(
 def explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineConfig) -> None:
     """A line per reason rows were dropped, naming the setting that changes it. Dropping can be right:
     on the quickstart, keeping the rows top_k 100 dropped (top_k 1000) lost most of mining's gain, while
-    on the packages benchmark a quarter of the rows went (docs/mining.md). The user should know which."""
+    on the packages benchmark a quarter of the rows went (docs/results.md). The user should know which."""
     too_few = dropped.get(Dropped.TOO_FEW.value, 0)
     if too_few:
         fix = (

@@ -6,7 +6,7 @@ MaxSim ranks documents through an arbitrary 128-dimensional shadow of the encode
 (NFCorpus dev: 0.138 nDCG@10). With ``model.projection_init: principal`` the layer's rows are the top
 principal directions of the base model's own token embeddings over the training documents, uncentred: the
 directions that keep most of the embeddings' dot products, so MaxSim starts close to MaxSim over the
-encoder's full-width embeddings (0.169 on NFCorpus dev). What it buys after training: docs/mining.md.
+encoder's full-width embeddings (0.169 on NFCorpus dev). What it buys after training: docs/results.md.
 
 Every rank computes the same directions from the same documents; DDP then starts every rank from rank 0's
 weights anyway (trainer/grad_sync.py), so a GPU's last-digit differences cannot split the ranks.

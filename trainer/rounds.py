@@ -5,7 +5,7 @@ round r: mine with round r-1's final model -> train ``model.name_or_path`` again
          (``mine.round_start: previous``: train on from round r-1's final model instead)
 
 By default each round trains from the base model, so a round's gain comes from its negatives alone (the
-recipe behind ColBERTv2's later rounds, and the one issue 20 measured). ``round_start: previous`` is ANCE's
+recipe behind ColBERTv2's later rounds). ``round_start: previous`` is ANCE's
 refresh: the model being trained re-mines its negatives every ``training.max_steps`` steps, so they stay
 hard for it; mining stays split-invariant and resumable, as in any round. Rounds before the last
 write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, so the final model and

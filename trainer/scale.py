@@ -66,7 +66,7 @@ def micro_batches(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
     """(queries per micro-batch per process, micro-batches per step) of ``cfg`` on ``world_size`` processes.
 
     Without ``training.global_batch_size``: the config's own two numbers. With it, both are derived so that
-    every step still covers exactly that many queries: the same mathematics on any world size (issue 19).
+    every step still covers exactly that many queries: the same mathematics on any world size.
     Contrastive losses take their in-batch negatives from one micro-batch, so they never accumulate; the
     losses that read teacher scores (distillation) sum over micro-batches, so a micro-batch is capped by
     ``per_device_batch_size``."""

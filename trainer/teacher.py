@@ -15,7 +15,7 @@ What a directory holds decides the kind: a PyLate module in ``modules.json`` is 
 ``*ForSequenceClassification`` architecture in ``config.json`` is a cross-encoder; a sentence-transformers
 ``modules.json`` with a pooling module is a bi-encoder; anything else is refused with one line.
 
-Why a bi-encoder teacher (issue 39): a ColBERT built on a sentence-transformers model starts with a random
+Why a bi-encoder teacher: a ColBERT built on a sentence-transformers model starts with a random
 projection and, on NFCorpus, stays below the bi-encoder it was built from for its first hundred-odd steps.
 The base model as a bi-encoder is then the stronger model at hand, and its scores grade every candidate,
 also the unlabelled positives that sparse labels leave among the negatives. Its cosine lies in [-1, 1]; a

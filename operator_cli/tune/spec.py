@@ -136,7 +136,7 @@ class SweepSpec:
         if not key_exists(space.key):
             raise CliError(
                 f"--param {space.key}: the config has no such key; check its spelling",
-                hint="see README 'Training config' for every key",
+                hint="see docs/trainer.md for every key",
             )
         base = load_yaml(self.config_text, "--config")
         for value in space.edges():

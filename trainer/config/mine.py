@@ -2,7 +2,8 @@
 
 Its own module because the mining settings are a third of the schema; ``trainer/config/schema.py`` holds the rest
 and the cross-field rules between sections (a teacher needs the distillation loss). What each setting does
-is ``trainer/mine.py``'s and ``trainer/teacher.py``'s; docs/mining.md has the figures behind the defaults.
+is ``trainer/mine.py``'s and ``trainer/teacher.py``'s; docs/mining.md says when to change
+them, docs/results.md has the figures behind them.
 """
 
 from __future__ import annotations

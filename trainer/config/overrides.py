@@ -113,7 +113,7 @@ def _check_key(parts: list[str]) -> Any:
         if part not in fields:
             near = difflib.get_close_matches(key, config_keys(), n=1, cutoff=0.6)
             near += difflib.get_close_matches(part, [k for k in config_keys() if k.endswith("." + part)], n=1)
-            hint = f"; did you mean '{near[0]}'?" if near else "; see README 'Training config' for every key"
+            hint = f"; did you mean '{near[0]}'?" if near else "; see docs/trainer.md for every key"
             raise ConfigError(f"--set: unknown key '{key}'{hint}")
         annotation = fields[part]
         models = _models(annotation)

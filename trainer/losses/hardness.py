@@ -1,6 +1,6 @@
 """How hard a batch's negatives still are: what the loss curve alone does not tell the user.
 
-Negatives mined by the base model can be trivial thirty steps later (issue 39: the loss fell from 0.85 to
+Negatives mined by the base model can be trivial thirty steps later (on NFCorpus the loss fell from 0.85 to
 about 0.1 and the batches carried almost no signal). Two figures say so directly, per logged step:
 
 * **margin**: the positive's score minus the best-scoring other document of its row (mined or in-batch),

@@ -32,7 +32,7 @@ def search_index(index, queries_embeddings, k: int) -> list[list[tuple[str, floa
 
 
 class PlaidRetriever:
-    """Beyond what exact MaxSim holds in memory (about 1M documents on GPUs, ``docs/mining.md``): each rank
+    """Beyond what exact MaxSim holds in memory (about 1M documents on GPUs, an estimate): each rank
     builds a PLAID index (PyLate's fast-plaid) of its share of the corpus, the same fixed chunks as
     :class:`ModelRetriever`, answers every query from it, and the per-rank top-k lists are merged.
 
