@@ -174,8 +174,8 @@ def test_two_ranks_measure_the_base_model_as_one_process_does_and_log_the_loss_c
 ):
     """The base figure is sharded like every search: 2 ranks give one process's figures; metrics.json keeps
     the share of easy rows at every log step, and the card the share still teaching at the end."""
-    from tests.test_trainer_run import _config, _train
     from tests.helpers import write_triplets
+    from tests.test_trainer_run import _config, _train
 
     base = _tiny_bi_encoder(tiny_model, tmp_path / "bi")
     beir = _beir(tmp_path / "beir", docs=40, queries=12)
@@ -191,6 +191,7 @@ def test_two_ranks_measure_the_base_model_as_one_process_does_and_log_the_loss_c
     assert set(metrics["before"]) == {"ndcg@10", "mrr@10", "recall@100", "map@100"}
     curve = metrics["hardness"]["curve"]
     assert [c["step"] for c in curve] == [2, 4, 6]  # log_every 2, max_steps 6
-    assert all(0.0 <= c["easy_share"] <= 1.0 for c in curve) and curve[-1]["step"] == metrics["hardness"]["last"]["step"]
+    assert all(0.0 <= c["easy_share"] <= 1.0 for c in curve)
+    assert curve[-1]["step"] == metrics["hardness"]["last"]["step"]
     card = (tmp_path / "out" / "final-model" / "README.md").read_text()
     assert "base model as it ships" in card and "of rows still teaching at the end" in card
