@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import trainer.run.clock  # noqa: F401 (first: the start that time to first step counts from)
+from trainer.baseline import BelowBase
 from trainer.config.load import load_config, load_yaml, parse_config, read_config_text
 from trainer.config.overrides import apply, parse_override
 from trainer.config.schema import ConfigError, TrainConfig
@@ -146,7 +147,7 @@ def _main(argv: list[str]) -> int:
     except Preempted as e:
         print(f"colbert-train: {e}", file=sys.stderr)
         return EXIT_PREEMPTED
-    except (NonFinite, DiskFull) as e:
+    except (NonFinite, DiskFull, BelowBase) as e:
         return _fail(str(e), EXIT_CONFIG)
     except OSError as e:
         if e.errno not in NO_SPACE:

@@ -32,6 +32,7 @@ import torch
 
 from trainer import distributed as D
 from trainer import phases, train
+from trainer.baseline import BelowBase, check_not_below_base
 from trainer.config.schema import ConfigError, TrainConfig
 from trainer.data import DataError
 from trainer.env import Layout
@@ -72,10 +73,10 @@ def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> di
                 metrics = train.run(cfg, layout, progress=progress, metrics_file=metrics_file)
         else:
             metrics = _rounds(cfg, layout, progress, metrics_file)
-        _export(cfg, layout, progress)
+        if not metrics and layout.is_main:  # done before: report its figures
+            metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
+        _export(cfg, layout, progress, metrics)
         progress.close()  # the 100%, once, at the very end
-    if not metrics and layout.is_main:  # done before: report its figures
-        metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
     return metrics
 
 
@@ -109,12 +110,20 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
     return metrics
 
 
-def _export(cfg: TrainConfig, layout: Layout, progress: Progress) -> None:
+def _export(cfg: TrainConfig, layout: Layout, progress: Progress, metrics: dict) -> None:
     """Rank 0 exports (trainer/storage/export.py) once every phase is whole, then registers it when ``register:`` asks
-    (trainer/serve/register.py); every rank raises its failure together."""
+    (trainer/serve/register.py); every rank raises its failure together. A model below the base model as it
+    ships is neither (trainer/baseline.py): that verdict is permanent, an export failure is retryable."""
     if cfg.export is None:
         return
-    problem = None
+    problem, below = None, None
+    if layout.is_main:
+        try:
+            check_not_below_base(metrics, cfg.evaluation.metric, cfg.export.allow_regression)
+        except BelowBase as e:
+            below = str(e)
+    if below := D.broadcast_object(below):
+        raise BelowBase(below)
     if layout.is_main:
         try:
             export.run(cfg, progress)

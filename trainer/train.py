@@ -29,6 +29,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from trainer import distributed as D
 from trainer import grad_sync, phases
 from trainer.atomic import replace_dir, write_text
+from trainer.baseline import base_kind, evaluate_base
 from trainer.config.schema import DataSource, TrainConfig
 from trainer.data import Rows, StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
@@ -230,10 +231,23 @@ def _resume(t: TrainState) -> None:
 
 
 def _evaluate_before(t: TrainState) -> None:
+    """The untrained ColBERT ("before") and the base model as it ships ("base", trainer/baseline.py), once, at
+    step 0: "base" whenever the evaluation before training is asked for or the model will be exported (the
+    export is held to it); a ColBERT base is its own start, so its "base" is the "before" figures."""
     cfg = t.cfg
     t.split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
-    if t.split and cfg.evaluation.before_training and t.step == 0:
+    if not t.split or t.step > 0:
+        return
+    held_to_base = cfg.evaluation.before_training or cfg.export is not None
+    kind = base_kind(cfg.model.name_or_path) if held_to_base else None
+    if kind == "bi-encoder":
+        t.metrics["base"] = evaluate_base(cfg.model.name_or_path, t.split, cfg.evaluation.batch_size, t.device)
+        if t.layout.is_main:
+            log.info("eval of the base model as it ships (a bi-encoder): %s", _figures(t.metrics["base"]))
+    if cfg.evaluation.before_training or kind == "colbert":
         t.metrics["before"] = _evaluate(t, "before training")
+    if kind == "colbert":
+        t.metrics["base"] = t.metrics["before"]
 
 
 def _loop(t: TrainState) -> tuple[float, int]:
@@ -280,11 +294,15 @@ def _evaluate(t: TrainState, when: str) -> dict:
     """Every rank evaluates its shard of the corpus; rank 0 logs and reports the (shared) result."""
     result = evaluate(t.model, t.split, t.cfg.evaluation.batch_size)
     if t.layout.is_main:
-        log.info("eval %s: %s", when, " ".join(f"{k}={v:.4f}" for k, v in result.items()))
+        log.info("eval %s: %s", when, _figures(result))
     t.tracker.log(t.step, result, prefix="eval/")
     if t.progress is not None:  # None only where a test drives the phases without run()
         t.progress.evaluated(t.step, t.cfg.evaluation.metric, result)
     return result
+
+
+def _figures(result: dict) -> str:
+    return " ".join(f"{k}={v:.4f}" for k, v in result.items())
 
 
 def _report_intermediate(t: TrainState, result: dict) -> dict:
@@ -320,7 +338,8 @@ def _report(t: TrainState, grad_norm: float) -> float:
 
 def _hardness(t: TrainState) -> dict[str, float]:
     """The negatives' hardness since the last log step, over every rank (losses/hardness.py); kept in
-    ``metrics.json`` as first and last seen, for the card; one warning the first time most rows are easy."""
+    ``metrics.json`` at every log step (``curve``) and as first and last seen, for the card; one warning the
+    first time most rows are easy."""
     if t.hardness is None:  # a loss that does not measure it: the same on every rank, so no collective
         return {}
     hard = summarize(D.sum_across(t.hardness).tolist())
@@ -330,6 +349,7 @@ def _hardness(t: TrainState) -> dict[str, float]:
     seen = t.metrics.setdefault("hardness", {})
     seen.setdefault("first", {"step": t.step, **hard})
     seen["last"] = {"step": t.step, **hard}
+    seen.setdefault("curve", []).append({"step": t.step, **{k: round(v, 4) for k, v in hard.items()}})
     if hard["easy_share"] > STALE_SHARE and "stale_at" not in seen:
         seen["stale_at"] = t.step
         if t.layout.is_main:

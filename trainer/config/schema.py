@@ -235,6 +235,11 @@ class ExportConfig(Strict):
         description="hf:// only: a repository that holds files but no colbert-k8s-export.json is replaced whole "
         "(its files removed); without it, such a repository is refused at start.",
     )
+    allow_regression: bool = Field(
+        False,
+        description="Export (and register) a trained model that scores below the base model as it ships on the "
+        "held-out split; without it such a model stays in output_dir and the job fails with both figures.",
+    )
 
 
 class RegisterConfig(Strict):

@@ -174,7 +174,8 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
             (
                 "negatives' hardness",
                 f"rows with a near-zero loss {100 * first['easy_share']:.0f}% at step "
-                f"{first['step']}, {100 * last['easy_share']:.0f}% at step {last['step']}; positive-to-hardest "
+                f"{first['step']}, {100 * last['easy_share']:.0f}% at step {last['step']} (so "
+                f"{100 * (1 - last['easy_share']):.0f}% of rows still teaching at the end); positive-to-hardest "
                 f"margin {first['margin']:.2f} -> {last['margin']:.2f}{stale}",
             )
         )
@@ -203,7 +204,9 @@ def _where_trained(metrics: dict) -> str:
 
 
 def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
+    base = metrics.get("base")
     columns = [
+        ("base model as it ships", base if base != metrics.get("before") else None),
         ("before training", metrics.get("before")),
         ("after training", metrics.get("after")),
         ("through the PLAID index", metrics.get("index")),
