@@ -133,6 +133,33 @@ def test_bad_input_is_one_line_before_anything_starts(tmp_path, args, drop, mess
     assert not (tmp_path / "wd" / "tune").exists()  # nothing written, no trial started
 
 
+@pytest.mark.parametrize("output_dir", ["/tmp/sweep-out", "../out", "output/../../out"], ids=repr)
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_an_output_dir_every_trial_would_share_is_refused(tmp_path, output_dir, dry_run):
+    """``output_dir`` is placed under each trial's workspace: an absolute one or one that leaves it would be
+    one folder for all, and trial 2 would find trial 1's results as its own."""
+    path = tmp_path / "train.yaml"
+    path.write_text(CONFIG.replace("output_dir: output/quickstart", f"output_dir: {output_dir}"))
+    args = ["tune", "--config", str(path), *PARAMS, "--trials", "2", "--local", "--workdir", str(tmp_path / "wd")]
+    res = _invoke([*args, *dry_run])
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert f"output_dir {output_dir} " in errors[0] and "every trial of the sweep would write one folder" in errors[0]
+    assert not (tmp_path / "wd" / "tune").exists()
+
+
+def test_the_local_engine_refuses_a_shared_output_dir_itself(tmp_path):
+    from operator_cli.tune.local import run_sweep
+
+    sweep = _sweep()
+    job = sweep.job
+    cfg = job.config_text.replace("output_dir: output/quickstart", "output_dir: /tmp/sweep-out")
+    sweep = SweepSpec(job=JobSpec(name="sweep", config_text=cfg, gpus_per_node=0), params=sweep.params, trials=2)
+    with pytest.raises(CliError, match="output_dir /tmp/sweep-out is absolute"):
+        run_sweep(sweep, tmp_path, print)
+    assert not (tmp_path / "tune").exists()
+
+
 # ---- Katib and the OptimizationJob ------------------------------------------------------------------------
 
 
