@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,39 @@ def test_a_grid_is_every_point_once():
     assert [t.name for t in plan] == ["sweep-t1", "sweep-t2", "sweep-t3", "sweep-t4"]
     points = {(t.values["training.learning_rate"], t.values["training.max_steps"]) for t in plan}
     assert points == {(1e-5, 2), (1e-5, 3), (2e-4, 2), (2e-4, 3)}
+
+
+class _Counted(Sequence):
+    """A grid that records which of its values are read, and fails once many are: a grid copied whole."""
+
+    def __init__(self, values: Sequence):
+        self.values, self.read = values, set()
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i):
+        self.read.add(i)
+        if len(self.read) > 50:
+            raise AssertionError(f"{len(self.read)} values of a {len(self.values)}-value grid were read")
+        return self.values[i]
+
+
+def test_a_grid_makes_only_the_points_it_runs(config, monkeypatch):
+    """10^9 points, --trials 2: two points are made, each from one value of each space (no grid is copied)."""
+    from operator_cli.tune.space import Space
+
+    grids: dict[str, _Counted] = {}
+    grid = Space.grid
+    monkeypatch.setattr(Space, "grid", lambda self: grids.setdefault(self.key, _Counted(grid(self))))
+    params = ["--param", "training.max_steps=int(1,1000000)", "--param", "training.seed=int(1,1000)"]
+    args = ["tune", "--config", str(config), *params, "--algorithm", "grid", "--trials", "2", "--local"]
+    res = _invoke([*args, "--dry-run", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    values = [t["values"] for t in json.loads(res.output)["trials"]]
+    assert values == [{"training.max_steps": 1, "training.seed": 1}, {"training.max_steps": 1, "training.seed": 2}]
+    assert len(grids["training.max_steps"]) * len(grids["training.seed"]) == 10**9
+    assert grids["training.max_steps"].read == {0} and grids["training.seed"].read == {0, 1}
 
 
 # ---- refused before anything starts ----------------------------------------------------------------------
