@@ -246,6 +246,91 @@ def test_a_katib_trials_values_reach_the_trainers_config(tmp_path):
     assert args[args.index("--metrics-file") + 1] == "/var/log/katib/metrics.json"
 
 
+ROUND_TRIP = [  # every kind of value a space may list, on keys whose schema takes it
+    "training.max_steps=choice(null, 100)",
+    "training.gather_across_devices=choice(null, true, false)",
+    "training.max_grad_norm=choice(null, 0.5, 1e-3, 3.0, 2e-05)",
+    "data.train.columns.query=choice('a b', 'true', 'null', None, '1e5', '007', ' lead', 'x: y', '#c', ' it''s')",
+]
+
+
+def _listed(engine: str, sweep_object: dict) -> dict[str, list[str]]:
+    """Each parameter's values as the sweep object lists them for its controller."""
+    if engine == "katib":
+        return {p["name"]: p["feasibleSpace"]["list"] for p in sweep_object["spec"]["parameters"]}
+    return {p["name"]: p["searchSpace"]["categorical"]["choices"] for p in sweep_object["spec"]["parameters"]}
+
+
+def _trial_args(engine: str, sweep_object: dict, texts: dict[str, str]) -> list[str]:
+    """The trainer's arguments of a trial given ``texts``, substituted as the controller substitutes them."""
+    if engine == "katib":
+        return _as_katib_would(sweep_object, texts, "sweep-x1")
+    text = json.dumps(sweep_object["spec"]["trainJobTemplate"])  # pasted into the template's text, as Katib does
+    text = re.sub(r"\{\{\.([a-z_]+)\}\}", lambda m: texts[m.group(1)], text)
+    return json.loads(text)["spec"]["trainer"]["args"]
+
+
+@pytest.mark.parametrize("engine", ["katib", "optimizationjob"])
+def test_every_value_a_cluster_sweep_lists_reaches_the_trainer_exactly(tmp_path, engine):
+    """null, booleans, numbers and strings YAML would read as something else: each value listed in the
+    Experiment or OptimizationJob, substituted into a trial's ``--set``, is the space's value in the trainer's
+    config, of the same type (``str(None)`` would be the string "None", which max_steps refuses)."""
+    from functools import reduce
+
+    from trainer.cli import _load
+
+    spaces = tuple(parse_space(text) for text in ROUND_TRIP)
+    job = JobSpec(name="sweep", config_text=without_export(CONFIG), api=SWEEPS[engine].trial_api, gpus_per_node=0)
+    objects = SWEEPS[engine].render(SweepSpec(job=job, params=spaces, config_text=CONFIG, trials=4))
+    (tmp_path / "train.yaml").write_text(objects[0]["data"]["train.yaml"])
+    listed = _listed(engine, objects[-1])
+    for row in range(max(len(s.choices) for s in spaces)):
+        pick = {s.name: min(row, len(s.choices) - 1) for s in spaces}
+        args = _trial_args(engine, objects[-1], {s.name: listed[s.name][pick[s.name]] for s in spaces})
+        cfg = _load(str(tmp_path / "train.yaml"), [args[i + 1] for i, a in enumerate(args) if a == "--set"])
+        for s in spaces:
+            got, want = reduce(getattr, s.key.split("."), cfg), s.choices[pick[s.name]]
+            assert (type(got), got) == (type(want), want), (s.key, listed[s.name][pick[s.name]])
+
+
+TRIAL_VALUES = [
+    ("null", "training.max_steps", None),
+    ("int", "training.max_steps", 100),
+    ("true", "training.gather_across_devices", True),
+    ("false", "training.gather_across_devices", False),
+    ("float", "training.max_grad_norm", 1e-05),
+    ("whole-float", "training.max_grad_norm", 3.0),
+    ("inf", "training.max_grad_norm", float("inf")),
+    ("minus-inf", "training.max_grad_norm", float("-inf")),
+    ("spaces", "data.train.columns.query", "a b"),
+    ("text-of-null", "data.train.columns.query", "null"),
+    ("leading-space", "data.train.columns.query", " lead"),
+    ("empty", "data.train.columns.query", ""),
+    ("single-quote", "data.train.columns.query", " it's"),
+]
+
+
+@pytest.mark.parametrize("key,value", [c[1:] for c in TRIAL_VALUES], ids=[c[0] for c in TRIAL_VALUES])
+def test_a_rendered_trial_value_reads_back_through_set(key, value):
+    """Each kind of value (the schema's own limits aside: ``.inf`` is no max_grad_norm) round-trips through
+    the trainer's ``--set`` reader as written."""
+    from operator_cli.kube.kinds.sweeps import trial_value
+    from trainer.config.overrides import parse_override
+
+    got = parse_override(f"{key}={trial_value(key, value)}")[1]
+    assert (type(got), got) == (type(value), value)
+
+
+@pytest.mark.parametrize("value", ['say "hi"', "a\\b", "a\nb"], ids=["double-quote", "backslash", "newline"])
+def test_a_value_the_controller_cannot_paste_is_one_line(value):
+    """Katib pastes a value into the trial's JSON as it is: one that would change or break it is refused."""
+    from operator_cli.kube.kinds.sweeps import trial_value
+
+    with pytest.raises(CliError, match="cannot be written so that a trial's --set reads it back") as e:
+        trial_value("data.train.columns.query", value)
+    assert "\n" not in e.value.message
+
+
 def test_the_optimizationjob_is_valid_and_templated_as_the_kep_says():
     objects = SWEEPS["optimizationjob"].render(_sweep("grid", api="trainjob"))
     schemas.validate_all(objects)
