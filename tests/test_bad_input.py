@@ -295,6 +295,28 @@ def test_missing_config_file(tmp_path):
     _assert_one_line(_invoke(["render", "--config", str(tmp_path / "nope.yaml")]), "config file not found")
 
 
+LONG_PATH = "a" * 5000
+LONG_PATHS = [
+    ("render-config", ["render", "--config", LONG_PATH], {}, "--config: File name too long"),
+    ("submit-config", ["submit", "--config", LONG_PATH, "--dry-run=client"], {}, "--config: File name too long"),
+    ("tune-config", ["tune", "--config", LONG_PATH, "--param", "mine.negatives=choice(1,3)"], {}, "--config: File"),
+    ("kubeconfig-env", ["list"], {"KUBECONFIG": LONG_PATH}, "$KUBECONFIG: File name too long"),
+    ("kubeconfig-env-second", ["status", "demo"], {"KUBECONFIG": f"/nowhere:{LONG_PATH}"}, "$KUBECONFIG: File name"),
+    ("kubeconfig-flag", ["list", "--kubeconfig", LONG_PATH], {}, "--kubeconfig: File name too long"),
+    ("argument", ["upload", "--pvc", "data", LONG_PATH], {}, "a path argument: File name too long"),
+]
+
+
+@pytest.mark.parametrize("args,env,needle", [c[1:] for c in LONG_PATHS], ids=[c[0] for c in LONG_PATHS])
+def test_a_path_the_system_refuses_is_one_line_naming_where_it_came_from(args, env, needle):
+    """A path the kernel refuses (ENAMETOOLONG here), in any command's option or argument or in $KUBECONFIG:
+    one line naming it and the reason, exit 2, never an internal error."""
+    res = _invoke(args, env={"KUBECONFIG": "", **env})
+    _assert_one_line(res, needle, code=2)
+    assert "internal error" not in res.output and LONG_PATH not in res.output
+    assert "a 5000-character value (not shown)" in res.output and "shorter path" in res.output
+
+
 # ---- environment -----------------------------------------------------------------------------------
 
 

@@ -151,6 +151,24 @@ def test_train_yaml_reads_back_as_the_config_given():
     assert typed(load_yaml(cm["data"]["train.yaml"]))["training"]["learning_rate"] == ("float", 3e-05)
 
 
+SEPARATORS = {
+    "line-separator": "runs/a\u2028b",
+    "paragraph-separator": "runs/out\u2029",
+    "alone": "\u2028",
+    "with-quotes-and-escapes": 'runs/it\'s "q" \\ <&>\u2029x',
+    "with-a-newline": "runs/a\nb\u2028c",
+}
+
+
+@pytest.mark.parametrize("value", SEPARATORS.values(), ids=SEPARATORS.keys())
+def test_a_config_with_unicode_line_separators_renders_exactly(value):
+    """U+2028 and U+2029 are line breaks to a YAML 1.1 reader (PyYAML): written raw into the ConfigMap they
+    would break it, or train.yaml; the rendered config reads back as the very value given, types included."""
+    config = {**CONFIG, "output_dir": value, "tracking": {"run_name": value}}
+    (cm,) = [o for o in helm_render({"config": config}) if o["kind"] == "ConfigMap"]  # the ConfigMap parses
+    assert typed(load_yaml(cm["data"]["train.yaml"])) == typed(config)
+
+
 BOTH_APIS = [
     pytest.param(api, cli_opts, values, id=f"{api}-{name}")
     for api in ("pytorchjob", "trainjob")

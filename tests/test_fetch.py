@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -29,7 +30,7 @@ from operator_cli import __version__
 from operator_cli.cli import cli
 from operator_cli.errors import CliError
 from operator_cli.kube import fetch as F
-from operator_cli.kube.archive import ExecStream, extract, staged
+from operator_cli.kube.archive import WRITE_FRAME, ExecStream, extract, staged
 from operator_cli.render import render
 from operator_cli.spec import JobSpec
 from tests.helpers.kube_emulator import PODS, Emulator
@@ -548,35 +549,70 @@ def test_exec_request_reaches_the_api_server_and_a_refusal_is_one_line(api):
 
 class StdinSocket(FrameSocket):
     """A kubelet's exec with stdin: the frames written on channel 0 are the command's stdin; once the client
-    reads, the command runs here on them and its output comes back framed."""
+    reads, the command runs here on them and its output comes back framed. A client that reads before it has
+    closed stdin waits on a pod that waits for more: the read times out, as websocket-client's would.
+    ``cut(stdin)``: where the connection drops; the command then runs on the bytes before it."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], cut: Callable[[bytes], int] | None = None):
         super().__init__([])
-        self.argv, self.stdin, self.ran = argv, bytearray(), False
+        self.argv, self.stdin, self.cut = argv, bytearray(), cut
+        self.ran = self.stdin_closed = False
 
     def send(self, payload: bytes, opcode: int = ABNF.OPCODE_BINARY) -> None:
         assert opcode == ABNF.OPCODE_BINARY
         if payload[:1] == b"\x00":
             self.stdin += payload[1:]
+        elif payload == bytes([255, 0]):
+            self.stdin_closed = True
 
     def recv_data_frame(self, control_frame: bool = False):
         if not self.ran:
+            if not self.stdin_closed and self.cut is None:
+                raise WebSocketTimeoutException("timed out")
             self.ran = True
-            done = subprocess.run(self.argv, input=bytes(self.stdin), capture_output=True, check=False)
+            stdin = bytes(self.stdin[: self.cut(bytes(self.stdin))] if self.cut else self.stdin)
+            done = subprocess.run(self.argv, input=stdin, capture_output=True, check=False)
             self.frames = _frames(done.stdout, done.stderr, done.returncode)
         return super().recv_data_frame(control_frame)
 
 
-def local_upload_exec(workspace: Path, calls: list | None = None):
+def local_upload_exec(workspace: Path, calls: list | None = None, cut: Callable[[bytes], int] | None = None):
     """:func:`operator_cli.kube.fetch.exec_stream` with stdin, its command run here on ``workspace``."""
 
     def open_exec(cluster, pod, command, progress=None, *, stdin=False, container="fetch"):
         argv = [sys.executable if a == "python" else a.replace("/workspace", str(workspace), 1) for a in command]
+        sock = StdinSocket(argv, cut)
         if calls is not None:
-            calls.append((pod, container, stdin))
-        return ExecStream(StdinSocket(argv), "python in the pod", progress)
+            calls.append((pod, container, stdin, sock))
+        return ExecStream(sock, "python in the pod", progress)
 
     return open_exec
+
+
+class _Recorder:
+    """An exec's stdin, kept."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def close_stdin(self) -> None:
+        pass
+
+
+def _framed(archive: bytes) -> bytes:
+    """A tar as ``upload`` streams it to the pod (:class:`operator_cli.kube.upload._Framed`)."""
+    from operator_cli.kube.upload import _Framed
+
+    out = _Recorder()
+    framed = _Framed(out)
+    for start in range(0, len(archive), WRITE_FRAME):
+        framed.write(archive[start : start + WRITE_FRAME])
+    framed.end()
+    return bytes(out.data)
 
 
 def _suspended(api: str = "pytorchjob", **opts) -> list[dict]:
@@ -632,7 +668,7 @@ def test_upload_places_a_directory_and_a_file_and_removes_its_pod(api, tmp_path,
     pod = seen[0]
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "upload"
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "data"}
-    assert calls[0][1:] == ("upload", True)  # exec in the upload container, with stdin
+    assert calls[0][1:3] == ("upload", True)  # exec in the upload container, with stdin
     assert api.objects("pods") == []
 
 
@@ -699,10 +735,86 @@ def test_the_pod_side_refuses_a_member_outside_data_and_writes_nothing(tmp_path)
     """UNTAR trusts no archive: a '..' member is refused and the temporary is removed."""
     from operator_cli.kube.upload import UNTAR
 
-    archive = _tar(_member("data", tarfile.DIRTYPE), _member("data/../../evil", data=b"x"))
+    archive = _framed(_tar(_member("data", tarfile.DIRTYPE), _member("data/../../evil", data=b"x")))
     dest, tmp = tmp_path / "ws" / "data", tmp_path / "ws" / ".data.upload-1"
     done = subprocess.run(
         [sys.executable, "-c", UNTAR, str(dest), str(tmp), "0"], input=archive, capture_output=True, check=False
     )
     assert done.returncode == 1 and b"refused the member 'data/../../evil'" in done.stderr
     assert not (tmp_path / "evil").exists() and not dest.exists() and not tmp.exists()
+
+
+def _after_corpus(stdin: bytes) -> int:
+    """Just after corpus.jsonl's bytes (76800: 150 whole blocks), where the next member's header starts: a
+    512-byte boundary of the tar, which tarfile's stream mode takes for the end of the archive."""
+    corpus = bytes(range(256)) * 300
+    return stdin.rindex(corpus) + len(corpus)
+
+
+CUTS = {
+    "between-members": _after_corpus,
+    "inside-a-header": lambda stdin: _after_corpus(stdin) + 100,
+    "inside-a-file": lambda stdin: _after_corpus(stdin) - 1000,
+    "before-the-end-frame": lambda stdin: len(stdin) - 40,
+}
+
+
+@pytest.mark.parametrize("cut", CUTS.values(), ids=CUTS.keys())
+def test_a_cut_upload_leaves_dest_as_it_was(api, tmp_path, monkeypatch, cut):
+    """A connection that drops anywhere, at a member's header included, never replaces DEST (--overwrite):
+    the pod's UNTAR exits non-zero in one line and the old copy stays whole."""
+    _add(api, _suspended())
+    claim = tmp_path / "claim"
+    (claim / "data" / "beir").mkdir(parents=True)
+    old = {"data": "dir", "data/beir": "dir", "data/beir/old.txt": b"the copy the last run trained on\n"}
+    (claim / "data" / "beir" / "old.txt").write_bytes(old["data/beir/old.txt"])
+    local = _data(tmp_path)
+    _running(api, [])
+    monkeypatch.setattr(F, "exec_stream", local_upload_exec(claim, cut=cut))
+    monkeypatch.chdir(local)
+    res = run(api, "upload", "demo", "data/beir", "--overwrite")
+    assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+    assert "exit code 1" in res.output and "the upload stream was cut short" in res.output, res.output
+    assert "/workspace/data/beir is left as it was" in res.output.replace(str(claim), "/workspace")
+    assert _tree(claim) == old
+    assert api.objects("pods") == []
+
+
+def test_the_pod_side_refuses_a_damaged_stream(tmp_path):
+    """UNTAR compares the client's SHA-256 with the bytes it read: one byte changed in transit, nothing placed."""
+    from operator_cli.kube.archive import send_tree
+    from operator_cli.kube.upload import UNTAR
+
+    local, tar = _data(tmp_path), io.BytesIO()
+    send_tree(local / "data" / "beir", tar, "data")
+    stdin = _framed(tar.getvalue())
+    damaged = bytearray(stdin)
+    damaged[_after_corpus(bytes(damaged)) - 1] ^= 1
+    dest, tmp = tmp_path / "ws" / "beir", tmp_path / "ws" / ".beir.upload-1"
+    dest.mkdir(parents=True)
+    argv = [sys.executable, "-c", UNTAR, str(dest), str(tmp), "1"]
+    done = subprocess.run(argv, input=bytes(damaged), capture_output=True, check=False)
+    assert done.returncode == 1 and done.stderr.decode().count("\n") == 1, done.stderr
+    assert b"arrived damaged (its SHA-256 differs)" in done.stderr
+    assert list(dest.iterdir()) == [] and sorted(p.name for p in dest.parent.iterdir()) == ["beir"]
+    done = subprocess.run(argv, input=stdin, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (dest / "corpus.jsonl").read_bytes() == (local / "data" / "beir" / "corpus.jsonl").read_bytes()
+
+
+def test_a_local_file_that_cannot_be_read_is_named_at_once(api, tmp_path, monkeypatch):
+    """A dangling link in LOCAL_PATH: one line naming it, before the client waits on the pod (which would
+    otherwise wait for the rest of its stdin until the idle timeout); DEST untouched, the pod removed."""
+    _add(api, _suspended())
+    claim, calls = tmp_path / "claim", []
+    (claim / "data" / "beir").mkdir(parents=True)
+    local = _data(tmp_path)
+    (local / "data" / "beir" / "qrels" / "test.tsv").symlink_to(tmp_path / "gone.tsv")
+    _running(api, [])
+    monkeypatch.setattr(F, "exec_stream", local_upload_exec(claim, calls))
+    monkeypatch.chdir(local)
+    res = run(api, "upload", "demo", "data/beir", "--overwrite")
+    assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+    assert "cannot read data/beir/qrels/test.tsv: No such file or directory" in res.output, res.output
+    assert not calls[0][3].ran  # the client never waited for the pod's status
+    assert _tree(claim) == {"data": "dir", "data/beir": "dir"} and api.objects("pods") == []

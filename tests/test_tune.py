@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,39 @@ def test_a_grid_is_every_point_once():
     assert points == {(1e-5, 2), (1e-5, 3), (2e-4, 2), (2e-4, 3)}
 
 
+class _Counted(Sequence):
+    """A grid that records which of its values are read, and fails once many are: a grid copied whole."""
+
+    def __init__(self, values: Sequence):
+        self.values, self.read = values, set()
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i):
+        self.read.add(i)
+        if len(self.read) > 50:
+            raise AssertionError(f"{len(self.read)} values of a {len(self.values)}-value grid were read")
+        return self.values[i]
+
+
+def test_a_grid_makes_only_the_points_it_runs(config, monkeypatch):
+    """10^9 points, --trials 2: two points are made, each from one value of each space (no grid is copied)."""
+    from operator_cli.tune.space import Space
+
+    grids: dict[str, _Counted] = {}
+    grid = Space.grid
+    monkeypatch.setattr(Space, "grid", lambda self: grids.setdefault(self.key, _Counted(grid(self))))
+    params = ["--param", "training.max_steps=int(1,1000000)", "--param", "training.seed=int(1,1000)"]
+    args = ["tune", "--config", str(config), *params, "--algorithm", "grid", "--trials", "2", "--local"]
+    res = _invoke([*args, "--dry-run", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    values = [t["values"] for t in json.loads(res.output)["trials"]]
+    assert values == [{"training.max_steps": 1, "training.seed": 1}, {"training.max_steps": 1, "training.seed": 2}]
+    assert len(grids["training.max_steps"]) * len(grids["training.seed"]) == 10**9
+    assert grids["training.max_steps"].read == {0} and grids["training.seed"].read == {0, 1}
+
+
 # ---- refused before anything starts ----------------------------------------------------------------------
 
 BAD_INPUT = [
@@ -131,6 +165,33 @@ def test_bad_input_is_one_line_before_anything_starts(tmp_path, args, drop, mess
     assert res.exit_code == 2 and len(errors) == 1 and message in errors[0], res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "wd" / "tune").exists()  # nothing written, no trial started
+
+
+@pytest.mark.parametrize("output_dir", ["/tmp/sweep-out", "../out", "output/../../out"], ids=repr)
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_an_output_dir_every_trial_would_share_is_refused(tmp_path, output_dir, dry_run):
+    """``output_dir`` is placed under each trial's workspace: an absolute one or one that leaves it would be
+    one folder for all, and trial 2 would find trial 1's results as its own."""
+    path = tmp_path / "train.yaml"
+    path.write_text(CONFIG.replace("output_dir: output/quickstart", f"output_dir: {output_dir}"))
+    args = ["tune", "--config", str(path), *PARAMS, "--trials", "2", "--local", "--workdir", str(tmp_path / "wd")]
+    res = _invoke([*args, *dry_run])
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert f"output_dir {output_dir} " in errors[0] and "every trial of the sweep would write one folder" in errors[0]
+    assert not (tmp_path / "wd" / "tune").exists()
+
+
+def test_the_local_engine_refuses_a_shared_output_dir_itself(tmp_path):
+    from operator_cli.tune.local import run_sweep
+
+    sweep = _sweep()
+    job = sweep.job
+    cfg = job.config_text.replace("output_dir: output/quickstart", "output_dir: /tmp/sweep-out")
+    sweep = SweepSpec(job=JobSpec(name="sweep", config_text=cfg, gpus_per_node=0), params=sweep.params, trials=2)
+    with pytest.raises(CliError, match="output_dir /tmp/sweep-out is absolute"):
+        run_sweep(sweep, tmp_path, print)
+    assert not (tmp_path / "tune").exists()
 
 
 # ---- Katib and the OptimizationJob ------------------------------------------------------------------------
@@ -183,6 +244,91 @@ def test_a_katib_trials_values_reach_the_trainers_config(tmp_path):
     assert cfg.training.learning_rate == 3.5e-5 and cfg.mine.negatives == 3
     assert cfg.output_dir == "output/quickstart/sweep-x7"  # trials on one claim write apart
     assert args[args.index("--metrics-file") + 1] == "/var/log/katib/metrics.json"
+
+
+ROUND_TRIP = [  # every kind of value a space may list, on keys whose schema takes it
+    "training.max_steps=choice(null, 100)",
+    "training.gather_across_devices=choice(null, true, false)",
+    "training.max_grad_norm=choice(null, 0.5, 1e-3, 3.0, 2e-05)",
+    "data.train.columns.query=choice('a b', 'true', 'null', None, '1e5', '007', ' lead', 'x: y', '#c', ' it''s')",
+]
+
+
+def _listed(engine: str, sweep_object: dict) -> dict[str, list[str]]:
+    """Each parameter's values as the sweep object lists them for its controller."""
+    if engine == "katib":
+        return {p["name"]: p["feasibleSpace"]["list"] for p in sweep_object["spec"]["parameters"]}
+    return {p["name"]: p["searchSpace"]["categorical"]["choices"] for p in sweep_object["spec"]["parameters"]}
+
+
+def _trial_args(engine: str, sweep_object: dict, texts: dict[str, str]) -> list[str]:
+    """The trainer's arguments of a trial given ``texts``, substituted as the controller substitutes them."""
+    if engine == "katib":
+        return _as_katib_would(sweep_object, texts, "sweep-x1")
+    text = json.dumps(sweep_object["spec"]["trainJobTemplate"])  # pasted into the template's text, as Katib does
+    text = re.sub(r"\{\{\.([a-z_]+)\}\}", lambda m: texts[m.group(1)], text)
+    return json.loads(text)["spec"]["trainer"]["args"]
+
+
+@pytest.mark.parametrize("engine", ["katib", "optimizationjob"])
+def test_every_value_a_cluster_sweep_lists_reaches_the_trainer_exactly(tmp_path, engine):
+    """null, booleans, numbers and strings YAML would read as something else: each value listed in the
+    Experiment or OptimizationJob, substituted into a trial's ``--set``, is the space's value in the trainer's
+    config, of the same type (``str(None)`` would be the string "None", which max_steps refuses)."""
+    from functools import reduce
+
+    from trainer.cli import _load
+
+    spaces = tuple(parse_space(text) for text in ROUND_TRIP)
+    job = JobSpec(name="sweep", config_text=without_export(CONFIG), api=SWEEPS[engine].trial_api, gpus_per_node=0)
+    objects = SWEEPS[engine].render(SweepSpec(job=job, params=spaces, config_text=CONFIG, trials=4))
+    (tmp_path / "train.yaml").write_text(objects[0]["data"]["train.yaml"])
+    listed = _listed(engine, objects[-1])
+    for row in range(max(len(s.choices) for s in spaces)):
+        pick = {s.name: min(row, len(s.choices) - 1) for s in spaces}
+        args = _trial_args(engine, objects[-1], {s.name: listed[s.name][pick[s.name]] for s in spaces})
+        cfg = _load(str(tmp_path / "train.yaml"), [args[i + 1] for i, a in enumerate(args) if a == "--set"])
+        for s in spaces:
+            got, want = reduce(getattr, s.key.split("."), cfg), s.choices[pick[s.name]]
+            assert (type(got), got) == (type(want), want), (s.key, listed[s.name][pick[s.name]])
+
+
+TRIAL_VALUES = [
+    ("null", "training.max_steps", None),
+    ("int", "training.max_steps", 100),
+    ("true", "training.gather_across_devices", True),
+    ("false", "training.gather_across_devices", False),
+    ("float", "training.max_grad_norm", 1e-05),
+    ("whole-float", "training.max_grad_norm", 3.0),
+    ("inf", "training.max_grad_norm", float("inf")),
+    ("minus-inf", "training.max_grad_norm", float("-inf")),
+    ("spaces", "data.train.columns.query", "a b"),
+    ("text-of-null", "data.train.columns.query", "null"),
+    ("leading-space", "data.train.columns.query", " lead"),
+    ("empty", "data.train.columns.query", ""),
+    ("single-quote", "data.train.columns.query", " it's"),
+]
+
+
+@pytest.mark.parametrize("key,value", [c[1:] for c in TRIAL_VALUES], ids=[c[0] for c in TRIAL_VALUES])
+def test_a_rendered_trial_value_reads_back_through_set(key, value):
+    """Each kind of value (the schema's own limits aside: ``.inf`` is no max_grad_norm) round-trips through
+    the trainer's ``--set`` reader as written."""
+    from operator_cli.kube.kinds.sweeps import trial_value
+    from trainer.config.overrides import parse_override
+
+    got = parse_override(f"{key}={trial_value(key, value)}")[1]
+    assert (type(got), got) == (type(value), value)
+
+
+@pytest.mark.parametrize("value", ['say "hi"', "a\\b", "a\nb"], ids=["double-quote", "backslash", "newline"])
+def test_a_value_the_controller_cannot_paste_is_one_line(value):
+    """Katib pastes a value into the trial's JSON as it is: one that would change or break it is refused."""
+    from operator_cli.kube.kinds.sweeps import trial_value
+
+    with pytest.raises(CliError, match="cannot be written so that a trial's --set reads it back") as e:
+        trial_value("data.train.columns.query", value)
+    assert "\n" not in e.value.message
 
 
 def test_the_optimizationjob_is_valid_and_templated_as_the_kep_says():

@@ -3,6 +3,7 @@ and refuse a single-valued flag given twice, and the options and helpers of the 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,8 +31,26 @@ __all__ = [
 ]
 
 
+PATH_ENV = ("KUBECONFIG",)
+"""Environment variables that name files (``os.pathsep``-separated lists, as kubectl reads them)."""
+_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EACCES, errno.EPERM}
+
+
 class Command(click.Command):
-    """Refuses a single-valued option given twice (click would silently keep the last one)."""
+    """Refuses a single-valued option given twice (click would silently keep the last one), and turns an
+    OSError about a path the user gave (an option, an argument or :data:`PATH_ENV`) into one line naming it."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            source = path_source(ctx, e.filename) if e.errno in _PATH_ERRNOS else None
+            if source is None:
+                raise
+            hint = f"check the path {source} names"
+            if e.errno == errno.ENAMETOOLONG:
+                hint = f"give {source} a shorter path (at most 4096 bytes, each name at most 255)"
+            raise CliError(f"{source}: {e.strerror}: {shown(os.fsdecode(e.filename))}", hint=hint) from None
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         single = {
@@ -52,6 +71,33 @@ class Command(click.Command):
                     raise CliError(f"{flag} is given twice{also}; keep one")
                 seen[key] = flag
         return super().parse_args(ctx, args)
+
+
+def path_source(ctx: click.Context, filename: Any) -> str | None:
+    """Which option or argument the user gave, or which :data:`PATH_ENV` variable, names ``filename`` (itself
+    or a folder above it); None when none does (the path is a default, or this tool's own)."""
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        return None
+    target = os.path.abspath(os.fsdecode(filename))
+    found: list[tuple[int, str]] = []
+
+    def match(value: Any, source: str) -> None:
+        if isinstance(value, (str, os.PathLike)) and os.fsdecode(value):
+            given = os.path.abspath(os.fsdecode(value))
+            if target == given or target.startswith(given.rstrip(os.sep) + os.sep):
+                found.append((len(given), source))
+
+    for param in ctx.command.params:
+        if ctx.get_parameter_source(param.name) in (None, click.core.ParameterSource.DEFAULT):
+            continue
+        values = ctx.params.get(param.name)
+        source = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+        for value in values if isinstance(values, (tuple, list)) else [values]:
+            match(value, source if isinstance(param, click.Option) else "a path argument")
+    for var in PATH_ENV:
+        for value in os.environ.get(var, "").split(os.pathsep):
+            match(value, f"${var}")
+    return max(found)[1] if found else None
 
 
 class Usage(click.UsageError):

@@ -112,6 +112,9 @@ def _dump(objects: list[dict], output: str) -> str:
 
 def _local(sweep, dry_run: str | None, output: str, workdir: Path) -> None:
     """``--local``: the plan (dry run), or the sweep run here."""
+    from operator_cli.tune.local import check_output_dir
+
+    check_output_dir(sweep.job.train_config.output_dir)
     if dry_run:
         plan = {
             "sweep": sweep.name,

@@ -62,8 +62,8 @@ class ExecStream:
         return len(data)
 
     def close_stdin(self) -> None:
-        """The end of stdin: a v5 channel close (older servers ignore it; the pod's tar ends on its own
-        end-of-archive blocks anyway)."""
+        """The end of stdin: a v5 channel close (older servers ignore it; ``upload``'s pod stops reading at
+        the stream's own end frame anyway)."""
         from websocket import ABNF
 
         with contextlib.suppress(Exception):
@@ -133,7 +133,7 @@ class ExecStream:
 class _Buffered:
     """tarfile writes 10 KiB records; a pod's stdin takes frames of :data:`WRITE_FRAME`."""
 
-    def __init__(self, out: ExecStream):
+    def __init__(self, out: IO[bytes]):
         self.out, self.buf = out, bytearray()
 
     def write(self, data: bytes) -> int:
@@ -148,14 +148,14 @@ class _Buffered:
             self.buf.clear()
 
 
-def send_tree(local: Path, out: ExecStream, arcname: str) -> None:
+def send_tree(local: Path, out: IO[bytes], arcname: str) -> None:
     """``local`` (a file or a directory, links followed: their content is what the job reads) as a tar
-    stream whose one top-level member is ``arcname``; only files and directories, as ``extract`` takes."""
+    stream written to ``out`` in pieces of :data:`WRITE_FRAME`, whose one top-level member is ``arcname``;
+    only files and directories, as ``extract`` takes. A local read error is raised as tarfile raises it."""
     buffered = _Buffered(out)
     with tarfile.open(fileobj=buffered, mode="w|", format=tarfile.PAX_FORMAT, dereference=True) as tar:
         tar.add(local, arcname=arcname, filter=lambda m: m if m.isreg() or m.isdir() else None)
     buffered.flush()
-    out.close_stdin()
 
 
 def tree_bytes(local: Path) -> int:

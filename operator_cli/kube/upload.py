@@ -7,8 +7,10 @@ tolerations, owned by the job; for ``--pvc``, ``--image`` (the trainer's by defa
 owner. A tar of ``LOCAL_PATH`` (links followed: the job reads their content) is streamed into it over the
 ``exec`` subresource's stdin (:meth:`ExecStream.write`), and :data:`UNTAR`, run by the pod's python, places
 it: every member checked (a file or directory under the one top-level name, no absolute path, no ``..``),
-written into a temporary sibling of ``DEST`` and renamed into place once whole. An existing ``DEST`` is
-refused unless ``--overwrite``, which replaces it only then.
+written into a temporary sibling of ``DEST`` and renamed into place once whole: the stream is framed and ends
+with the SHA-256 of the tar, so a stream cut anywhere (a dropped connection) leaves ``DEST`` as it was. An
+existing ``DEST`` is refused unless ``--overwrite``, which replaces it only then. A local file that cannot be
+read (a dangling link) is one line naming it.
 
 Refused in one line, before any pod: a job without a claim (each pod's emptyDir), a job whose pods run (a
 ReadWriteOnce claim is attached to their node, and the trainer may be reading: ``submit --suspend``, upload,
@@ -18,6 +20,7 @@ ReadWriteOnce claim is attached to their node, and the trainer may be reading: `
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 from collections.abc import Callable
@@ -38,13 +41,51 @@ CONTAINER = "upload"
 ARCNAME = "data"  # the archive's one top-level member, renamed to DEST in the pod
 
 # Run in the pod by its python; argv: DEST, the temporary directory beside it, 1 to replace an existing DEST.
-UNTAR = """import os, shutil, sys, tarfile
+# stdin is the tar in frames (:class:`_Framed`): DEST is replaced only once the end frame has come and the
+# digest of every byte before it matches, so a cut stream (which tarfile's stream mode may take for the end of
+# the archive, at or inside a member's header) leaves DEST as it was.
+UNTAR = """import hashlib, os, shutil, sys, tarfile
 dest, tmp, overwrite = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 if os.path.lexists(dest) and not overwrite:
     sys.exit(f"{dest} already exists on the claim")
+
+
+class Cut(Exception):
+    pass
+
+
+class Frames:
+    def __init__(self, raw):
+        self.raw, self.left, self.sha, self.whole = raw, 0, hashlib.sha256(), False
+
+    def exact(self, n):
+        out = bytearray()
+        while len(out) < n:
+            got = self.raw.read(n - len(out))
+            if not got:
+                raise Cut("the upload stream was cut short")
+            out += got
+        return bytes(out)
+
+    def read(self, n=-1):
+        while not self.left and not self.whole:
+            self.left = int.from_bytes(self.exact(8), "big")
+            if not self.left:
+                if self.exact(32) != self.sha.digest():
+                    raise Cut("the upload stream arrived damaged (its SHA-256 differs)")
+                self.whole = True
+        if self.whole:
+            return b""
+        data = self.exact(self.left if n < 0 else min(n, self.left))
+        self.left -= len(data)
+        self.sha.update(data)
+        return data
+
+
+src = Frames(sys.stdin.buffer)
 os.makedirs(tmp)
 try:
-    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
+    with tarfile.open(fileobj=src, mode="r|") as tar:
         for m in tar:
             parts = m.name.split("/")
             if m.name.startswith("/") or ".." in parts or parts[0] != "data" or not (m.isreg() or m.isdir()):
@@ -54,13 +95,21 @@ try:
                 os.makedirs(target, exist_ok=True)
                 continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            with tar.extractfile(m) as src, open(target, "xb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
+            with tar.extractfile(m) as f, open(target, "xb") as out:
+                shutil.copyfileobj(f, out, 1 << 20)
+    while src.read(1 << 20):
+        pass  # the tar's padding, up to the end frame and its digest
+    if not os.path.lexists(os.path.join(tmp, "data")):
+        raise Cut("the upload stream held no data/")
     old = tmp + ".old"
     if os.path.lexists(dest):
         os.replace(dest, old)
     os.replace(os.path.join(tmp, "data"), dest)
     shutil.rmtree(old) if os.path.isdir(old) and not os.path.islink(old) else os.path.lexists(old) and os.unlink(old)
+except Cut as e:
+    sys.exit(f"{e}; {dest} is left as it was")
+except tarfile.TarError as e:
+    sys.exit(f"the upload stream is not a whole tar ({e}); {dest} is left as it was")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 """
@@ -179,12 +228,52 @@ def upload(
     return total
 
 
-def _send(local: Path, stream: ExecStream) -> None:
-    """The tar into the pod, then its exit status; a pod that stopped reading (DEST exists) says why."""
-    from websocket import WebSocketException
+class _PodStopped(Exception):
+    """The pod's stdin took no more bytes: it exited (DEST exists, a member refused), or the exec broke."""
 
-    with contextlib.suppress(OSError, WebSocketException):  # the pod stopped reading: its status says why
-        send_tree(local, stream, ARCNAME)
+
+class _Framed:
+    """The pod's stdin as :data:`UNTAR` reads it: each write a frame (its length in 8 bytes, then the bytes),
+    and at the end a zero length and the SHA-256 of every byte before it. The pod tells a whole stream from a
+    cut one by that end frame, which no cut stream carries."""
+
+    def __init__(self, stream: ExecStream):
+        self.stream, self.sha = stream, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        if data:
+            self.sha.update(data)
+            self._send(len(data).to_bytes(8, "big") + data)
+        return len(data)
+
+    def end(self) -> None:
+        self._send(bytes(8) + self.sha.digest())
+        self.stream.close_stdin()
+
+    def _send(self, data: bytes) -> None:
+        from websocket import WebSocketException
+
+        try:
+            self.stream.write(data)
+        except (OSError, WebSocketException) as e:
+            raise _PodStopped from e
+
+
+def _send(local: Path, stream: ExecStream) -> None:
+    """The tar into the pod, then its exit status; a pod that stopped reading (DEST exists) says why. A file
+    of ``local`` that cannot be read is one line naming it, at once: the stream is then cut, and the pod
+    leaves DEST as it was."""
+    framed = _Framed(stream)
+    try:
+        send_tree(local, framed, ARCNAME)
+        framed.end()
+    except _PodStopped:
+        pass  # the pod stopped reading: its status says why
+    except OSError as e:  # only the local tree's reads: the stream's own errors are _PodStopped
+        raise CliError(
+            f"cannot read {e.filename or local}: {e.strerror or e}; nothing on the claim was replaced",
+            hint="fix or remove it (a link must point at a file or directory that exists), then upload again",
+        ) from None
     try:
         stream.finish()
     except CliError as e:

@@ -45,7 +45,7 @@ from operator_cli.render import render, to_yaml
 from operator_cli.tune import record as R
 from operator_cli.tune.spec import SweepSpec, Trial
 
-__all__ = ["run_sweep", "sweep_root"]
+__all__ = ["check_output_dir", "run_sweep", "sweep_root"]
 
 _CACHE = ".cache"  # HF_HOME (/workspace/.cache/huggingface) and the default data.cache_dir
 
@@ -54,9 +54,29 @@ def sweep_root(workdir: Path, name: str) -> Path:
     return workdir / "tune" / name
 
 
+def check_output_dir(output_dir: str) -> None:
+    """A trial's outputs are ``output_dir`` under its own workspace: an absolute one, or one that leaves the
+    workspace (``..``), would be the same folder for every trial, and each would find another's results.
+
+    >>> check_output_dir("output/quickstart")
+    >>> check_output_dir("/out")
+    Traceback (most recent call last):
+    ...
+    operator_cli.errors.CliError: output_dir /out is absolute: every trial of the sweep would write one folder
+    """
+    norm = os.path.normpath(output_dir)
+    if os.path.isabs(norm) or norm.split(os.sep)[0] == "..":
+        where = "is absolute" if os.path.isabs(norm) else "leaves the trial's workspace"
+        raise CliError(
+            f"output_dir {output_dir} {where}: every trial of the sweep would write one folder",
+            hint="set a relative output_dir such as output/NAME: each trial's then lies in its own workspace",
+        )
+
+
 def run_sweep(sweep: SweepSpec, workdir: Path, echo: Callable[[str], None]) -> int:
     """Run the sweep's trials that are not finished; 0 when it ends with a best trial, 1 when it does not."""
     cfg = sweep.job.train_config
+    check_output_dir(cfg.output_dir)
     if sweep.early_stop is not None and cfg.mine is not None and cfg.mine.rounds > 1:
         raise CliError(
             f"--early-stop with --local compares trials step for step, and each of mine.rounds {cfg.mine.rounds}'s "

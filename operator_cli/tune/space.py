@@ -14,7 +14,10 @@ significant digits, so a trial's table row is its exact value.
 >>> 1e-5 <= s.sample(random.Random(0)) <= 2e-4
 True
 >>> parse_space("mine.negatives=choice(1,3)").grid()
-[1, 3]
+(1, 3)
+>>> points = grid_points([parse_space("a.b=int(1,1000000000)"), parse_space("c=choice(x,y)")])
+>>> next(points), next(points), next(points)
+({'a.b': 1, 'c': 'x'}, {'a.b': 1, 'c': 'y'}, {'a.b': 2, 'c': 'x'})
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from operator_cli.errors import CliError
 
-__all__ = ["KINDS", "Space", "parse_space"]
+__all__ = ["KINDS", "Space", "grid_points", "parse_space"]
 
 KINDS = ("loguniform", "uniform", "int", "choice")
 _SPACE = re.compile(r"\s*([a-z]+)\s*\((.*)\)\s*", re.S)
@@ -71,16 +75,31 @@ class Space:
             value = rng.uniform(self.low, self.high)
         return min(max(float(f"{value:.3g}"), self.low), self.high)  # three digits, still within the bounds
 
-    def grid(self) -> list[Any]:
-        """Every value of a grid search: the choices, or each integer of an ``int`` range."""
+    def grid(self) -> Sequence[Any]:
+        """Every value of a grid search: the choices, or each integer of an ``int`` range (a ``range``: sized
+        and indexed, never built)."""
         if self.kind == "choice":
-            return list(self.choices)
+            return self.choices
         if self.kind == "int":
-            return list(range(int(self.low), int(self.high) + 1))
+            return range(int(self.low), int(self.high) + 1)
         raise CliError(
             f"--algorithm grid takes choice(...) and int(...) spaces only; --param {self.key} is {self.kind}",
             hint=f"write its grid points out: --param {self.key}=choice(A,B,C), or use --algorithm random",
         )
+
+
+def grid_points(spaces: Sequence[Space]) -> Iterator[dict[str, Any]]:
+    """The grid's points one at a time, in ``itertools.product``'s order (the last space varies fastest): the
+    n-th point is made from n's digits in the spaces' sizes, so no grid is copied (``itertools.product``
+    first makes a tuple of each) and a sweep that runs two points of 10^9 makes two."""
+    grids = [space.grid() for space in spaces]
+    sizes = [len(grid) for grid in grids]
+    for n in range(math.prod(sizes)):
+        point = {}
+        for space, grid, size in zip(reversed(spaces), reversed(grids), reversed(sizes)):
+            n, i = divmod(n, size)
+            point[space.key] = grid[i]
+        yield {space.key: point[space.key] for space in spaces}
 
 
 def _shown(value: Any) -> str:

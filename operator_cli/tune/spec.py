@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from operator_cli.errors import CliError
 from operator_cli.spec import JobSpec
 from operator_cli.tune.early_stop import EarlyStop
-from operator_cli.tune.space import Space
+from operator_cli.tune.space import Space, grid_points
 
 __all__ = ["ALGORITHMS", "GOALS", "SweepSpec", "Trial", "key_exists", "without_export"]
 
@@ -107,7 +108,7 @@ class SweepSpec:
                 space.grid()  # a continuous space has no grid: one line
         if self.parallel > self.trial_count:
             raise CliError(f"--parallel {self.parallel} is more than the sweep's {self.trial_count} trial(s)")
-        self.trial_names()  # a sweep name too long for its trials' pods: one line
+        self._check_trial_name()  # a sweep name too long for its trials' pods: one line
 
     # ---- checks ----------------------------------------------------------------------------------------
     def _check_objective(self) -> None:
@@ -155,30 +156,29 @@ class SweepSpec:
     @property
     def trial_count(self) -> int:
         if self.algorithm == "grid":
-            points = 1
-            for space in self.params:
-                points *= len(space.grid())
+            points = math.prod(len(space.grid()) for space in self.params)
             return min(points, self.trials or points)
         return self.trials or DEFAULT_TRIALS
 
     def trial_names(self) -> list[str]:
         """``<sweep>-t1`` ...: job names, checked as a job's name is (its pods' names within 63 characters)."""
-        names = [f"{self.name}-t{i + 1}" for i in range(self.trial_count)]
+        self._check_trial_name()
+        return [f"{self.name}-t{i + 1}" for i in range(self.trial_count)]
+
+    def _check_trial_name(self) -> None:
+        """The longest trial name is a job name (checked without listing every trial's)."""
+        last = f"{self.name}-t{self.trial_count}"
         try:
-            dataclasses.replace(self.job, name=names[-1])
+            dataclasses.replace(self.job, name=last)
         except CliError as e:
-            raise CliError(
-                f"--name {self.name}: its trial {names[-1]}: {e.message}", hint="pass a shorter --name"
-            ) from None
-        return names
+            raise CliError(f"--name {self.name}: its trial {last}: {e.message}", hint="pass a shorter --name") from None
 
     def plan(self) -> list[Trial]:
         """The trials the local engine runs, in order: every grid point, or draws that depend on the seed and the
         trial's index alone (a resumed sweep draws the same ones)."""
         names = self.trial_names()
         if self.algorithm == "grid":
-            points = itertools.product(*(space.grid() for space in self.params))
-            rows = [dict(zip((p.key for p in self.params), point)) for point in points]
+            rows = list(itertools.islice(grid_points(self.params), len(names)))  # only the points it runs
         else:
             if self.algorithm == "bayesian":
                 raise CliError(

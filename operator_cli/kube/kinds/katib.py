@@ -18,12 +18,13 @@ config must evaluate during training (checked before anything is created).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
 from operator_cli.jobshape import SweepShape
-from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state
+from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state, trial_value
 from operator_cli.tune.space import Space
 
 __all__ = ["KatibExperiment"]
@@ -35,16 +36,17 @@ _ALGORITHMS = {"random": "random", "grid": "grid", "bayesian": "bayesianoptimiza
 
 
 def katib_parameter(space: Space) -> dict[str, Any]:
-    """One search-space entry: a double with its distribution, an int range, or a list (discrete for numbers,
-    categorical for anything else).
+    """One search-space entry: a double with its distribution, an int range, or a list (discrete for finite
+    numbers, categorical for anything else).
 
     >>> from operator_cli.tune.space import parse_space
     >>> katib_parameter(parse_space("training.learning_rate=loguniform(1e-5,2e-4)"))["feasibleSpace"]
     {'min': '1.0e-05', 'max': '0.0002', 'distribution': 'logUniform'}
     """
     if space.kind == "choice":
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in space.choices)
-        kind, feasible = ("discrete" if numeric else "categorical"), {"list": [plain_value(v) for v in space.choices]}
+        numeric = all(_finite_number(v) for v in space.choices)
+        values = [trial_value(space.key, v) for v in space.choices]  # each read back exactly by the trial's --set
+        kind, feasible = ("discrete" if numeric else "categorical"), {"list": values}
     elif space.kind == "int":
         kind, feasible = "int", {"min": str(space.low), "max": str(space.high)}
     else:
@@ -52,6 +54,10 @@ def katib_parameter(space: Space) -> dict[str, Any]:
         kind = "double"
         feasible = {"min": plain_value(space.low), "max": plain_value(space.high), "distribution": distribution}
     return {"name": space.name, "parameterType": kind, "feasibleSpace": feasible}
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class KatibExperiment(SweepKind):

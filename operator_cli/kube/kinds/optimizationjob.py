@@ -15,7 +15,7 @@ from typing import Any
 
 from operator_cli.errors import CliError
 from operator_cli.jobshape import SweepShape
-from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state
+from operator_cli.kube.kinds.sweeps import SweepKind, plain_value, sweep_state, trial_value
 from operator_cli.kube.kinds.trainjob import TrainJob
 from operator_cli.tune.space import Space
 
@@ -26,14 +26,15 @@ PARAM_ANNOTATION = "trainer.kubeflow.org/opt-param-"  # the controller PR's reco
 
 def search_space(space: Space, grid: bool) -> dict[str, Any]:
     """One parameter's ``searchSpace``: uniform or log-uniform bounds (Float or Int), or categorical choices
-    (a grid takes categorical spaces only: an int range is written out).
+    (a grid takes categorical spaces only: an int range is written out); each choice as the trial's ``--set``
+    reads it back (:func:`~operator_cli.kube.kinds.sweeps.trial_value`).
 
     >>> from operator_cli.tune.space import parse_space
     >>> search_space(parse_space("training.max_steps=int(2,4)"), grid=True)
     {'categorical': {'choices': ['2', '3', '4']}}
     """
     if space.kind == "choice" or grid:
-        return {"categorical": {"choices": [plain_value(v) for v in space.grid()]}}
+        return {"categorical": {"choices": [trial_value(space.key, v) for v in space.grid()]}}
     if space.kind == "int":
         return {"uniform": {"min": str(space.low), "max": str(space.high), "type": "Int"}}
     key = "logUniform" if space.kind == "loguniform" else "uniform"

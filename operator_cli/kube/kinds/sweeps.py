@@ -4,7 +4,8 @@
 A sweep renders as the trial job's ConfigMap (its config without ``export``: trials export nothing), the claim
 ``--pvc-size`` asks for, and the sweep object, whose controller creates one job per trial from the template.
 Each trial's values reach the trainer as ``colbert-train --set KEY=VALUE`` arguments added to the template
-(:mod:`trainer.config.overrides`), in the syntax of the controller's substitution.
+(:mod:`trainer.config.overrides`), in the syntax of the controller's substitution; every value a sweep lists is
+written so that the trainer's ``--set`` reads it back exactly (:func:`trial_value`), checked as it is rendered.
 
 Adding a kind: a :class:`SweepKind` subclass listed in :data:`SWEEPS`, and its template.
 """
@@ -12,14 +13,17 @@ Adding a kind: a :class:`SweepKind` subclass listed in :data:`SWEEPS`, and its t
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from operator_cli import constants as C
+from operator_cli.errors import CliError
 from operator_cli.jobshape import SweepShape
 from operator_cli.kube.kinds.base import find_all, job_state
 
-__all__ = ["SweepKind", "add_args", "plain_value", "sweep_state"]
+__all__ = ["SweepKind", "add_args", "plain_value", "sweep_state", "trial_value"]
 
 
 def plain_value(value: Any) -> str:
@@ -36,6 +40,50 @@ def plain_value(value: Any) -> str:
         mantissa, e, exponent = text.partition("e")
         return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
     return str(value)
+
+
+def trial_value(key: str, value: Any) -> str:
+    """``value`` as the text whose ``colbert-train --set KEY=TEXT`` gives it back exactly, through the trainer's
+    own reader (:func:`trainer.config.overrides.parse_override`, tried here on each spelling): ``null`` for
+    None, ``.inf`` for infinity, a string that YAML would read as something else single-quoted. The controller
+    pastes the text into the trial's JSON as it is (Katib's ``${trialParameters.NAME}``), so it holds no
+    double quote, backslash or control character. A value no text gives back is one line, before anything
+    is created.
+
+    >>> [trial_value("training.max_steps", v) for v in (None, 100)], trial_value("training.max_grad_norm", 1e-05)
+    (['null', '100'], '1.0e-05')
+    >>> [trial_value("data.train.columns.query", v) for v in ("a b", "true", "None", " it's")]
+    ['a b', 'true', 'None', "' it''s'"]
+    """
+    from trainer.config.overrides import parse_override
+    from trainer.config.schema import ConfigError
+
+    got: Any = None
+    for text in _spellings(value):
+        if json.dumps(text, ensure_ascii=False)[1:-1] != text:
+            continue  # it would change, or break, the JSON the controller pastes it into
+        try:
+            got = parse_override(f"{key}={text}")[1]
+        except ConfigError:
+            continue
+        if type(got) is type(value) and (got == value or got != got and value != value):  # NaN is itself
+            return text
+    raise CliError(
+        f"--param {key}: the value {value!r} cannot be written so that a trial's --set reads it back"
+        + (f" (it reads {got!r})" if got is not None else " (the controller pastes it into the trial's JSON)"),
+        hint="use another value in the space (no double quote, backslash or control character), or --local",
+    )
+
+
+def _spellings(value: Any) -> list[str]:
+    """The texts to try for a value, the plainest first."""
+    if value is None:
+        return ["null"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [".nan" if value != value else ".inf" if value > 0 else "-.inf"]
+    if isinstance(value, str):
+        return [value, "'" + value.replace("'", "''") + "'"]  # YAML's single quotes: no escapes to undo
+    return [plain_value(value)]
 
 
 def add_args(job: dict[str, Any], args: list[str]) -> None:
