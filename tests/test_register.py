@@ -81,7 +81,8 @@ def test_registering_again_finds_what_is_there_and_writes_nothing(registry):
 def test_a_version_that_points_elsewhere_is_refused_in_one_line(registry):
     client = Registry(registry.url, "registry-token-123")
     register(client, _entry(version="v1"))
-    other = entry_for(_rcfg(version="v1"), "s3://models/run-2/", b"{}", METRICS, "base", "run-2")
+    # the same export (same manifest) copied to another prefix: the version is this export's, its artifact is not
+    other = entry_for(_rcfg(version="v1"), "s3://models/run-2/", b'{"files": {}}\n', METRICS, "base", "run-2")
     with pytest.raises(RegistryError, match=r"version 'v1' of 'colbert-docs' exists and points at s3://models/run-1/"):
         register(client, other)
 
