@@ -1,13 +1,16 @@
 """Two plain-http servers on 127.0.0.1 for redirect tests: :class:`Elsewhere` records every request that reaches
 it (method, path and the credential headers), and :class:`Redirector` answers every request with one redirect
-status and a ``Location`` on :class:`Elsewhere` (another port: another origin for every client).
+status and a ``Location`` on :class:`Elsewhere` (another port: another origin for every client), over https when
+given a certificate (an https endpoint redirecting to plain http).
 
-What a real redirect does that these do not: TLS (an https endpoint redirecting to http), a login page's body and
-cookies, a chain of several redirects, and a relative ``Location`` (same host, which clients may follow).
+What a real redirect does that these do not: a login page's body and cookies, a chain of several redirects, a
+``Location`` on another host name (here only the port differs: huggingface_hub's resolver, for one, told the two
+apart by host name alone), and a relative ``Location`` (same origin, which clients may follow).
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,10 +23,15 @@ CREDENTIAL_HEADERS = ("authorization", "x-amz-security-token", "cookie", "proxy-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+    def __init__(self, handler: type[BaseHTTPRequestHandler], cert=None):
         super().__init__(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        if cert is not None:  # a trustme LeafCert for "localhost": https, as an endpoint that gets a token is
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            cert.configure_cert(context)
+            self.socket = context.wrap_socket(self.socket, server_side=True)
+            self.url = f"https://localhost:{self.server_address[1]}"
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def close(self) -> None:
@@ -92,7 +100,7 @@ class Redirector(_Server):
     """The endpoint the user named: every request is answered ``status`` with ``Location`` = ``target`` + the
     same path; ``seen``: (method, path, its Authorization header)."""
 
-    def __init__(self, status: int, target: str) -> None:
+    def __init__(self, status: int, target: str, cert=None) -> None:
         self.status, self.target = status, target.rstrip("/")
         self.seen: list[tuple[str, str, str | None]] = []
-        super().__init__(_RedirectHandler)
+        super().__init__(_RedirectHandler, cert)

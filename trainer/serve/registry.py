@@ -145,7 +145,8 @@ class Registry:
         except urllib.error.HTTPError as e:
             if 300 <= e.code < 400:
                 fix = f"set {self.where} to the registry's own address (not a proxy or a login page)"
-                raise RegistryError(redirect_line(call, e.code, e.headers.get("Location"), fix), e.code) from None
+                what = f"{method} {shown(url)}"
+                raise RegistryError(redirect_line(what, e.code, e.headers.get("Location"), fix), e.code) from None
             if e.code == 404 and method == "GET" and query:
                 return None
             said = _message(e.read())
