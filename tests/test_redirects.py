@@ -269,3 +269,26 @@ def test_no_credential_follows_a_redirect(case: Case, status: int, cert, monkeyp
     assert "a redirect to" in line and where in line and case.fix in line, line
     if "followed without the token" not in line:  # the Hub's downloads must follow, without the token
         assert f"HTTP {status}" in line and "not followed" in line, line
+
+
+@pytest.mark.parametrize("status", [302, 307])
+def test_obstore_strips_authorization_but_not_s3s_session_token(status, monkeypatch):
+    """Why :func:`trainer.redirects.probe_endpoint` exists: reqwest, under obstore, follows a GET's redirect to
+    another port without ``Authorization`` (the signature) but with ``x-amz-security-token``. If this fails on its
+    second assertion, obstore stopped sending the session token elsewhere and the probe may go."""
+    import obstore
+    from obstore.store import from_url
+
+    elsewhere = Elsewhere()
+    endpoint = Redirector(status, elsewhere.url)
+    _s3_env(endpoint.url, monkeypatch)
+    store = from_url("s3://data", endpoint=endpoint.url, client_options={"allow_http": True, "timeout": "10s"})
+    try:
+        with pytest.raises(Exception):  # noqa: B017 (Elsewhere's 401, in obstore's words)
+            obstore.get(store, "train.jsonl").bytes()
+    finally:
+        endpoint.close()
+        elsewhere.close()
+    (seen,) = elsewhere.credentials()
+    assert "authorization" not in seen
+    assert seen.get("x-amz-security-token") == f"session-{SECRET}"
