@@ -130,7 +130,7 @@ _probed: set[str] = set()
 def probe_endpoint(url: str, setting: str, timeout: float = 10) -> None:
     """Refuse ``url`` (a store's custom endpoint, from ``setting``) when it answers a request without credentials
     with a redirect to another host: the store's client would follow it with a session token. Any other answer,
-    or none, is the store client's to report. Asked once per URL and process.
+    or none, is the store client's to report. Asked once per URL and process (until it redirects).
 
     Raises:
         Redirected: the one line naming the redirect and the fix.
@@ -152,7 +152,7 @@ def probe_endpoint(url: str, setting: str, timeout: float = 10) -> None:
                 )
             ) from None
     except (OSError, ValueError):
-        return  # unreachable or odd: the store's own calls say so, with its retries
+        pass  # unreachable or odd: the store's own calls say so, with their retries
     _probed.add(url)
 
 
