@@ -128,7 +128,12 @@ class Registry:
         return cls(url, os.environ.get("MODEL_REGISTRY_TOKEN") or None, where="MODEL_REGISTRY_URL")
 
     def call(
-        self, method: str, path: str, body: dict | None = None, query: dict | None = None, shape: type | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        query: dict | None = None,
+        shape: type[BaseModel] | None = None,
     ) -> dict | None:
         """The answer's JSON (checked against ``shape``), None for a 404 of a find; any other status but 2xx, a
         redirect (never followed: the token stays here) or an answer of another shape is :class:`RegistryError`."""
