@@ -284,7 +284,7 @@ def test_a_redirect_never_takes_the_token_to_another_server(tls, caplog):
     _wait(lambda: len(server.requests) >= 1)
     assert server.requests[0][1] == "Bearer token-1"  # the endpoint itself got it
     assert elsewhere.requests == []  # the other server never saw a request, let alone the token
-    assert any("a redirect, not followed" in r.getMessage() for r in caplog.records)
+    assert any("HTTP 302, a redirect to" in r.getMessage() and "not followed" in r.getMessage() for r in caplog.records)
     elsewhere.shutdown()
 
 

@@ -16,7 +16,7 @@ from tests.helpers.registry import RegistryStandIn
 from tests.helpers.stores import moto_available
 from trainer.config.load import parse_config
 from trainer.serve.register import MARKER, RegisterFailed, after_export, entry_for, register
-from trainer.serve.registry import Registry, RegistryError
+from trainer.serve.registry import API, Registry, RegistryError
 
 METRICS = {
     "before": {"ndcg@10": 0.41},
@@ -81,7 +81,8 @@ def test_registering_again_finds_what_is_there_and_writes_nothing(registry):
 def test_a_version_that_points_elsewhere_is_refused_in_one_line(registry):
     client = Registry(registry.url, "registry-token-123")
     register(client, _entry(version="v1"))
-    other = entry_for(_rcfg(version="v1"), "s3://models/run-2/", b"{}", METRICS, "base", "run-2")
+    # the same export (same manifest) copied to another prefix: the version is this export's, its artifact is not
+    other = entry_for(_rcfg(version="v1"), "s3://models/run-2/", b'{"files": {}}\n', METRICS, "base", "run-2")
     with pytest.raises(RegistryError, match=r"version 'v1' of 'colbert-docs' exists and points at s3://models/run-1/"):
         register(client, other)
 
@@ -246,3 +247,129 @@ def test_the_register_command_registers_an_export_once(tmp_path, tiny_model, reg
     half = CliRunner().invoke(cli, args, env=env)
     assert half.exit_code != 0 and "an export is being written there" in half.output
     assert len(half.output.strip().splitlines()) == 2 and "Traceback" not in half.output  # error + hint
+
+
+# ---- a version is this export's by its manifest digest -----------------------------------------------------
+
+
+def test_another_export_under_the_same_version_name_is_refused_naming_both_digests(registry):
+    client = Registry(registry.url, "registry-token-123")
+    first = register(client, _entry(version="v1"))
+    other_manifest = b'{"files": {"model.safetensors": {}}}\n'  # another export, written to the same URI
+    other = entry_for(_rcfg(version="v1"), "s3://models/run-1/", other_manifest, METRICS, "base", "run-2")
+    with pytest.raises(RegistryError) as e:
+        register(client, other)
+    ours, theirs = hashlib.sha256(b'{"files": {}}\n').hexdigest(), hashlib.sha256(other_manifest).hexdigest()
+    line = str(e.value)
+    assert "\n" not in line and ours in line and theirs in line and "set register.version" in line, line
+    assert list(registry.versions) == [first["version_id"]]  # nothing added, nothing changed
+    assert registry.versions[first["version_id"]]["customProperties"]["export_manifest_sha256"]["string_value"] == ours
+
+
+def test_a_restart_after_another_export_to_the_same_uri_is_refused(finished, registry):
+    """The job's path: registered once; the output changes (a new export at the same URI, the same version name):
+    the registry keeps the first export's figures, so the second is refused, not taken for "registered before"."""
+    from trainer.serve.register import RegisterFailed
+
+    finished = finished.model_copy(update={"registration": finished.registration.model_copy(update={"version": "v1"})})
+    after_export(finished)
+    metrics = Path(finished.output_dir) / "metrics.json"
+    metrics.write_text(json.dumps({**METRICS, "after": {"ndcg@10": 0.61}}))
+    with pytest.raises(RegisterFailed, match=r"version 'v1' of 'colbert-docs' exists for another export"):
+        after_export(finished)
+    assert len(registry.versions) == 1
+
+
+# ---- MODEL_REGISTRY_URL with a password: refused, never printed ---------------------------------------------
+
+_WITH_PASSWORD = [
+    pytest.param("http://admin:hunter2@registry.example/", id="no-port"),
+    pytest.param("https://admin:hunter2@registry.example:8443/", id="port"),
+    pytest.param("http://admin:hun/ter2@registry.example/", id="slash-in-password"),
+    pytest.param("http://:hunter2@registry.example/", id="password-only"),
+]
+
+
+@pytest.mark.parametrize("url", _WITH_PASSWORD)
+def test_a_password_in_model_registry_url_is_refused_without_printing_it(url, monkeypatch):
+    from trainer.config.schema import ConfigError
+    from trainer.serve.register import preflight
+
+    monkeypatch.setenv("MODEL_REGISTRY_URL", url)
+    secret = url.split(":")[2].rpartition("@")[0]
+    with pytest.raises(RegistryError) as e:
+        Registry.from_env(None)
+    assert "MODEL_REGISTRY_URL" in str(e.value) and "holds a user name or password" in str(e.value)
+    assert secret not in str(e.value) and "hunter" not in str(e.value)
+    cfg = parse_config(
+        {"data": {"train": {"path": "t.jsonl"}}, "export": {"destination": "s3://m/r/"}, "register": {"name": "m"}}
+    )
+    with pytest.raises(ConfigError) as e:  # at the job's start, before hours of training
+        preflight(cfg)
+    assert "hunter" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_password_in_model_registry_url_never_reaches_the_job_or_the_cli(finished, tmp_path, tiny_model, monkeypatch):
+    from click.testing import CliRunner
+
+    from operator_cli.cli import cli
+
+    monkeypatch.setenv("MODEL_REGISTRY_URL", "http://admin:hunter2@127.0.0.1/")
+    with pytest.raises(RegisterFailed) as e:
+        after_export(finished)
+    assert "hunter2" not in str(e.value) and "holds a user name or password" in str(e.value)
+    export_dir = _export_dir(tmp_path / "export", tiny_model)
+    res = CliRunner().invoke(cli, ["register", str(export_dir), "--model", "m"])
+    assert res.exit_code not in (0, 70) and "internal error" not in res.output, res.output
+    assert "hunter2" not in res.output and "MODEL_REGISTRY_URL" in res.output
+
+
+# ---- a 200 of another shape is the registry's fault, in one line ---------------------------------------------
+
+_FIND = f"GET {API}/registered_model"
+_ODD = [
+    pytest.param(("GET", "/registered_model", "application/json", b"{}"), _FIND, "id: Field required", id="empty"),
+    pytest.param(("GET", "/registered_model", "application/json", b"[]"), _FIND, "got a JSON list", id="list"),
+    pytest.param(("GET", "/registered_model", "application/json", b'"ok"'), _FIND, "got a JSON string", id="text"),
+    pytest.param(
+        ("GET", "/registered_model", "text/html", b"<html>Sign in</html>"), _FIND, "answered text/html", id="page"
+    ),
+    pytest.param(
+        ("POST", "/registered_models/", "application/json", b'{"name": "v"}'),
+        f"POST {API}/registered_models/1/versions",
+        "id: Field required",
+        id="version-without-id",
+    ),
+    pytest.param(
+        ("GET", "/model_versions/", "application/json", b'{"items": {"uri": "x"}}'),
+        f"GET {API}/model_versions/2/artifacts",
+        "items: Input should be a valid list",
+        id="artifacts-not-a-list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("odd", "call", "problem"), _ODD)
+def test_an_answer_of_another_shape_blames_the_registry_in_one_line(odd, call, problem, registry):
+    registry.odd = odd
+    with pytest.raises(RegistryError) as e:
+        register(Registry(registry.url, "registry-token-123"), _entry())
+    line = str(e.value)
+    assert line.startswith(call) and problem in line and "\n" not in line, line
+    assert "MODEL_REGISTRY_URL is the Model Registry's REST endpoint" in line, line
+
+
+def test_an_answer_of_another_shape_is_the_registrys_fault_not_the_exports(finished, tmp_path, tiny_model, registry):
+    from click.testing import CliRunner
+
+    from operator_cli.cli import cli
+
+    registry.odd = ("GET", "/registered_model", "application/json", b"{}")
+    with pytest.raises(RegisterFailed) as e:
+        after_export(finished)
+    assert str(e.value).startswith("register colbert-docs version ") and _FIND in str(e.value), str(e.value)
+    assert "KeyError" not in str(e.value)
+    export_dir = _export_dir(tmp_path / "export", tiny_model)
+    args = ["register", str(export_dir), "--model", "m", "--registry-url", registry.url]
+    res = CliRunner().invoke(cli, args, env={"MODEL_REGISTRY_TOKEN": "registry-token-123"})
+    assert res.exit_code not in (0, 70) and "internal error" not in res.output and _FIND in res.output, res.output

@@ -39,6 +39,7 @@ from trainer.errors import (
     job_exit_code,
     peer_failure,
 )
+from trainer.redirects import guard_hub
 from trainer.reporting.metrics_file import write_metrics_line
 from trainer.run.preemption import EXIT_PREEMPTED, Preempted
 from trainer.storage import export
@@ -118,6 +119,7 @@ def _main(argv: list[str]) -> int:
         cfg = _load(args.config, args.set)
         for key, where in (("output_dir", cfg.output_dir), ("data.cache_dir", cfg.data.cache_dir)):
             writable_dir(where, key)
+        guard_hub()  # HF_TOKEN only to the Hub's origin, for every download and upload of this process
         if not os.environ.get(EXIT_DIR_ENV):  # once per pod: torchrun's children were checked by their launcher
             export.preflight(cfg)  # a bad destination is found now, not after hours of training
             if cfg.registration is not None:

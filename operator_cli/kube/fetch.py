@@ -231,6 +231,9 @@ def exec_stream(
     stream also writes (:meth:`ExecStream.write`)."""
     from kubernetes.stream import stream
 
+    from operator_cli.kube.transport import refuse_ws_redirects
+
+    refuse_ws_redirects()  # the token goes to the API server only, never through a redirect
     what = f"{command[0]} in Pod {cluster.ns}/{pod}"
     try:
         ws = cluster.request(

@@ -4,7 +4,9 @@ Every request has a timeout (``--request-timeout``, 30 s, like kubectl's). Reads
 urllib3's ``Retry`` (see :func:`read_retries`). :func:`call` turns an API or connection error into
 a :class:`CliError` naming the verb, kind, namespace/name, HTTP status and reason, plus the action
 that fixes it. An answer that is not the API's JSON (an HTML login page, a proxy's error) is one
-line. Server URLs are shown without credentials.
+line. Server URLs are shown without credentials. A redirect is never followed, by a request or by an exec's
+websocket (:func:`refuse_ws_redirects`): the kubeconfig's token goes to its server only, and the redirect is one
+line (``trainer/redirects.py`` lists every client of the project and how each keeps its credential home).
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ from typing import Any, TypeVar
 
 from operator_cli.constants import REQUEST_TIMEOUT
 from operator_cli.errors import CliError
+from trainer.redirects import redirect_line
 
-__all__ = ["NOT_THE_API_SERVER", "connect", "call", "default_namespace", "read_retries", "redact"]
+__all__ = [
+    "NOT_THE_API_SERVER",
+    "REDIRECT_FIX",
+    "call",
+    "connect",
+    "default_namespace",
+    "read_retries",
+    "redact",
+    "refuse_ws_redirects",
+    "ws_redirect",
+]
 
 T = TypeVar("T")
+REDIRECT_FIX = "point the kubeconfig's server: at the API server itself (not a proxy or a login page)"
 NOT_THE_API_SERVER = "check that the kubeconfig's server: is the API server (not a proxy, a dashboard or a login page)"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _NOT_OBJECTS = ("get logs", "follow logs", "exec")  # verbs answered with text or a stream, not an object
@@ -91,12 +105,52 @@ def read_retries():
         read=0,
         status=3,
         other=0,
-        redirect=0,
+        redirect=0,  # a redirect is never followed: the kubeconfig's credentials go to its server: only
+        raise_on_redirect=False,  # the 3xx itself comes back, and call() names it
         allowed_methods=frozenset({"GET"}),
         status_forcelist=(429, 500, 502, 503, 504),
         backoff_factor=0.5,
         raise_on_status=False,  # the last answer goes to the client, which raises ApiException with its body
     )
+
+
+_WS_REDIRECT = re.compile(r"redirect refused: HTTP (\d+) to (\S+)")
+
+
+def refuse_ws_redirects() -> None:
+    """Make the kubernetes client's websockets (exec, for fetch and upload) follow no redirect.
+
+    websocket-client follows up to 3 redirects and sends every header again, the bearer token included, to
+    whatever host the ``Location`` names; the kubernetes client builds its websocket with no way to say
+    otherwise, so its ``WebSocket`` class is replaced by one that follows none. A refused redirect reaches
+    :func:`call` as the client's ``ApiException(status=0)``, whose reason :func:`ws_redirect` reads back."""
+    from kubernetes.stream import ws_client
+    from websocket import WebSocket, WebSocketException
+
+    if getattr(ws_client.WebSocket, "refuses_redirects", False):
+        return
+
+    class NoRedirectWebSocket(WebSocket):
+        refuses_redirects = True
+
+        def connect(self, url, **options):
+            options["redirect_limit"] = 0
+            try:
+                super().connect(url, **options)
+            except WebSocketException:
+                answer = getattr(self, "handshake_response", None)
+                if answer is None or not 300 <= answer.status < 400:
+                    raise
+                location = (answer.headers or {}).get("location", "")
+                raise WebSocketException(f"redirect refused: HTTP {answer.status} to {location}") from None
+
+    ws_client.WebSocket = NoRedirectWebSocket
+
+
+def ws_redirect(message: str) -> tuple[int, str] | None:
+    """(status, location) of a websocket redirect :func:`refuse_ws_redirects` refused, read from an error line."""
+    found = _WS_REDIRECT.search(message)
+    return (int(found[1]), found[2]) if found else None
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None, timeout: float = REQUEST_TIMEOUT):
@@ -155,6 +209,12 @@ def call(
                 else f"ask for RBAC permission; check with `kubectl auth can-i {verb} {kind.lower()}s -n {namespace}`"
             )
             raise CliError(f"cannot {verb} {target}: {status} {reason}", hint=hint, status=status) from e
+        location = e.headers.get("Location") if e.headers else None
+        if status == 0 and (refused := ws_redirect(str(e.reason or ""))):
+            status, location = refused  # an exec's websocket (refuse_ws_redirects)
+        if status and 300 <= status < 400:
+            line = redirect_line(f"the API server at {host} ({verb} {target})", status, location, REDIRECT_FIX)
+            raise CliError(line, status=status) from None
         if status == 404:
             raise CliError(f"{target} not found ({verb}: 404 {reason})", exit_code=1, status=404) from e
         if status == 429 or (status and status >= 500):

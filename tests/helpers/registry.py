@@ -6,7 +6,8 @@ for a name taken), ``GET /model_version?name=&parentResourceId=`` (200, 404), ``
 /registered_models/{id}/versions`` (201; 404 for no such model; 409 for a name taken), ``GET`` and ``POST
 /model_versions/{id}/artifacts`` (200 with ``items``; 201), ``GET /registered_models/{id}/versions`` (200);
 a 401 without the bearer token when one is set; errors as the spec's ``{"code", "message"}``. ``stall`` holds
-the answer to one call after doing it (a registration killed between the registry's work and its answer).
+the answer to one call after doing it (a registration killed between the registry's work and its answer);
+``odd`` answers one call 200 with a body of another shape (a login page, ``{}``, a list).
 
 What the real registry does that this does not: persistence (MySQL/PostgreSQL through its own schema),
 pagination, ``filterQuery``, ``orderBy``, ``PATCH`` and states (ARCHIVED), ``externalId`` uniqueness, server
@@ -31,6 +32,8 @@ __all__ = ["RegistryStandIn"]
 class RegistryStandIn:
     def __init__(self, token: str | None = None):
         self.token, self.calls, self.stall = token, [], None  # stall: (method, path prefix) to hold
+        # odd: (method, path prefix, content type, body): answered 200 with that body instead (a proxy, a wrong API)
+        self.odd: tuple[str, str, str, bytes] | None = None
         self.stalled, self.release = threading.Event(), threading.Event()
         self.models: dict[str, dict] = {}
         self.versions: dict[str, dict] = {}
@@ -126,6 +129,9 @@ class RegistryStandIn:
             body = json.loads(raw) if raw else None
         except ValueError:
             return _send(handler, 400, _error(400, "invalid JSON"))
+        if self.odd and method == self.odd[0] and path.startswith(self.odd[1]):
+            self.calls.append((method, path))
+            return _send_raw(handler, 200, self.odd[2], self.odd[3])
         with self._lock:
             self.calls.append((method, path))
             status, answer = self._answer(method, path, query, body)
@@ -141,9 +147,12 @@ def _error(status: int, message: str) -> dict:
 
 
 def _send(handler: BaseHTTPRequestHandler, status: int, body: dict) -> None:
-    data = json.dumps(body).encode()
+    _send_raw(handler, status, "application/json", json.dumps(body).encode())
+
+
+def _send_raw(handler: BaseHTTPRequestHandler, status: int, kind: str, data: bytes) -> None:
     handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Type", kind)
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)

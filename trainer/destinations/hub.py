@@ -1,6 +1,8 @@
 """Export to a Hugging Face Hub model repository (``hf://ORG/NAME``): a write probe at start (whoami, the
 repository created when missing, a probe branch), then one commit with the files, the manifest and the removal
-of what the previous export wrote and this one has not (``trainer/storage/export.py`` says why)."""
+of what the previous export wrote and this one has not (``trainer/storage/export.py`` says why). ``HF_TOKEN`` goes
+to ``HF_ENDPOINT``'s origin only (``trainer/redirects.py``: httpx strips it on a redirect elsewhere, and
+:func:`~trainer.redirects.guard_hub` where huggingface_hub would not); such a redirect is one line."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from trainer.config.base import Destination
 from trainer.destinations.base import MANIFEST, ExportError, ExportFailed, files_of, reason_of
+from trainer.redirects import guard_hub, hub_redirect
 
 __all__ = ["HubRepository"]
 
@@ -39,9 +42,13 @@ class HubRepository:
         return 1
 
 
+_REDIRECT_FIX = "set HF_ENDPOINT to the Hub's own address (not a proxy or a login page)"
+
+
 def _hub(cfg):
     from huggingface_hub import HfApi
 
+    guard_hub()  # HF_TOKEN goes to the Hub's origin only, never through a redirect
     # read here, not at the library's import: a test (or a caller) may set them after it
     return HfApi(endpoint=os.environ.get("HF_ENDPOINT"), token=os.environ.get("HF_TOKEN"))
 
@@ -75,6 +82,8 @@ def _probe_hub(cfg, dest: Destination) -> None:
         step = "its files"
         _hub_stale(dest, *_hub_previous(api, dest, cfg.export.revision), {}, cfg.export.replace)
     except HfHubHTTPError as e:
+        if line := hub_redirect(e, _REDIRECT_FIX):
+            raise ExportError(f"export.destination {dest}: {line}") from None
         status = getattr(getattr(e, "response", None), "status_code", None) or 0
         if status == 429 or status >= 500:
             raise ExportFailed(
@@ -121,6 +130,8 @@ def _upload_hub(cfg, dest: Destination, plan: dict[str, Path], manifest: dict) -
     except ExportError as e:  # files appeared since the start's check; the restart's check refuses the job
         raise ExportFailed(str(e)) from None
     except Exception as e:  # HTTP errors, httpx's connection errors, a card the Hub refuses: one line, retryable
+        if line := hub_redirect(e, _REDIRECT_FIX):
+            raise ExportError(f"export to {dest}: {line}") from None
         raise ExportFailed(f"export to {dest}: the commit failed ({_hub_reason(e)})") from None
     log.info("export: commit %s (files the Hub already held unchanged were not sent)", info.oid)
 

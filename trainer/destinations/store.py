@@ -15,6 +15,7 @@ from typing import Any
 from trainer.atomic import write_text
 from trainer.config.base import Destination
 from trainer.destinations.base import MANIFEST, PARTIAL, ExportError, ExportFailed, files_of, reason_of
+from trainer.redirects import Redirected
 from trainer.storage.stores import bucket_store
 
 __all__ = ["ObjectStore"]
@@ -52,6 +53,8 @@ def _store(dest: Destination, probe: bool = False):
         retry = {"max_retries": 10, "retry_timeout": timedelta(minutes=10)}
     try:
         return bucket_store(dest.scheme, dest.bucket, options, retry_config=retry)
+    except Redirected as e:  # a custom endpoint that redirects elsewhere (trainer/redirects.py)
+        raise ExportError(f"export.destination {dest}: {e}") from None
     except Exception as e:  # a builder's complaint: no account (az://), a bad endpoint, ...
         raise ExportError(f"export.destination {dest}: cannot be opened ({reason_of(e)})") from None
 

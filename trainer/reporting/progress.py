@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trainer.config.schema import TrainConfig
+from trainer.redirects import opener, redact, redirect_line
 from trainer.retrieval import RETRIEVERS
 from trainer.scale import job_scale
 
@@ -69,27 +70,6 @@ def endpoint(env: Mapping[str, str]) -> tuple[str, str | None, str | None] | Non
         if env.get(url):
             return env[url], env.get(ca), env.get(token)
     return None
-
-
-def redact(url: str) -> str:
-    """``url`` without its user information, for logs.
-
-    >>> redact("https://user:secret@status.example:8443/v1/x?a=1")
-    'https://status.example:8443/v1/x?a=1'
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A 3xx is an answer, not a new destination: the token goes only to the endpoint the Trainer named."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
 
 
 def _endpoint_problem(url: str, ca: str | None, token: str | None) -> str | None:
@@ -399,17 +379,18 @@ class Progress:
                     headers["Authorization"] = f"Bearer {f.read().strip()}"
             context = ssl.create_default_context(cafile=ca) if url.lower().startswith("https") else None
             request = urllib.request.Request(redact(url), json.dumps(body).encode(), headers, method="POST")
-            opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
-            with opener.open(request, timeout=self.timeout) as response:
+            with opener(context).open(request, timeout=self.timeout) as response:
                 response.read()
         except Exception as e:  # progress must never stop training
             kind = type(e).__name__
             if isinstance(e, urllib.error.HTTPError) and 300 <= e.code < 400:
-                kind, e = "redirect", RuntimeError(f"HTTP {e.code}: a redirect, not followed (the token stays home)")
+                fix = "the status URL the Trainer injects must be the endpoint itself; check the Trainer's settings"
+                line = redirect_line(redact(url), e.code, e.headers.get("Location"), fix)
+                kind, e = "redirect", RuntimeError(line)
             if kind not in self._warned:
                 self._warned.add(kind)
                 log.warning(
                     "could not report progress to the TrainJob's status (%s: %s); the job goes on",
                     kind,
-                    str(e).splitlines()[0][:160] if str(e) else "",
+                    str(e).splitlines()[0][: 400 if kind == "redirect" else 160] if str(e) else "",
                 )

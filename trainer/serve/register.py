@@ -12,8 +12,9 @@ version carries
 
 **Once.** After success ``output_dir/registered.json`` is written atomically; a restart that finds it for this
 export (same destination, same manifest) registers nothing. Killed between the registry's answer and the
-marker, the restart finds the version by name, with this export's URI as its artifact, and adds nothing; a
-version of that name that points elsewhere is refused in one line (set ``register.version``). A registry that
+marker, the restart finds the version by name, with this export's manifest sha256 (``export_manifest_sha256``)
+and URI, and adds nothing; a version of that name made for another export (another digest) or that points
+elsewhere is refused in one line (set ``register.version``). A registry that
 cannot be reached or fails is :class:`RegisterFailed` (retryable, as a failed export: the restart retries).
 """
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.config.schema import TrainConfig
-from trainer.serve.registry import Registry, RegistryError, metadata
+from trainer.serve.registry import Registry, RegistryError, check_endpoint, metadata
 from trainer.storage.export import ExportFailed
 
 __all__ = [
@@ -127,9 +128,17 @@ def register(registry: Registry, entry: Entry) -> dict:
             if e.status != 409:  # another writer created it meanwhile: find it again
                 raise
             model = registry.find_model(entry.model)
+            if model is None:
+                raise RegistryError(f"{entry.model!r}: the registry said it exists (409) but cannot find it") from None
     version, created = registry.find_version(model["id"], entry.version), False
     if version is None:
         version, created = registry.create_version(model["id"], entry.version_body()), True
+    elif (held_digest := _digest_of(version)) != entry.manifest_sha256:
+        raise RegistryError(
+            f"version {entry.version!r} of {entry.model!r} exists for another export (its manifest sha256 "
+            f"{held_digest or 'none'}, this export's {entry.manifest_sha256}); set register.version (--version) "
+            "to a new name"
+        )
     held = [a for a in registry.artifacts(version["id"]) if a.get("artifactType", "model-artifact") == "model-artifact"]
     if ours := [a for a in held if a.get("uri") == entry.uri]:
         artifact = ours[0]
@@ -142,6 +151,12 @@ def register(registry: Registry, entry: Entry) -> dict:
         artifact = registry.add_artifact(version["id"], entry.artifact_body())
     ids = {"model_id": model["id"], "version_id": version["id"], "artifact_id": artifact.get("id")}
     return {"model": entry.model, "version": entry.version, "uri": entry.uri, **ids, "created": created}
+
+
+def _digest_of(version: dict) -> str | None:
+    """The export manifest's sha256 a version was registered with (its ``export_manifest_sha256``), or None."""
+    held = (version.get("customProperties") or {}).get("export_manifest_sha256")
+    return held.get("string_value") if isinstance(held, dict) else None
 
 
 def read_export(uri: str) -> tuple[str, bytes, dict, str]:
@@ -177,9 +192,15 @@ def read_export(uri: str) -> tuple[str, bytes, dict, str]:
 def _store_reader(dest):
     import obstore
 
+    from trainer.redirects import Redirected
     from trainer.storage.stores import bucket_store, reason
 
-    store = bucket_store(dest.scheme, dest.bucket, {"timeout": "60s", "connect_timeout": "10s"})
+    try:
+        store = bucket_store(dest.scheme, dest.bucket, {"timeout": "60s", "connect_timeout": "10s"})
+    except Redirected as e:  # a custom endpoint that redirects elsewhere (trainer/redirects.py)
+        raise RegistryError(f"{dest}: {e}") from None
+    except Exception as e:  # a builder's complaint: no account (az://), a bad endpoint
+        raise RegistryError(f"{dest}: cannot be opened ({reason(e)})") from None
 
     def get(name: str) -> bytes | None:
         try:
@@ -216,8 +237,15 @@ def preflight(cfg: TrainConfig) -> None:
     """At start, before hours of training: the registry's endpoint is known (config or environment)."""
     from trainer.config.schema import ConfigError
 
-    if cfg.registration is not None and not (cfg.registration.url or os.environ.get("MODEL_REGISTRY_URL")):
+    if cfg.registration is None or cfg.registration.url:
+        return
+    url = os.environ.get("MODEL_REGISTRY_URL")
+    if not url:
         raise ConfigError("register: no registry endpoint; set register.url, or pass --env MODEL_REGISTRY_URL=URL")
+    try:
+        check_endpoint(url, "MODEL_REGISTRY_URL")
+    except RegistryError as e:
+        raise ConfigError(f"register: {e}") from None
 
 
 def after_export(cfg: TrainConfig) -> dict:

@@ -40,6 +40,7 @@ from filelock import FileLock
 from trainer.atomic import sha256_of, write_text
 from trainer.config.base import OBJECT_SCHEMES
 from trainer.config.schema import ConfigError, TrainConfig
+from trainer.redirects import Redirected
 from trainer.storage.stores import bucket_store, reason
 
 __all__ = ["SourceError", "check_present", "is_remote", "stage", "stage_config"]
@@ -82,6 +83,8 @@ def _store(url: str):
         )
     try:
         return _open_store(parts)
+    except Redirected as e:  # a custom endpoint that redirects elsewhere (trainer/redirects.py)
+        raise SourceError(f"{_shown(url)}: {e}") from None
     except Exception as e:  # obstore's builders: a missing account (az://), a bad endpoint, ...
         raise SourceError(
             f"{_shown(url)}: cannot be opened ({reason(e)}); check the URL and the store's environment "
