@@ -22,8 +22,10 @@ from pathlib import Path
 import click
 
 from operator_cli import constants as C
+from operator_cli import rules
 from operator_cli.commands.base import Command, Group, cluster_of, cluster_options, default_namespace, namespace_option
 from operator_cli.errors import CliError
+from operator_cli.values import shown
 
 __all__ = ["serve_group", "serve_python"]
 
@@ -48,11 +50,17 @@ def serve_python() -> str:
 
 @click.group("serve", cls=Group, invoke_without_command=True)
 @click.option("--local", "uri", metavar="URI", help="Serve this export (s3://..., a local copy) or output_dir here.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --local: the address to listen on (0.0.0.0: every interface, reachable from the network).",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="With --local.")
 @click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings, not PLAID.")
 @click.option("--model-name", default="colbert", show_default=True, help="The model's name in the URLs.")
 @click.pass_context
-def serve_group(ctx: click.Context, uri: str | None, port: int, exact: bool, model_name: str) -> None:
+def serve_group(ctx: click.Context, uri: str | None, host: str, port: int, exact: bool, model_name: str) -> None:
     """Serve a trained model: search (top-k ids) and rerank (MaxSim scores), KServe v1 and v2 protocols."""
     if ctx.invoked_subcommand is not None:
         if uri:
@@ -64,10 +72,27 @@ def serve_group(ctx: click.Context, uri: str | None, port: int, exact: bool, mod
         raise CliError(
             "give --local URI, or a subcommand (render, apply, list, delete)", hint="see `colbert-k8s serve --help`"
         )
+    _check_host(host)
     python = serve_python()
-    cmd = [python, "-m", "trainer.serve", uri, "--http-port", str(port), "--model-name", model_name]
+    cmd = [python, "-m", "trainer.serve", uri, "--host", host, "--http-port", str(port), "--model-name", model_name]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
     os.execve(python, cmd + (["--exact"] if exact else []), env)  # the server is this process: Ctrl-C stops it
+
+
+def _check_host(host: str) -> None:
+    """--host: an IP address or a host name (uvicorn would fail on anything else with a traceback)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not rules.full("dns1123", host.lower()):
+        raise CliError(
+            f"--host must be an IP address or a host name, got {shown(host)}",
+            hint="--host 127.0.0.1 (this machine only, the default) or --host 0.0.0.0 (every interface)",
+        )
 
 
 def _spec_options(fn):
