@@ -23,7 +23,15 @@ import click
 
 from operator_cli import constants as C
 from operator_cli import rules
-from operator_cli.commands.base import Command, Group, cluster_of, cluster_options, default_namespace, namespace_option
+from operator_cli.commands.base import (
+    Command,
+    Group,
+    click_option,
+    cluster_of,
+    cluster_options,
+    default_namespace,
+    namespace_option,
+)
 from operator_cli.errors import CliError
 from operator_cli.values import shown
 
@@ -109,6 +117,12 @@ def _spec_options(fn):
             click.option("--gpus", type=int, default=0, show_default=True, help="GPUs a replica (0: CPU)."),
             click.option("--cpu", default="2", show_default=True, help="CPUs a replica (requests = limits)."),
             click.option("--memory", default="8Gi", show_default=True, help="Memory a replica (requests = limits)."),
+            click.option(
+                "--ephemeral-storage",
+                default="10Gi",
+                show_default=True,
+                help="Node disk a replica asks for (a request): the export in /mnt/models, /tmp, logs.",
+            ),
             click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings."),
             click.option(
                 "--min-replicas", type=int, default=1, show_default=True, help="Replicas at least (0: none while idle)."
@@ -134,11 +148,20 @@ def _spec_options(fn):
                 show_default=True,
                 help="The ClusterServingRuntime (apply creates colbert-k8s's when missing).",
             ),
+            *_pod_options(),
             cluster_options,
         ]
     ):
         fn = decorator(fn)
     return fn
+
+
+def _pod_options() -> list:
+    """The job options a served model's pod takes too (image pull secrets, node selector, tolerations, labels,
+    annotations): the job commands' own declarations."""
+    from operator_cli.kube.kinds.inferenceservice import POD_OPTIONS
+
+    return [click_option(option, {}) for option in POD_OPTIONS]
 
 
 def _default_name(uri: str) -> str:
@@ -152,7 +175,7 @@ def _default_name(uri: str) -> str:
 def _build(o: dict):
     """(ClusterServingRuntime, InferenceService) the flags describe; NAME reads the job's export from its config."""
     from operator_cli.commands.register import job_export
-    from operator_cli.kube.kinds.inferenceservice import InferenceService, ServeSpec, ServingRuntime
+    from operator_cli.kube.kinds.inferenceservice import POD_OPTIONS, InferenceService, ServeSpec, ServingRuntime
     from operator_cli.values import parse_secret_envs
 
     target = o["target"]
@@ -173,6 +196,8 @@ def _build(o: dict):
         service_account=o["service_account"],
         secret_env=parse_secret_envs(o["secret_env"]),
         runtime=o["runtime"],
+        ephemeral_storage=o["ephemeral_storage"],
+        **{opt.spec_field: opt.parse(o[opt.key]) if opt.parse else o[opt.key] for opt in POD_OPTIONS},
     )
     return ServingRuntime().render(spec), InferenceService().render(spec)
 
