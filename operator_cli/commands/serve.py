@@ -1,13 +1,13 @@
 """``serve``: a trained model answers search and rerank requests, on this machine or on KServe.
 
-    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--exact]   (the predictor, here)
+    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--host 127.0.0.1] [--exact]   (the predictor, here)
     colbert-k8s serve render NAME|URI [-o yaml|json]    colbert-k8s serve apply NAME|URI
     colbert-k8s serve list                              colbert-k8s serve delete NAME
 
 ``--local`` runs the very predictor an InferenceService runs (``python -m trainer.serve``, KServe's model server)
 in the interpreter that has kserve: this one if it does, else ``.venv-serve`` (``scripts/setup.sh`` creates it:
-kserve pins python-dateutil<3, which this CLI's kubernetes client refuses). Importing this module imports
-neither torch nor kserve.
+kserve pins python-dateutil<3, which this CLI's kubernetes client refuses), listening on 127.0.0.1 unless
+``--host`` names another address. Importing this module imports neither torch nor kserve.
 """
 
 from __future__ import annotations

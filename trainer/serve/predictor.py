@@ -1,16 +1,19 @@
 """The KServe predictor: :class:`trainer.serve.engine.Engine` behind KServe's Python model server.
 
-``python -m trainer.serve URI [--model-name colbert] [--http-port 8080] [--exact]`` (what ``colbert-k8s serve
---local`` and the InferenceService's container run). The model and its index are loaded before the server
-listens, so ``GET /v1/models/NAME`` (the readiness probe) answers 200 only once both are in memory.
+``python -m trainer.serve URI [--model-name colbert] [--host 0.0.0.0] [--http-port 8080] [--exact]`` (what
+``colbert-k8s serve --local`` runs, on 127.0.0.1, and the InferenceService's container). The model and its
+index are loaded before the server listens, so ``GET /v1/models/NAME`` (the readiness probe) answers 200 only
+once both are in memory.
 
 * v1: ``POST /v1/models/NAME:predict`` with ``{"instances": [{"query": "...", "k": 10}]}`` answers
-  ``{"predictions": [{"ids": [...], "scores": [...]}]}``; with ``{"instances": [{"query": "...", "documents":
-  [...]}]}`` (rerank) ``{"predictions": [{"scores": [...]}]}``.
-* v2 (Open Inference): ``POST /v2/models/NAME/infer`` with the same fields as named tensors: ``query`` (BYTES),
-  ``k`` (INT32) or ``documents`` (BYTES); the outputs are ``ids`` (BYTES) and ``scores`` (FP32).
-* A bad request (malformed JSON, an empty query, a k out of range, a body over
-  :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, and the server goes on.
+  ``{"predictions": [{"ids": [...], "scores": [...], "found": n}]}``; with ``{"instances": [{"query": "...",
+  "documents": [...]}]}`` (rerank) ``{"predictions": [{"scores": [...]}]}``.
+* v2 (Open Inference): ``POST /v2/models/NAME/infer`` with the same fields as named tensors
+  (:data:`trainer.serve.requests.V2_INPUTS`); the outputs are ``ids``, ``scores`` and ``found``.
+* Only :data:`ROUTES` are answered; liveness (``GET /``) fails once the model is not loaded.
+* A bad request (not JSON, an empty query, a k out of range, a tensor twice, a body over
+  :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, logged at INFO as one
+  line, and the server goes on.
 * Batching: a request's queries are encoded in one batch; KServe's batcher (the InferenceService's
   ``predictor.batcher``) groups concurrent v1 requests into one before they reach this process. Requests are
   answered one at a time (one model, one device), off the event loop, so health checks are answered meanwhile.
