@@ -314,6 +314,9 @@ def test_only_the_documented_routes_are_served(exact_server):
     assert exact_server.get("/v2/health/live")[0] == 200 and exact_server.get("/v1/models/colbert")[0] == 200
     status, answer = exact_server.v1([{"query": "still served", "k": 2}])
     assert status == 200 and answer["predictions"][0]["found"] == 2
+    status, answer = exact_server.post("/v1/models/other:predict", {"instances": [{"query": "q"}]})
+    assert status == 404 and "other" in answer["error"]  # another model's name: the client's mistake, at INFO
+    assert _error_lines(exact_server.output()) == []
     status, meta = exact_server.get("/v2/models/colbert")
     assert status == 200
     assert [(t["name"], t["datatype"]) for t in meta["inputs"]] == [
