@@ -40,6 +40,7 @@ SERVE_MODEL_FORMAT = "colbert"
 SERVE_CONTAINER = "kserve-container"  # KServe's name for the predictor's container
 SERVE_PORT = 8080
 SERVE_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts storageUri
+SERVE_TMP_SIZE = "1Gi"  # the predictor's /tmp (an emptyDir): its root filesystem is read-only
 SERVE_PYTHON = "/opt/serve/bin/python"  # the image's serve venv (the Dockerfile), layered on /opt/venv
 KSERVE_INSTALL = "https://kserve.github.io/website/docs/admin-guide/overview (KServe 0.15 or newer)"
 
@@ -59,6 +60,7 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_VERSION = "app.kubernetes.io/version"  # this tool's version, on every object (the chart: its appVersion)
+OWN_LABELS = frozenset({LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT, LABEL_VERSION})  # every object's
 APP_VERSION = __version__
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 # Kueue's topology-aware scheduling (beta, on by default since Kueue 0.14): annotations on pod templates

@@ -21,11 +21,7 @@ import operator_cli.kube.names as names
 from operator_cli import resources, scheduling
 from operator_cli.constants import (
     DEFAULT_IMAGE,
-    LABEL_COMPONENT,
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
-    LABEL_VERSION,
+    OWN_LABELS,
     RDMA_CAPABILITY,
     RDMA_RESOURCE,
     TERMINATION_GRACE_SECONDS,
@@ -68,7 +64,6 @@ __all__ = [
     "parse_training_config",
 ]
 
-OWN_LABELS = {LABEL_NAME, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_COMPONENT, LABEL_VERSION}  # on every object
 _BY_FIELD: dict[str, Option] = {o.spec_field: o for o in JOB_OPTIONS}
 
 

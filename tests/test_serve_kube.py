@@ -31,6 +31,16 @@ _CORE_CONTAINER = {
     "livenessProbe",
     "startupProbe",
     "securityContext",
+    "volumeMounts",
+}
+_CORE_POD = {
+    "securityContext",
+    "serviceAccountName",
+    "nodeSelector",
+    "tolerations",
+    "imagePullSecrets",
+    "terminationGracePeriodSeconds",
+    "volumes",
 }
 
 
@@ -44,10 +54,15 @@ def _pod_of(isvc: dict) -> dict:
     """The predictor as a core PodTemplate: its pod fields and the model's container fields."""
     predictor = isvc["spec"]["predictor"]
     container = {k: v for k, v in predictor["model"].items() if k in _CORE_CONTAINER}
-    spec = {"securityContext": predictor["securityContext"], "containers": [{"name": "kserve-container", **container}]}
-    if "serviceAccountName" in predictor:
-        spec["serviceAccountName"] = predictor["serviceAccountName"]
-    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "p"}, "template": {"spec": spec}}
+    spec = {k: v for k, v in predictor.items() if k in _CORE_POD}
+    spec["containers"] = [{"name": "kserve-container", **container}]
+    metadata = {"name": "p", "labels": predictor["labels"], "annotations": predictor.get("annotations", {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "p"},
+        "template": {"metadata": metadata, "spec": spec},
+    }
 
 
 DEPLOYMENTS = [
@@ -57,6 +72,28 @@ DEPLOYMENTS = [
         {"nvidia.com/gpu": 1, "cpu": "4", "memory": "16Gi"},
     ),
     ("cpu", ["--max-replicas", "3", "--service-account", "kserve-s3"], {"cpu": "2", "memory": "8Gi"}),
+    (
+        "platform",
+        [
+            "--image-pull-secret",
+            "regcred",
+            "--node-selector",
+            "nvidia.com/gpu.product=H100",
+            "--toleration",
+            "nvidia.com/gpu:NoSchedule",
+            "--toleration",
+            "dedicated=search:NoExecute",
+            "--label",
+            "team=search",
+            "--annotation",
+            "example.com/owner=search team",
+            "--ephemeral-storage",
+            "20Gi",
+            "--gpus",
+            "1",
+        ],
+        {"nvidia.com/gpu": 1, "cpu": "2", "memory": "8Gi"},
+    ),
 ]
 
 
@@ -75,6 +112,50 @@ def test_the_rendered_inference_service_is_crd_valid(name, flags, limits):
     assert isvc["metadata"]["name"] == "run-1" and model["readinessProbe"]["httpGet"]["path"] == "/v1/models/run-1"
     assert isvc["spec"]["predictor"]["securityContext"]["runAsNonRoot"] is True
     assert runtime["spec"]["containers"][0]["args"][1] == "--model-name={{.Name}}"
+    assert model["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in model["volumeMounts"]
+    assert "ephemeral-storage" in model["resources"]["requests"]  # a request only: the limits are the above
+
+
+def test_serve_render_takes_the_job_commands_pod_flags():
+    """The scheduling and metadata flags of the job commands, on the InferenceService and its pods."""
+    _, isvc = _render(
+        "s3://models/run-1/",
+        "--image-pull-secret",
+        "regcred",
+        "--node-selector",
+        "pool=gpu",
+        "--toleration",
+        "nvidia.com/gpu:NoSchedule",
+        "--label",
+        "team=search",
+        "--annotation",
+        "example.com/owner=me",
+        "--ephemeral-storage",
+        "20Gi",
+    )
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["imagePullSecrets"] == [{"name": "regcred"}]
+    assert predictor["nodeSelector"] == {"pool": "gpu"}
+    assert predictor["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert isvc["metadata"]["labels"]["team"] == "search" and predictor["labels"]["team"] == "search"
+    assert isvc["metadata"]["labels"]["app.kubernetes.io/component"] == "serve"
+    assert isvc["metadata"]["annotations"] == {
+        "serving.kserve.io/deploymentMode": "RawDeployment",
+        "example.com/owner": "me",
+    }
+    assert predictor["annotations"] == {"example.com/owner": "me"}
+    assert predictor["model"]["resources"]["requests"]["ephemeral-storage"] == "20Gi"
+
+
+def test_the_serve_pod_flags_are_the_job_options_themselves():
+    """Declared once: the same Option objects as submit's, so the help and the rules cannot drift."""
+    from operator_cli.kube.kinds.inferenceservice import POD_OPTIONS
+    from operator_cli.options import JOB_OPTIONS
+
+    assert all(any(option is job for job in JOB_OPTIONS) for option in POD_OPTIONS)
+    help_text = CliRunner().invoke(cli, ["serve", "render", "--help"]).output
+    assert all(option.flag in help_text for option in POD_OPTIONS) and "--ephemeral-storage" in help_text
 
 
 def test_the_rendered_objects_name_no_secret_value():
@@ -107,12 +188,44 @@ def test_the_rendered_objects_name_no_secret_value():
         (["s3://m/r/", "--cpu", "lots"], "--cpu must be a Kubernetes quantity"),
         (["s3://m/r/", "--name", "Bad_Name"], "--name must be a DNS-1035 label"),
         (["s3://m/r/", "--max-batch-size", "1000"], "--max-batch-size must be from 1 to 64"),
+        (["s3:///x"], "the export 's3:///x': s3:// names no bucket; give s3://BUCKET/PREFIX/"),
+        (["gs://b/../x"], "the prefix holds '.' or '..'"),
+        (["pvc:///x"], "names no pvc:// host, claim or repository"),
+        (["s3://m/r/", "--label", "app.kubernetes.io/component=x"], "--label app.kubernetes.io/component is set by"),
+        (["s3://m/r/", "--label", "team=a b"], "--label value for team must be a label value"),
+        (["s3://m/r/", "--annotation", "serving.kserve.io/deploymentMode=Serverless"], "is set by colbert-k8s"),
+        (["s3://m/r/", "--toleration", "gpu"], "--toleration"),
+        (["s3://m/r/", "--image-pull-secret", "Bad_Secret"], "--image-pull-secret must be a DNS-1123 name"),
+        (["s3://m/r/", "--node-selector", "pool"], "--node-selector"),
+        (["s3://m/r/", "--ephemeral-storage", "lots"], "--ephemeral-storage must be a Kubernetes quantity"),
+        (
+            ["s3://m/r/", "--annotation", "example.com/token=ghp_" + "a" * 36],
+            "--annotation example.com/token holds",
+        ),
     ],
-    ids=["scheme", "gpus", "cpu", "name", "batch"],
+    ids=[
+        "scheme",
+        "gpus",
+        "cpu",
+        "name",
+        "batch",
+        "empty bucket",
+        "dot-dot prefix",
+        "empty claim",
+        "own label",
+        "bad label",
+        "deployment mode",
+        "bad toleration",
+        "bad pull secret",
+        "bad node selector",
+        "ephemeral storage",
+        "token in annotation",
+    ],
 )
 def test_a_bad_flag_is_one_line(args, message):
     res = CliRunner().invoke(cli, ["serve", "render", *args])
-    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    assert len(res.output.strip().splitlines()) <= 2  # the error, and its hint
 
 
 @pytest.fixture

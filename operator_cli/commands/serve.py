@@ -1,13 +1,13 @@
 """``serve``: a trained model answers search and rerank requests, on this machine or on KServe.
 
-    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--exact]   (the predictor, here)
+    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--host 127.0.0.1] [--exact]   (the predictor, here)
     colbert-k8s serve render NAME|URI [-o yaml|json]    colbert-k8s serve apply NAME|URI
     colbert-k8s serve list                              colbert-k8s serve delete NAME
 
 ``--local`` runs the very predictor an InferenceService runs (``python -m trainer.serve``, KServe's model server)
 in the interpreter that has kserve: this one if it does, else ``.venv-serve`` (``scripts/setup.sh`` creates it:
-kserve pins python-dateutil<3, which this CLI's kubernetes client refuses). Importing this module imports
-neither torch nor kserve.
+kserve pins python-dateutil<3, which this CLI's kubernetes client refuses), listening on 127.0.0.1 unless
+``--host`` names another address. Importing this module imports neither torch nor kserve.
 """
 
 from __future__ import annotations
@@ -22,8 +22,18 @@ from pathlib import Path
 import click
 
 from operator_cli import constants as C
-from operator_cli.commands.base import Command, Group, cluster_of, cluster_options, default_namespace, namespace_option
+from operator_cli import rules
+from operator_cli.commands.base import (
+    Command,
+    Group,
+    click_option,
+    cluster_of,
+    cluster_options,
+    default_namespace,
+    namespace_option,
+)
 from operator_cli.errors import CliError
+from operator_cli.values import shown
 
 __all__ = ["serve_group", "serve_python"]
 
@@ -48,11 +58,17 @@ def serve_python() -> str:
 
 @click.group("serve", cls=Group, invoke_without_command=True)
 @click.option("--local", "uri", metavar="URI", help="Serve this export (s3://..., a local copy) or output_dir here.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --local: the address to listen on (0.0.0.0: every interface, reachable from the network).",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="With --local.")
 @click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings, not PLAID.")
 @click.option("--model-name", default="colbert", show_default=True, help="The model's name in the URLs.")
 @click.pass_context
-def serve_group(ctx: click.Context, uri: str | None, port: int, exact: bool, model_name: str) -> None:
+def serve_group(ctx: click.Context, uri: str | None, host: str, port: int, exact: bool, model_name: str) -> None:
     """Serve a trained model: search (top-k ids) and rerank (MaxSim scores), KServe v1 and v2 protocols."""
     if ctx.invoked_subcommand is not None:
         if uri:
@@ -64,10 +80,27 @@ def serve_group(ctx: click.Context, uri: str | None, port: int, exact: bool, mod
         raise CliError(
             "give --local URI, or a subcommand (render, apply, list, delete)", hint="see `colbert-k8s serve --help`"
         )
+    _check_host(host)
     python = serve_python()
-    cmd = [python, "-m", "trainer.serve", uri, "--http-port", str(port), "--model-name", model_name]
+    cmd = [python, "-m", "trainer.serve", uri, "--host", host, "--http-port", str(port), "--model-name", model_name]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
     os.execve(python, cmd + (["--exact"] if exact else []), env)  # the server is this process: Ctrl-C stops it
+
+
+def _check_host(host: str) -> None:
+    """--host: an IP address or a host name (uvicorn would fail on anything else with a traceback)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not rules.full("dns1123", host.lower()):
+        raise CliError(
+            f"--host must be an IP address or a host name, got {shown(host)}",
+            hint="--host 127.0.0.1 (this machine only, the default) or --host 0.0.0.0 (every interface)",
+        )
 
 
 def _spec_options(fn):
@@ -84,6 +117,12 @@ def _spec_options(fn):
             click.option("--gpus", type=int, default=0, show_default=True, help="GPUs a replica (0: CPU)."),
             click.option("--cpu", default="2", show_default=True, help="CPUs a replica (requests = limits)."),
             click.option("--memory", default="8Gi", show_default=True, help="Memory a replica (requests = limits)."),
+            click.option(
+                "--ephemeral-storage",
+                default="10Gi",
+                show_default=True,
+                help="Node disk a replica asks for (a request): the export in /mnt/models, /tmp, logs.",
+            ),
             click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings."),
             click.option(
                 "--min-replicas", type=int, default=1, show_default=True, help="Replicas at least (0: none while idle)."
@@ -109,11 +148,20 @@ def _spec_options(fn):
                 show_default=True,
                 help="The ClusterServingRuntime (apply creates colbert-k8s's when missing).",
             ),
+            *_pod_options(),
             cluster_options,
         ]
     ):
         fn = decorator(fn)
     return fn
+
+
+def _pod_options() -> list:
+    """The job options a served model's pod takes too (image pull secrets, node selector, tolerations, labels,
+    annotations): the job commands' own declarations."""
+    from operator_cli.kube.kinds.inferenceservice import POD_OPTIONS
+
+    return [click_option(option, {}) for option in POD_OPTIONS]
 
 
 def _default_name(uri: str) -> str:
@@ -127,7 +175,7 @@ def _default_name(uri: str) -> str:
 def _build(o: dict):
     """(ClusterServingRuntime, InferenceService) the flags describe; NAME reads the job's export from its config."""
     from operator_cli.commands.register import job_export
-    from operator_cli.kube.kinds.inferenceservice import InferenceService, ServeSpec, ServingRuntime
+    from operator_cli.kube.kinds.inferenceservice import POD_OPTIONS, InferenceService, ServeSpec, ServingRuntime
     from operator_cli.values import parse_secret_envs
 
     target = o["target"]
@@ -148,6 +196,8 @@ def _build(o: dict):
         service_account=o["service_account"],
         secret_env=parse_secret_envs(o["secret_env"]),
         runtime=o["runtime"],
+        ephemeral_storage=o["ephemeral_storage"],
+        **{opt.spec_field: opt.parse(o[opt.key]) if opt.parse else o[opt.key] for opt in POD_OPTIONS},
     )
     return ServingRuntime().render(spec), InferenceService().render(spec)
 

@@ -52,27 +52,32 @@ def served_output(root: Path, tiny_model: Path, modules: int = 4) -> Path:
 
 class Predictor:
     """``colbert-k8s serve --local URI`` (the CLI of the main venv, which runs the predictor in .venv-serve) on a
-    free port, waited for until it is ready."""
+    free port, waited for until it is ready; or, with ``standin``, the predictor around a stand-in engine
+    (``tests/helpers/standin_predictor.py``), whose stdin takes ``stop``."""
 
-    def __init__(self, uri: str, *args: str, name: str = "colbert", env: dict | None = None, timeout: float = 900):
+    def __init__(
+        self,
+        uri: str = "",
+        *args: str,
+        name: str = "colbert",
+        env: dict | None = None,
+        timeout: float = 900,
+        standin: bool = False,
+    ):
         self.port, self.name = free_port(), name
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "operator_cli.cli",
-            "serve",
-            "--local",
-            uri,
-            "--port",
-            str(self.port),
-            "--model-name",
-            name,
-            *args,
-        ]
+        cmd = [sys.executable, "-m", "operator_cli.cli", "serve", "--local", uri, "--port", str(self.port)]
+        cmd += ["--model-name", name, *args]
+        if standin:
+            cmd = [str(SERVE_PYTHON), "-m", "tests.helpers.standin_predictor", str(self.port)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **(env or {})}
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"predictor-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        if standin:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        stdin = subprocess.PIPE if standin else None
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdin=stdin, stdout=self.log, stderr=subprocess.STDOUT, text=True
+        )
         deadline = time.time() + timeout
         while not self.ready():
             if self.proc.poll() is not None or time.time() > deadline:
@@ -117,7 +122,18 @@ class Predictor:
         self.log.seek(0)
         return self.log.read()
 
+    def stop_model(self) -> None:
+        """The stand-in's model unloaded (``stop`` on its stdin), waited for until it says so."""
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        while "stopped" not in self.output():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the predictor ended: {self.output()[-3000:]}")
+            time.sleep(0.1)
+
     def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -1,16 +1,19 @@
 """The KServe predictor: :class:`trainer.serve.engine.Engine` behind KServe's Python model server.
 
-``python -m trainer.serve URI [--model-name colbert] [--http-port 8080] [--exact]`` (what ``colbert-k8s serve
---local`` and the InferenceService's container run). The model and its index are loaded before the server
-listens, so ``GET /v1/models/NAME`` (the readiness probe) answers 200 only once both are in memory.
+``python -m trainer.serve URI [--model-name colbert] [--host 0.0.0.0] [--http-port 8080] [--exact]`` (what
+``colbert-k8s serve --local`` runs, on 127.0.0.1, and the InferenceService's container). The model and its
+index are loaded before the server listens, so ``GET /v1/models/NAME`` (the readiness probe) answers 200 only
+once both are in memory.
 
 * v1: ``POST /v1/models/NAME:predict`` with ``{"instances": [{"query": "...", "k": 10}]}`` answers
-  ``{"predictions": [{"ids": [...], "scores": [...]}]}``; with ``{"instances": [{"query": "...", "documents":
-  [...]}]}`` (rerank) ``{"predictions": [{"scores": [...]}]}``.
-* v2 (Open Inference): ``POST /v2/models/NAME/infer`` with the same fields as named tensors: ``query`` (BYTES),
-  ``k`` (INT32) or ``documents`` (BYTES); the outputs are ``ids`` (BYTES) and ``scores`` (FP32).
-* A bad request (malformed JSON, an empty query, a k out of range, a body over
-  :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, and the server goes on.
+  ``{"predictions": [{"ids": [...], "scores": [...], "found": n}]}``; with ``{"instances": [{"query": "...",
+  "documents": [...]}]}`` (rerank) ``{"predictions": [{"scores": [...]}]}``.
+* v2 (Open Inference): ``POST /v2/models/NAME/infer`` with the same fields as named tensors
+  (:data:`trainer.serve.requests.V2_INPUTS`); the outputs are ``ids``, ``scores`` and ``found``.
+* Only :data:`ROUTES` are answered; liveness (``GET /``) fails once the model is not loaded.
+* A bad request (not JSON, an empty query, a k out of range, a tensor twice, a body over
+  :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, logged at INFO as one
+  line, and the server goes on.
 * Batching: a request's queries are encoded in one batch; KServe's batcher (the InferenceService's
   ``predictor.batcher``) groups concurrent v1 requests into one before they reach this process. Requests are
   answered one at a time (one model, one device), off the event loop, so health checks are answered meanwhile.
@@ -25,60 +28,125 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 import threading
 import uuid
+import warnings
 
 from trainer.config.schema import ConfigError
-from trainer.serve.requests import MAX_BODY, BadRequest, Rerank, parse_v1, parse_v2, v1_answer, v2_outputs
+from trainer.serve.requests import (
+    MAX_BODY,
+    V2_INPUTS,
+    V2_OUTPUTS,
+    BadRequest,
+    Rerank,
+    Search,
+    not_json,
+    parse_v1,
+    parse_v2,
+    v1_answer,
+    v2_outputs,
+)
 
-__all__ = ["main"]
+__all__ = ["ROUTES", "main", "make_model", "serve"]
 
 log = logging.getLogger("trainer.serve")
 
+ROUTES = (
+    ("GET", "/"),  # liveness: 200 while the model is loaded, else 503 (the kubelet restarts the pod)
+    ("GET", "/metrics"),  # Prometheus
+    ("GET", "/v1/models/{model_name}"),  # readiness
+    ("POST", "/v1/models/{model_name}:predict"),
+    ("GET", "/v2/health/live"),  # liveness, as "/"
+    ("GET", "/v2/health/ready"),
+    ("GET", "/v2/models/{model_name}"),  # metadata: the input and output tensors
+    ("GET", "/v2/models/{model_name}/ready"),
+    ("POST", "/v2/models/{model_name}/infer"),
+)
+"""Every route the predictor answers (docs/serving.md lists them; HEAD too where GET is). KServe's others (its
+model repository's load and unload, ``:explain``, versions, the OpenAPI schema) are refused with a 404 before
+KServe sees the request: KServe has no option that leaves them out, and FastAPI's included routers are not a
+list this module could cut."""
+_ROUTE_PATTERNS = [
+    (method, re.compile(re.escape(path).replace(re.escape("{model_name}"), "[^/]+") + "$")) for method, path in ROUTES
+]
+_LIVENESS = ("/", "/v2/health/live")
 
-def _flat(values) -> list:
-    """A v2 tensor's data as a flat list, bytes decoded (a JSON body nests BYTES by shape only sometimes)."""
-    out: list = []
-    for v in values if isinstance(values, (list, tuple)) else [values]:
-        if isinstance(v, (list, tuple)):
-            out.extend(_flat(v))
-        else:
-            out.append(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
-    return out
+
+def _documented(method: str, path: str) -> bool:
+    method = "GET" if method == "HEAD" else method
+    return any(m == method and pattern.match(path) for m, pattern in _ROUTE_PATTERNS)
 
 
-def _model_class():
-    """The kserve.Model subclass, defined once kserve is imported."""
-    import kserve
+def make_model(name: str, load):
+    """The kserve.Model that answers with the engine ``load()`` returns (kserve is imported here)."""
+    kserve = _import_kserve()
     from kserve.errors import InvalidInput
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
     class ColbertModel(kserve.Model):
         """Search and rerank with one engine; a request is parsed, answered in a worker thread, and shaped."""
 
-        def __init__(self, name: str, load):
+        def __init__(self):
             super().__init__(name)
-            self._load, self.engine, self._lock = load, None, threading.Lock()
+            # not ``engine``: kserve.Model's own attribute of that name starts and stops other model servers
+            self._load, self.colbert, self._lock, self._told_short = load, None, threading.Lock(), False
 
         def load(self) -> bool:
-            self.engine = self._load()
+            self.colbert = self._load()
             self.ready = True
             return self.ready
+
+        def stop(self) -> None:
+            """What KServe calls to unload a model: the liveness probe fails from then on."""
+            self.ready, self.colbert = False, None
+
+        @property
+        def loaded(self) -> bool:
+            return self.ready and self.colbert is not None
+
+        def get_input_types(self) -> list[dict]:
+            return [dict(t) for t in V2_INPUTS]
+
+        def get_output_types(self) -> list[dict]:
+            return [dict(t) for t in V2_OUTPUTS]
 
         def _answer(self, request):
             with self._lock:  # one model on one device: requests take turns, each batched
                 if isinstance(request, Rerank):
-                    return self.engine.rerank(request.query, request.documents)
-                return self.engine.search(request.queries, request.k)
+                    return self.colbert.rerank(request.query, request.documents)
+                return self.colbert.search(request.queries, request.k)
+
+        def _tell_short(self, request, result) -> None:
+            """Say once, in the log, that PLAID answered a query with fewer than k (its answer says how many)."""
+            want = min(request.k, self.colbert.documents)
+            short = [len(ids) for ids, _ in result if len(ids) < want]
+            if short and not self._told_short:
+                self._told_short = True
+                log.warning(
+                    "PLAID found fewer than k for a query (%d of %d asked): it scores a bounded set of candidates; "
+                    "each answer says how many it found (found), and --exact returns the full top k (said once)",
+                    min(short),
+                    want,
+                )
 
         async def predict(self, payload, headers=None, response_headers=None):
             v2 = isinstance(payload, InferRequest)
             try:
-                request = parse_v2({i.name: _flat(i.data) for i in payload.inputs}) if v2 else parse_v1(payload)
+                if v2:
+                    tensors = [
+                        {"name": i.name, "shape": list(i.shape), "datatype": i.datatype, "data": i.data}
+                        for i in payload.inputs
+                    ]
+                    request = parse_v2(tensors)
+                else:
+                    request = parse_v1(payload)
                 result = await asyncio.to_thread(self._answer, request)
             except BadRequest as e:
                 raise InvalidInput(str(e)) from None
+            if isinstance(request, Search):
+                self._tell_short(request, result)
             if not v2:
                 return v1_answer(request, result)
             outputs = [
@@ -88,18 +156,66 @@ def _model_class():
                 response_id=payload.id or str(uuid.uuid4()), model_name=self.name, infer_outputs=outputs
             )
 
-    return ColbertModel
+    return ColbertModel()
 
 
-class _BodyLimit:
-    """ASGI middleware: a body over ``limit`` bytes is a 400 before anything parses it (KServe has no limit)."""
+_BINARY_LENGTH = "inference-header-content-length"  # the v2 binary extension's header
 
-    def __init__(self, app, limit: int = MAX_BODY):
-        self.app, self.limit = app, limit
+
+def _binary_problem(body: bytes, length: str) -> str | None:
+    """The v2 binary extension: a JSON part of ``Inference-Header-Content-Length`` bytes, then the tensors' bytes.
+    KServe reads it outside any guard (a bad length, a missing field, a short tensor: a 500), so it is read here
+    first, by KServe's own reader: what fails is the client's request."""
+    from kserve.protocol.infer_type import InferRequest
+
+    if not re.fullmatch(r"[0-9]{1,12}", length) or int(length) > len(body):
+        return (
+            f"Inference-Header-Content-Length must be the byte length of the body's JSON part (0 to {len(body)}), "
+            f"got {length[:40]!r}"
+        )
+    try:
+        InferRequest.from_bytes(body, int(length), "colbert")
+    except Exception as e:  # any failure to read the client's bytes is the client's
+        detail = (str(e).splitlines() or [""])[0][:200]
+        return f"the v2 binary request cannot be read ({type(e).__name__}: {detail}); check its sizes and tensors"
+    return None
+
+
+def _body_problem(scope, body: bytes) -> str | None:
+    """What is wrong with a predict or infer body before KServe parses it, in one line; None: nothing."""
+    import orjson
+
+    path = scope.get("path", "")
+    if scope.get("method") != "POST" or not (path.endswith(":predict") or path.endswith("/infer")):
+        return None
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+    if path.endswith("/infer") and _BINARY_LENGTH in headers:
+        return _binary_problem(body, headers[_BINARY_LENGTH].strip())
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as e:  # one wording for v1 and v2 (KServe words v1's its own way)
+        return not_json(str(e))
+    return None
+
+
+class _Gate:
+    """ASGI middleware before KServe's routes: a route not in :data:`ROUTES` is a 404; liveness is a 503 once the
+    model is not loaded (KServe's says alive whatever the model); a body over ``limit`` bytes (KServe has no
+    limit), a body that is not JSON, a v2 binary header that does not add up: a 400 and one line before
+    anything else parses it."""
+
+    def __init__(self, app, model, limit: int = MAX_BODY):
+        self.app, self.model, self.limit = app, model, limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        method, path = scope.get("method", ""), scope.get("path", "")
+        if not _documented(method, path):
+            return await _error(send, f"{method} {path[:200]!r} is not a route of this server", 404)
+        if path in _LIVENESS and not self.model.loaded:
+            log.warning("liveness: the model %s is not loaded; answering 503, so the pod is restarted", self.model.name)
+            return await _error(send, f"the model {self.model.name} is not loaded", 503)
         declared = dict(scope.get("headers") or []).get(b"content-length", b"0")
         chunks, size, more = [], int(declared) if declared.isdigit() else 0, True
         while more and size <= self.limit:
@@ -112,6 +228,8 @@ class _BodyLimit:
                 more = (await receive()).get("more_body", False)
             return await _error(send, f"the body has more than {self.limit} bytes; send at most {self.limit}")
         body, sent = b"".join(chunks), False
+        if problem := _body_problem(scope, body):
+            return await _error(send, problem)
 
         async def replay():
             nonlocal sent
@@ -126,6 +244,8 @@ class _BodyLimit:
 async def _error(send, line: str, status: int = 400) -> None:
     import json
 
+    if status < 500:
+        log.info("bad request: %s", line)
     body = json.dumps({"error": line}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -133,41 +253,88 @@ async def _error(send, line: str, status: int = 400) -> None:
 
 
 class _OneLine(logging.Filter):
-    """KServe logs a refused request with its traceback: one line is what it means (``bad request: ...``)."""
+    """KServe logs a client's mistake (a refused request, an unknown model) at ERROR with its traceback: one
+    line at INFO is what it means (``bad request: ...``); a server's own faults keep their level."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from kserve.errors import InvalidInput
+        from kserve.errors import InvalidInput, ModelNotFound
 
-        if record.exc_info and isinstance(record.exc_info[1], InvalidInput):
-            record.msg, record.args, record.exc_info = f"bad request: {record.exc_info[1]}", (), None
+        if record.exc_info and isinstance(record.exc_info[1], (InvalidInput, ModelNotFound)):
+            what = "bad request" if isinstance(record.exc_info[1], InvalidInput) else "not found"
+            record.msg, record.args, record.exc_info = f"{what}: {record.exc_info[1]}", (), None
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
         return True
 
 
-def _install_guards(app) -> None:
-    """The body limit, and a v2 body that is not an inference request: 400 and one line (FastAPI says 422)."""
-    from fastapi.exceptions import RequestValidationError
+def _install(app, model) -> None:
+    """The gate (routes, liveness, bodies), one-line logs, and a 400 (not FastAPI's 422) for a v2 body that is not
+    an inference request."""
+    from fastapi.exceptions import FastAPIDeprecationWarning, RequestValidationError
     from fastapi.responses import JSONResponse
     from kserve.logging import logger
 
+    # KServe's app answers with FastAPI's ORJSONResponse, which FastAPI deprecates: KServe's to change, not ours
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated", category=FastAPIDeprecationWarning)
     logger.addFilter(_OneLine())
 
     def invalid(_request, exc: RequestValidationError):
         first = (exc.errors() or [{}])[0]
         if first.get("type") == "json_invalid":
-            line = f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'decode error')})"
+            line = not_json(str(first.get("ctx", {}).get("error", "")))
         else:
             where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "the body"
             line = f"{where}: {first.get('msg', 'is not a valid inference request')}"
-        return JSONResponse(status_code=400, content={"error": line.replace(chr(10), " ")[:300]})
+        line = line.replace(chr(10), " ")[:300]
+        log.info("bad request: %s", line)
+        return JSONResponse(status_code=400, content={"error": line})
 
     app.add_exception_handler(RequestValidationError, invalid)
-    app.add_middleware(_BodyLimit)
+    app.add_middleware(_Gate, model=model)
+
+
+def serve(model, host: str, port: int) -> None:
+    """KServe's model server for ``model`` on ``host:port``, answering only :data:`ROUTES`, until stopped."""
+    kserve = _import_kserve()
+    from kserve import model_server
+
+    class Server(kserve.ModelServer):
+        """KServe's, bound to ``host``: its REST server listens on 0.0.0.0 and takes no address."""
+
+        def setup_event_loop(self) -> None:  # start() calls it after it builds the REST server, before it listens
+            self._rest_server.config.host = host
+            super().setup_event_loop()
+
+    server = Server(http_port=port, enable_grpc=False, workers=1)
+    _install(model_server.app, model)
+    server.start([model])
+
+
+def _import_kserve():
+    """kserve, imported without our flags: it parses sys.argv when imported."""
+    saved, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        import kserve
+        import kserve.model_server  # noqa: F401  (the app, and the parsing, happen here)
+    finally:
+        sys.argv = saved
+    return kserve
+
+
+def _url(host: str, port: int) -> str:
+    """Where a client on this machine reaches ``host:port`` (0.0.0.0: every interface, this one included)."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}" + (" (every interface)" if host in ("0.0.0.0", "::") else "")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainer.serve", description=__doc__.splitlines()[0])
     p.add_argument("uri", help="an export (s3://BUCKET/PREFIX/, gs://, az://, a local copy) or a job's output_dir")
     p.add_argument("--model-name", default="colbert", help="the name in the URLs (default: colbert)")
+    p.add_argument(
+        "--host",
+        default="0.0.0.0",
+        help="the address to listen on (default: 0.0.0.0, the pod's every interface; serve --local: 127.0.0.1)",
+    )
     p.add_argument("--http-port", type=int, default=8080)
     p.add_argument(
         "--exact",
@@ -195,12 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model_dir, index_dir = locate(args.uri, args.cache_dir)  # before the server: a bad URI is one line
         engine = Engine(model_dir, index_dir, args.exact, device)
-        saved, sys.argv = sys.argv, sys.argv[:1]  # kserve parses sys.argv when imported: none of ours for it
-        try:
-            import kserve
-            from kserve import model_server
-        finally:
-            sys.argv = saved
+        _import_kserve()
     except ConfigError as e:  # a bad URI, an export that does not verify, --exact without embeddings
         print(f"serve: error: {e}", file=sys.stderr)
         return 2
@@ -211,9 +373,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    model = _model_class()(args.model_name, lambda: engine)
+    model = make_model(args.model_name, lambda: engine)
     model.load()
-    _install_guards(model_server.app)
-    print(f"serving {args.model_name} on http://127.0.0.1:{args.http_port}: {engine.describe()}", flush=True)
-    kserve.ModelServer(http_port=args.http_port, enable_grpc=False, workers=1).start([model])
+    print(f"serving {args.model_name} on {_url(args.host, args.http_port)}: {engine.describe()}", flush=True)
+    serve(model, args.host, args.http_port)
     return 0

@@ -7,23 +7,35 @@ its runtime's (``servingruntime.yaml.j2``, the ClusterServingRuntime it names).
 
 :class:`ServeSpec` is what ``serve render|apply`` builds from its flags, validated on construction: the export
 as ``storageUri`` (no credentials in it: KServe's storage initializer reads them from the service account's
-Secrets, and ``--secret-env`` adds Secret *references*), GPUs or CPUs, replicas, KServe's batcher.
+Secrets, and ``--secret-env`` adds Secret *references*), GPUs or CPUs, replicas, KServe's batcher, and the pod
+fields a platform sets on every workload (:data:`POD_OPTIONS`: the job options themselves, and the jobs' pod
+partials render them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from operator_cli import constants as C
 from operator_cli import rules
 from operator_cli.errors import CliError
+from operator_cli.options import JOB_OPTIONS
 from operator_cli.values import SecretRef, shown
 from trainer.config.credentials import credential_in
 
-__all__ = ["InferenceService", "ServeSpec", "ServingRuntime"]
+__all__ = ["POD_OPTIONS", "InferenceService", "ServeSpec", "ServingRuntime"]
 
 _STORAGE_SCHEMES = ("s3://", "gs://", "az://", "https://", "hf://", "pvc://")
+_BUCKET_SCHEMES = ("s3", "gs", "az")
+_DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"  # set by the template: RawDeployment
+_JOB = {o.flag: o for o in JOB_OPTIONS}
+POD_OPTIONS = tuple(
+    _JOB[f] for f in ("--image-pull-secret", "--node-selector", "--toleration", "--label", "--annotation")
+)
+"""The job options a served model's pod takes too: declared once (:data:`operator_cli.options.JOB_OPTIONS`), the
+same help, parsing and rules, rendered by the jobs' pod partials (``_pod.j2``, ``_macros.j2``)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,18 @@ class ServeSpec:
     service_account: str | None = None
     secret_env: dict[str, SecretRef] = field(default_factory=dict)
     runtime: str = C.SERVE_RUNTIME
+    image_pull_secrets: list[str] = field(default_factory=list)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    """On the InferenceService and its pods, beside this tool's own."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    ephemeral_storage: str = "10Gi"
+    """The node disk a replica asks for: the export KServe's storage initializer downloads into ``/mnt/models``,
+    ``/tmp`` (the root filesystem is read-only) and the logs. A request only: a limit would evict the pod whose
+    export outgrew it."""
+    termination_grace: int = 30
+    """Seconds from SIGTERM to SIGKILL: KServe's server finishes the requests in flight in 30."""
 
     def __post_init__(self) -> None:
         if not rules.full("dns1035", self.name) or len(self.name) > 45:
@@ -60,7 +84,12 @@ class ServeSpec:
             )
         if kind := credential_in(self.storage_uri):
             raise CliError(f"the export URI holds {kind}; KServe reads credentials from Secrets (--service-account)")
-        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+        self._check_storage_uri()
+        for flag, value in (
+            ("--cpu", self.cpu),
+            ("--memory", self.memory),
+            ("--ephemeral-storage", self.ephemeral_storage),
+        ):
             if not rules.full("quantity", value):
                 raise CliError(f"{flag} must be a Kubernetes quantity like 2 or 8Gi, got {shown(value)}")
         if not 0 <= self.gpus <= C.MAX_GPUS_PER_NODE:
@@ -77,6 +106,44 @@ class ServeSpec:
         for name in filter(None, (self.service_account, self.runtime)):
             if not rules.full("dns1123", name):
                 raise CliError(f"{shown(name)} is not a valid Kubernetes name (DNS-1123)")
+        for option in POD_OPTIONS:  # the job options' own rules
+            option.check(getattr(self, option.spec_field))
+        self._check_metadata()
+
+    def _check_storage_uri(self) -> None:
+        """A bucket (s3://, gs://, az://: the export destination's rules), or a host, a claim, a repository."""
+        parts = urlsplit(self.storage_uri)
+        if parts.scheme in _BUCKET_SCHEMES:
+            from trainer.config.base import parse_destination  # pydantic: kept out of the CLI's import
+
+            try:
+                parse_destination(self.storage_uri)
+            except ValueError as e:
+                raise CliError(
+                    f"the export {shown(self.storage_uri)}: {e}; give {parts.scheme}://BUCKET/PREFIX/"
+                ) from None
+        elif not parts.netloc:
+            raise CliError(f"the export {shown(self.storage_uri)} names no {parts.scheme}:// host, claim or repository")
+
+    def _check_metadata(self) -> None:
+        """This tool's labels stay its own (list and delete find served models by them); no value holds a
+        credential (labels and annotations are readable by anyone who can list pods)."""
+        for key in self.labels.keys() & C.OWN_LABELS:
+            raise CliError(
+                f"--label {key} is set by colbert-k8s itself (serve list and delete find it); use another key"
+            )
+        if _DEPLOYMENT_MODE in self.annotations:
+            raise CliError(f"--annotation {_DEPLOYMENT_MODE} is set by colbert-k8s (RawDeployment); remove it")
+        for flag, values in (
+            ("--label", self.labels),
+            ("--annotation", self.annotations),
+            ("--node-selector", self.node_selector),
+        ):
+            for key, value in values.items():
+                if kind := credential_in(value):
+                    raise CliError(
+                        f"{flag} {key} holds {kind} (not shown), which would be written into the manifest in clear"
+                    )
 
 
 class _CustomResource:
