@@ -820,6 +820,10 @@ def put(folder: Path, file: Path, name: str | None) -> str:
     return f"recorded as {name}"
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a generated page or block is stale")
@@ -844,11 +848,11 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, text in texts.items() if not p.is_file() or p.read_text() != text]
     if args.check:
         for p in stale:
-            print(f"{p.relative_to(ROOT)} is stale: run python -m lab.results", file=sys.stderr)
+            print(f"{_shown(p)} is stale: run python -m lab.results", file=sys.stderr)
         return 1 if stale else 0
     for p in stale:
         p.write_text(texts[p])
-        print(f"wrote {p.relative_to(ROOT)}")
+        print(f"wrote {_shown(p)}")
     for name, draw in PLOTS.items():
         draw(DOCS / name)
     print(f"drew {', '.join(PLOTS)} in docs/")
