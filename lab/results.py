@@ -394,7 +394,7 @@ def peer_death_table() -> str:
     }
     lines = ["| scenario | survivor exits after | exit code | its last line |", "|---|---|---|---|"]
     for name, x in r["results"].items():
-        last = x["last_line"].split("] ")[-1] if "heartbeat" in x["last_line"] else x["last_line"]
+        last = x["last_line"].split(" ERROR ")[-1]  # the log line's text, without the progress bar before it
         lines.append(f"| {what.get(name, name)} | {x['seconds_to_exit']} s | {x['exit_code']} | `{last}` |")
     return (
         f"Commit `{r['commit']}`; `distributed.peer_timeout_seconds: {r['peer_timeout_seconds']}`, process-group "
