@@ -31,6 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "lab"
 RESULTS = "results.jsonl"
 NFCORPUS_KEY = ("labels", "split", "steps", "arm", "seed")
+# the NFCorpus recipe study's headline: the arm the shipped recipe is (bench/nfcorpus.py's SHIPPED_ARM; a test
+# checks) and what it is held against, as the pages name them
+SHIPPED_ARM = "recipe-pca-t0.25"
+PREVIOUS_ARM = "recipe"
+ARM_NAMES = {
+    SHIPPED_ARM: "the shipped recipe",
+    "reference": "PyLate's example script",
+    "bm25-1": "one BM25 negative",
+    "dense": "the base model as a bi-encoder",
+    PREVIOUS_ARM: "the recipe before (random start, temperature 1)",
+}
+LABELS = {"sparse": "one positive per query", "full": "every label (NFCorpus as given)"}
 # the NFCorpus runs' fixed settings: a results file of other settings is refused (it needs a study of its own)
 NFCORPUS_SETTINGS = ("batch", "lr", "document_length", "rows_per_query")
 
@@ -273,6 +285,22 @@ def put_named(path: Path, kind: str, name: str, result: dict) -> None:
 def named(path: Path) -> dict[str, dict]:
     """``{name: result}`` of a one-result-a-line study."""
     return {r["name"]: {k: v for k, v in r.items() if k != "name"} for r in read(path)[1:]}
+
+
+def study(name: str) -> Path:
+    """A study's results file: ``lab/NAME/results.jsonl``."""
+    return LAB / name / RESULTS
+
+
+def bench(name: str) -> dict:
+    """One benchmark's result, by its line's name in ``lab/benchmarks``."""
+    return named(study("benchmarks"))[name]
+
+
+def mining_protocols() -> list[tuple[str, tuple[dict, dict]]]:
+    """The docstring benchmark's protocols: the quickstart first, then by budget, a fix after its first run."""
+    runs = mining_quality_runs(study("mining-quality"))
+    return sorted(runs.items(), key=lambda p: (p[1][0]["data"] != "quickstart", p[1][0]["steps"], p[0]))
 
 
 def long_rows(path: Path):

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import lab.results as results
-from lab import record
+from lab import plots, record
 from tests.helpers import ROOT
 
 PRODUCT_PAGES = [ROOT / "README.md", *sorted((ROOT / "recipes").glob("*")), *sorted((ROOT / "docs").glob("*.md"))]
@@ -47,7 +47,7 @@ def test_every_plot_under_docs_is_linked_from_a_page():
 
 
 def test_the_plots_the_record_draws_are_the_ones_the_pages_link():
-    drawn = set(results.PLOTS)
+    drawn = set(plots.PLOTS)
     assert drawn <= _linked(PRODUCT_PAGES), sorted(drawn - _linked(PRODUCT_PAGES))
 
 
@@ -140,4 +140,15 @@ def test_the_budget_curve_averages_the_same_seeds_at_every_budget():
         48: {"recipe": {1: run(0.25), 2: run(0.75), 3: run(0.0)}, "reference": {1: run(0.5)}},
         240: {"recipe": {1: run(0.5), 2: run(1.0)}, "dense": {1: run(0.25), 2: run(0.25)}},
     }
-    assert results.curves(cells, [1, 2]) == {"recipe": {48: 0.5, 240: 0.75}, "dense": {240: 0.25}}
+    assert plots.curves(cells, [1, 2]) == {"recipe": {48: 0.5, 240: 0.75}, "dense": {240: 0.25}}
+
+
+def test_the_records_examples_run():
+    """lab/ is not under pytest's doctest paths (it is not the product); its ``>>>`` examples run here."""
+    import doctest
+
+    import lab.plots
+
+    for module in (record, results, lab.plots):
+        failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert tried and not failed, module.__name__
