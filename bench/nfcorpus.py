@@ -334,7 +334,8 @@ def main() -> None:
         raise SystemExit(f"--data {args.data}: no qrels/train.tsv; give the BEIR NFCorpus directory")
     args.arms_table = load_arms(args.arms_file)
     if unknown := [a for a in args.arms if a not in args.arms_table]:
-        raise SystemExit(f"--arms {' '.join(unknown)}: no such arm; name one of {', '.join(args.arms_table)}")
+        study = "" if args.arms_file else "; a study's arm needs --arms-file lab/STUDY/arms.yaml"
+        raise SystemExit(f"--arms {' '.join(unknown)}: no such arm; name one of {', '.join(args.arms_table)}{study}")
     pairs, kept = prepare(args.data, args.workdir / "data", args.rows_per_query, args.labels)
     jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
