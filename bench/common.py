@@ -99,3 +99,29 @@ def stats(values: list[float]) -> dict[str, float]:
 def git_commit() -> str:
     res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return res.stdout.strip() or "unknown"
+
+
+def output_arguments(parser, name: str) -> None:
+    """``--out`` (this run's JSON) and ``--record`` (the research record's results file, the line ``--name``)."""
+    parser.add_argument("--out", type=Path, help="write the result here as JSON")
+    parser.add_argument("--record", type=Path, help="merge it into a study's record: lab/benchmarks/results.jsonl")
+    parser.add_argument("--name", default=name, help=f"its line in the record (default {name})")
+
+
+def write_result(result: dict, args) -> None:
+    """The result to ``--out`` and into ``--record`` (a rerun replaces its line; git keeps the earlier one)."""
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    if args.record:
+        from lab.record import RecordError, put_named, read
+
+        try:
+            kind = read(args.record)[0]["kind"] if args.record.is_file() else "benchmarks"
+            put_named(args.record, kind, args.name, result)
+        except (RecordError, OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"--record {args.record}: {e}; give a study's results.jsonl") from None
+        print(f"{args.record}: recorded as {args.name}; python -m lab.results rebuilds docs/results.md")
+    if not (args.out or args.record):
+        print("not kept: pass --record lab/benchmarks/results.jsonl (or --out FILE) to keep it")

@@ -1,6 +1,6 @@
 """Start-up time, memory and speed against the size of the training set (2 CPU processes, MiniLM).
 
-    python -m bench.data_scale --out bench/results/data_scale.json    # then: python -m bench.report
+    python -m bench.data_scale --record lab/benchmarks/results.jsonl    # then: python -m lab.results
 
 For 10k, 100k and 1M synthetic triplets (query 12 words, documents 120 words; query length 32,
 document length 180, as in the issue's measurement of the old path), and 100k distillation rows with
@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/X.py` as well as `python -m bench.X`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import git_commit, minilm, run_colbert_train
+from bench.common import git_commit, minilm, output_arguments, run_colbert_train, write_result
 
 WORDS = [f"w{i}" for i in range(5000)]
 
@@ -91,7 +91,7 @@ def main() -> None:
     p.add_argument("--distill-sizes", default="100000", help="32-document distillation set sizes")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--convert-only", action="store_true", help="time the conversion (and its hash) alone")
-    p.add_argument("--out", type=Path, default=Path("bench/results/data_scale.json"))
+    output_arguments(p, "data-scale")
     args = p.parse_args()
     results: dict = {"commit": git_commit(), "runs": []}
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
@@ -118,9 +118,7 @@ def main() -> None:
             row |= {"hash_seconds": hashing, "file_mib": round(data.stat().st_size / 2**20), **run}
             results["runs"].append(row)
             print(json.dumps(row), flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(results, args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """An elastic resume, seen as loss curves: a 2-process job stopped after a checkpoint and resumed on 1
 process, next to the uninterrupted 2-process job. all-MiniLM-L6-v2 with its dropout (0.1) on.
 
-    python bench/elastic_curve.py --out bench/results/elastic_curve.json --plot docs/elastic_curve.png
+    python bench/elastic_curve.py --record lab/benchmarks/results.jsonl    # then: python -m lab.results
 
 With dropout on, another world size draws other masks (the streams are derived from seed, step and rank),
 so the curves are not bitwise equal after the resume; they should follow the same distribution. With
@@ -23,7 +23,7 @@ if __package__ in (None, ""):
 
 import yaml
 
-from bench.common import ENV, ROOT, git_commit, minilm, quickstart_data
+from bench.common import ENV, ROOT, git_commit, minilm, output_arguments, quickstart_data, write_result
 from operator_cli import constants as C
 from operator_cli.local import plan_replicas
 from operator_cli.local.run import free_port
@@ -63,8 +63,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--stop-after", type=int, default=12, help="the checkpoint the job is killed after")
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "elastic_curve")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "elastic_curve.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "elastic_curve.png")
+    output_arguments(parser, "elastic-curve")
     args = parser.parse_args()
     data = quickstart_data(ROOT / "data" / "quickstart")
     cfg = {
@@ -96,24 +95,8 @@ def main() -> None:
         "resumed": b,
         "before_resume_identical": all(a[s] == b[s] for s in a if s <= args.stop_after),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.plot(list(a), list(a.values()), label="2 processes, uninterrupted", color="#3182bd")
-    ax.plot(list(b), list(b.values()), label="2 processes, killed, resumed on 1", color="#e6550d", linestyle="--")
-    ax.axvline(args.stop_after, color="grey", linewidth=0.8)
-    ax.set_xlabel("optimizer step (global batch 16)")
-    ax.set_ylabel("training loss")
-    ax.set_title(f"elastic resume, dropout 0.1, all-MiniLM-L6-v2 ({result['commit']})", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.plot, dpi=120)
-    print(f"identical before the resume: {result['before_resume_identical']}; wrote {args.plot}")
+    write_result(result, args)
+    print(f"identical before the resume: {result['before_resume_identical']}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The GPU check: one command, one table, within 8 minutes on one GPU.
 
-    python bench/gpu.py --out bench/results/gpu.json             # on a GPU machine (the table goes to stdout)
+    python bench/gpu.py --record lab/benchmarks/results.jsonl   # on a GPU machine (the table goes to stdout)
     python bench/gpu.py --tiny --out /tmp/gpu.json               # the same script on CPU, tiny config (tested)
 
 It measures what no CPU run can show:
@@ -35,7 +35,18 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/gpu.py` as well as `python -m bench.gpu`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ENV, ROOT, git_commit, minilm, quickstart_data, run_colbert_train, run_reference, torchrun
+from bench.common import (
+    ENV,
+    ROOT,
+    git_commit,
+    minilm,
+    output_arguments,
+    quickstart_data,
+    run_colbert_train,
+    run_reference,
+    torchrun,
+    write_result,
+)
 
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "A10": 125.0}
 BF16_LOSS_TOLERANCE = 0.03  # relative, per step: bf16 keeps 8 bits of mantissa
@@ -204,7 +215,7 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="a 2-layer, 32-wide encoder and small batches (CPU test)")
     p.add_argument("--steps", type=int, default=None, help="steps per throughput run (default 30; tiny 2)")
     p.add_argument("--peak-tflops", type=float, default=None)
-    p.add_argument("--out", type=Path, default=Path("bench/results/gpu.json"))
+    output_arguments(p, "gpu")
     args = p.parse_args()
     args.steps = args.steps or (2 if args.tiny else 30)
     args.batches = (4, 8) if args.tiny else (32, 128)
@@ -229,8 +240,7 @@ def main() -> None:
         "collectives": collectives(work),
         "same_job": same_job_on_cpu(work, data, 20, torch.cuda.is_available()),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args)
     print(table(result))
     failed = [k for k, v in result["collectives"].items() if isinstance(v, dict) and v.get("ok") is False]
     if failed or result["same_job"].get("ok") is False or "error" in result["collectives"]:

@@ -1,15 +1,15 @@
 """Weight-space interpolation of a finished ``bench/nfcorpus.py`` run with its start (WiSE-FT, Wortsman et al.):
 does a trained model move too far from where it started?
 
-    python bench/interpolate.py --data ../shared/data/nfcorpus --run /tmp/nf/sparse-dev-240/recipe-pca-1 \\
-        --alphas 0 0.5 0.7 0.9
+    python bench/interpolate.py --data PATH --run WORKDIR/sparse-dev-240/recipe-pca-1 --alphas 0 0.5 0.7 0.9
 
 The start is what the run trained from, built by the trainer's own ``trainer.train.starting_model`` from the
 run's ``train.yaml`` and mined rows, after the same seed (the principal projection over those rows, or the
 seeded random one); ``alpha`` 1 is the trained model. Each mix (every floating-point weight ``(1 - alpha) x
 start + alpha x trained``) is saved beside the run and scored by the same exact MaxSim as the run, on the run's
 split and document length; its nDCG@10 is paired per query against the run's. Results are kept per alpha
-(``RUN-wiseALPHA/result.json``) and reused. This needs the data path and a finished run; the test suite never does.
+(``RUN-wiseALPHA/result.json``) and reused. ``--data`` is the BEIR NFCorpus directory the run used (lab/README.md);
+the test suite never needs it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.nfcorpus import evaluate_model, paired
+from bench.nfcorpus import evaluate_model
+from lab.record import paired
 
 
 def start_and_trained(run: Path):

@@ -1,6 +1,6 @@
 """Peak RSS per process against the global batch, for `contrastive` and `cached-contrastive` (2 processes).
 
-    python bench/memory.py --out bench/results/memory.json && python bench/report.py
+    python bench/memory.py --repeats 3 --record lab/benchmarks/results.jsonl && python -m lab.results
 
 GradCache keeps only embeddings for the whole batch and runs the encoder on fixed mini-batches, so
 its memory should stay flat while plain contrastive grows with the batch.
@@ -9,7 +9,6 @@ its memory should stay flat while plain contrastive grows with the batch.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/X.py` as well as `python -m bench.X`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import git_commit, minilm, quickstart_data, run_colbert_train, stats
+from bench.common import git_commit, minilm, output_arguments, quickstart_data, run_colbert_train, stats, write_result
 
 GLOBAL_BATCHES = (64, 256, 1024)
 
@@ -44,7 +43,7 @@ def main() -> None:
     p.add_argument("--mini-batch", type=int, default=16)
     p.add_argument("--query-length", type=int, default=16)
     p.add_argument("--document-length", type=int, default=32)
-    p.add_argument("--out", type=Path, default=Path("bench/results/memory.json"))
+    output_arguments(p, "memory")
     args = p.parse_args()
     model = minilm()
     work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
@@ -93,9 +92,7 @@ def main() -> None:
                     flush=True,
                 )
             results["peak_rss_mb"][loss][str(global_batch)] = stats(peaks)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(results, args)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,17 @@
 """How long and how much memory mining takes: BM25 at 10k queries x 100k documents, exact MaxSim and PLAID
 measured on a sample and scaled, all through the production retrievers of ``trainer/retrieval/``, one process.
 
-    python bench/mine.py --out bench/results/mine.json
+    python bench/mine.py --record lab/benchmarks/results.jsonl
 
 Documents: the package-docstring benchmark's real documents (``trainer/packages_data.py``), topped up
 to ``--documents`` with documents made of their shuffled sentences (the same length and vocabulary).
 Queries: their summary lines. Each retriever runs in a child process of its own, so its peak RSS is
 its own. Reported per query and per document, and extrapolated (a formula, stated) to 1M x 10M on GPUs.
 
-    python bench/mine.py --crossover 1024 4096 16384 --model-queries 256
+    python bench/mine.py --crossover 1024 4096 16384 --model-queries 256 --record lab/benchmarks/results.jsonl
 
 measures instead where PLAID's search gets cheaper than exact MaxSim: both at each corpus size, side by
-side, one core each, with a plot (docs/mining_crossover.png).
+side, one core each (recorded as ``mine-crossover``; ``python -m lab.results`` draws its plot).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ENV, ROOT, git_commit, minilm
+from bench.common import ENV, ROOT, git_commit, minilm, output_arguments, write_result
 
 H100_BF16_DENSE = 989e12  # FLOP/s, the peak bench/gpu.py's MFU is taken against
 
@@ -153,7 +153,7 @@ def extrapolate(model: dict, dim: int = 128, q_tokens: int = 32) -> dict:
     }
 
 
-def crossover(sizes: list[int], n_queries: int, top_k: int, out: Path, plot: Path) -> None:
+def crossover(sizes: list[int], n_queries: int, top_k: int) -> dict:
     """Exact MaxSim against PLAID at growing corpora, the two side by side (one core each, at once): where
     does PLAID's fixed cost per query pay for itself?"""
     from concurrent.futures import ThreadPoolExecutor
@@ -170,8 +170,6 @@ def crossover(sizes: list[int], n_queries: int, top_k: int, out: Path, plot: Pat
                 flush=True,
             )
     result = {"commit": git_commit(), "queries": n_queries, "top_k": top_k, "rows": rows}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     print(
         "| documents | exact: index s | exact: search ms/query | PLAID: index s | PLAID: search ms/query "
         "| exact peak RSS | PLAID peak RSS |"
@@ -184,24 +182,7 @@ def crossover(sizes: list[int], n_queries: int, top_k: int, out: Path, plot: Pat
             f"{p['index_seconds']:.0f} | {1000 * p['search_seconds'] / n_queries:.0f} | "
             f"{e['peak_rss_mb']:,} MiB | {p['peak_rss_mb']:,} MiB |"
         )
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    docs = [r["documents"] for r in rows]
-    for kind, label in (("exact", "exact MaxSim"), ("plaid", "PLAID")):
-        ax.plot(docs, [1000 * r[kind]["search_seconds"] / n_queries for r in rows], marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("documents in the corpus")
-    ax.set_ylabel("search ms per query (one CPU core)")
-    ax.set_title(f"mining search cost, {n_queries} queries, top {top_k}; commit {result['commit']}", fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(plot, dpi=120)
-    print(f"wrote {plot}")
+    return result
 
 
 def main() -> None:
@@ -212,7 +193,6 @@ def main() -> None:
     parser.add_argument("--model-documents", type=int, default=4096, help="exact MaxSim sample: documents")
     parser.add_argument("--model-queries", type=int, default=1024, help="exact MaxSim sample: queries")
     parser.add_argument("--top-k", type=int, default=100)
-    parser.add_argument("--out", type=Path, help="default: bench/results/mine.json (mine_crossover.json)")
     parser.add_argument(
         "--crossover",
         type=int,
@@ -220,17 +200,16 @@ def main() -> None:
         metavar="DOCUMENTS",
         help="instead: exact MaxSim against PLAID at these corpus sizes",
     )
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_crossover.png")
+    output_arguments(parser, "mine")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.documents, args.queries, args.top_k)))
         return
-    results = ROOT / "bench" / "results"
+    if args.crossover and args.name == "mine":  # the other measurement, its own line in the record
+        args.name = "mine-crossover"
     if args.crossover:
-        out = args.out or results / "mine_crossover.json"
-        crossover(args.crossover, args.model_queries, args.top_k, out, args.plot)
+        write_result(crossover(args.crossover, args.model_queries, args.top_k), args)
         return
-    args.out = args.out or results / "mine.json"
     bm25 = run_child("bm25", args.documents, args.queries, args.top_k)
     model = run_child("model", args.model_documents, args.model_queries, args.top_k)
     plaid = run_child("plaid", args.model_documents, args.model_queries, args.top_k)
@@ -241,8 +220,7 @@ def main() -> None:
         "plaid_sample": plaid,
         "model_scaled": extrapolate(model),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args)
     x = result["model_scaled"]
     print("| retriever | queries x documents | index | search | per query | per document (index) | peak RSS |")
     print("|---|---|---|---|---|---|---|")

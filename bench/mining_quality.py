@@ -1,6 +1,6 @@
 """Does mining make better retrievers? Held-out nDCG@10 of three recipes at equal optimizer steps, over seeds.
 
-    python bench/mining_quality.py --seeds 1 2 3 --out bench/results/mining_quality.json
+    python bench/mining_quality.py --seeds 1 2 3 --record lab/mining-quality/results.jsonl
 
 Every arm trains all-MiniLM-L6-v2 as ColBERT from the same base weights for the same number of
 optimizer steps on the quickstart's training queries, and is scored on the quickstart's held-out
@@ -28,7 +28,8 @@ installed package, numpy and networkx held out), with ``--limit`` training pairs
 
 ``mined-3`` costs one more training run and a mining pass; that is the price of its negatives, stated
 next to its figure. The paired difference per seed (same seed, same data order) is reported with
-the mean and spread. The PNG goes to docs/.
+the mean and spread. The arms are the study's, ``lab/mining-quality/arms.yaml``; ``--record`` merges the runs into
+its record, from which ``python -m lab.results`` rebuilds docs/results.md and the plot.
 """
 
 from __future__ import annotations
@@ -44,44 +45,13 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, git_commit, minilm, quickstart_data, run_colbert_train
+import yaml
 
-ARMS = {
-    "bm25-1": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0},
-    "bm25-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
-    "mined-3": {"retriever": "bm25", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95, "rounds": 2},
-    "model-3": {"retriever": "model", "negatives": 3, "rank_range": [3, 30], "max_score_ratio": 0.95},
-    "model-7": {"retriever": "model", "negatives": 7, "rank_range": [3, 50], "max_score_ratio": 0.95},
-    "model-3-wide": {
-        "retriever": "model",
-        "negatives": 3,
-        "rank_range": [3, 30],
-        "max_score_ratio": 0.95,
-        "corpus_size": 4000,
-    },
-    "model-3-c30": {
-        "retriever": "model",
-        "negatives": 3,
-        "rank_range": [3, 30],
-        "max_score_ratio": 0.95,
-        "positive_within": 30,
-    },
-    "bm25-1-k1000": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0, "top_k": 1000},
-    "model-3-k1000": {
-        "retriever": "model",
-        "negatives": 3,
-        "rank_range": [3, 30],
-        "max_score_ratio": 0.95,
-        "top_k": 1000,
-    },
-    "trained-3": {
-        "retriever": "model",
-        "negatives": 3,
-        "rank_range": [3, 30],
-        "max_score_ratio": 0.95,
-        "mine_with": "bm25-1",
-    },
-}
+from bench.common import ROOT, git_commit, minilm, quickstart_data, run_colbert_train
+from lab.record import RecordError, put_mining_quality
+
+ARMS_FILE = ROOT / "lab" / "mining-quality" / "arms.yaml"  # the study's arms; this file is its runner
+ARMS: dict[str, dict] = yaml.safe_load(ARMS_FILE.read_text())
 
 
 def benchmark(name: str) -> Path:
@@ -158,13 +128,14 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep every run here; runs already finished are reused")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each run (two benches side by side)")
     parser.add_argument("--summarize-only", action="store_true", help="with --workdir: tabulate finished runs only")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mining_quality.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "mining_quality.png")
-    parser.add_argument("--curve", type=Path, nargs="+", help="plot nDCG@10 against steps from these results, and stop")
+    parser.add_argument("--out", type=Path, help="write the result here as JSON")
+    parser.add_argument(
+        "--record", type=Path, help="merge it into the study's record: lab/mining-quality/results.jsonl"
+    )
+    parser.add_argument("--protocol", help="its protocol's name in the record (default DATA-STEPS)")
     args = parser.parse_args()
-    if args.curve:
-        plot_curve([json.loads(p.read_text()) for p in args.curve], args.plot)
-        return
+    if unknown := [a for a in args.arms if a not in ARMS]:
+        raise SystemExit(f"--arms {' '.join(unknown)}: no such arm; name one of {', '.join(ARMS)} ({ARMS_FILE})")
     data = benchmark(args.data)
     beir = data.parent / "beir"
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
@@ -218,10 +189,17 @@ def main() -> None:
         "baseline": args.baseline,
         "summary": summarize(runs, args.baseline),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.record:
+        protocol = args.protocol or f"{args.data}-{args.steps}"
+        try:
+            put_mining_quality(args.record, result, protocol)
+        except RecordError as e:
+            raise SystemExit(f"--record: {e}") from None
+        print(f"{args.record}: recorded as {protocol}; python -m lab.results rebuilds docs/results.md")
     print(table(result))
-    plot(result, args.plot)
 
 
 def summarize(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict]:
@@ -263,60 +241,6 @@ def table(result: dict) -> str:
         kept = ", ".join(str(r) for r in sorted(rows)) if None not in rows else "-"
         lines.append(f"| {arm} | {n} | {s['mean']:.4f} ± {s['std']:.4f} | {gain} | {seeds} | {kept} | {wall} |")
     return "\n".join(lines)
-
-
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    arms = list(result["summary"])
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for x, arm in enumerate(arms):
-        values = [r["ndcg@10"] for r in result["runs"][arm].values()]
-        bm25 = arm.startswith("bm25") or arm.endswith("round 1")  # a first round mines with BM25
-        ax.bar(x, result["summary"][arm]["mean"], color="#9ecae1" if bm25 else "#3182bd")
-        ax.scatter([x] * len(values), values, color="black", zorder=3, s=14)
-    ax.set_xticks(range(len(arms)), arms)
-    low = min(r["ndcg@10"] for a in arms for r in result["runs"][a].values())
-    ax.set_ylim(low - 0.03, None)
-    ax.set_ylabel("held-out nDCG@10 (exact MaxSim)")
-    ax.set_title(
-        f"{result['data']}: {result['steps']} optimizer steps each, commit {result['commit']}\n"
-        "a dot per seed; light bars: negatives from BM25",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
-
-
-def plot_curve(results: list[dict], path: Path) -> None:
-    """Each arm's mean (line) and seeds (dots) at each step count: does the gain grow with training?"""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    arms = sorted(set.intersection(*(set(r["summary"]) for r in results)))  # the arms run at every step count
-    for arm in arms:
-        at = sorted((r["steps"], r) for r in results if arm in r["summary"])
-        steps = [s for s, _ in at]
-        line = ax.plot(steps, [r["summary"][arm]["mean"] for _, r in at], marker="o", label=arm)[0]
-        for s, r in at:
-            seeds = [v["ndcg@10"] for v in r["runs"][arm].values()]
-            ax.scatter([s] * len(seeds), seeds, color=line.get_color(), s=10, alpha=0.5)
-    ax.set_xticks(sorted({r["steps"] for r in results}))
-    ax.set_xlabel("optimizer steps (32 queries each)")
-    ax.set_ylabel("held-out nDCG@10 (exact MaxSim)")
-    commits = ", ".join(sorted({r["commit"] for r in results}))
-    ax.set_title(f"{results[0]['data']}: mean of the seeds (line), each seed (dots); commits {commits}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

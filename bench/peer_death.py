@@ -1,6 +1,6 @@
 """How long the surviving replica takes to exit after its peer dies or freezes (2 CPU replicas).
 
-    python bench/peer_death.py --out bench/results/peer_death.json
+    python bench/peer_death.py --record lab/benchmarks/results.jsonl
 
 The replicas are planned by `colbert-k8s local`'s own code (operator variables, per-pod workspaces)
 and started by hand, so that nothing but the trainer notices the death. Scenarios:
@@ -16,7 +16,6 @@ Reported: seconds from the signal to the survivor's exit, and its exit code and 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import signal
 import subprocess
@@ -30,7 +29,7 @@ import yaml
 if __package__ in (None, ""):  # `python bench/X.py` as well as `python -m bench.X`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ENV, free_port, git_commit, minilm, quickstart_data
+from bench.common import ENV, free_port, git_commit, minilm, output_arguments, quickstart_data, write_result
 
 SCENARIOS = {"kill-worker": (1, signal.SIGKILL), "stop-worker": (1, signal.SIGSTOP), "kill-master": (0, signal.SIGKILL)}
 
@@ -88,7 +87,7 @@ def measure(tmp: Path, data: Path, victim: int, sig: signal.Signals, peer_timeou
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--peer-timeout", type=int, default=60, help="distributed.peer_timeout_seconds (the default)")
-    p.add_argument("--out", type=Path, default=Path("bench/results/peer_death.json"))
+    output_arguments(p, "peer-death")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -98,9 +97,7 @@ def main() -> None:
             results[name] = measure(tmp / name, data, victim, sig, args.peer_timeout)
             print(f"{name}: {results[name]}", flush=True)
     out = {"commit": git_commit(), "peer_timeout_seconds": args.peer_timeout, "process_group_timeout_seconds": 1800}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({**out, "results": results}, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result({**out, "results": results}, args)
 
 
 if __name__ == "__main__":

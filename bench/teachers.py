@@ -1,6 +1,6 @@
 """Is any teacher available offline stronger than the student it would teach? Held-out nDCG@10 of each.
 
-    python bench/teachers.py --out bench/results/teachers.json
+    python bench/teachers.py --record lab/teachers/results.jsonl
 
 Distillation (``mine.teacher``) can only lift a student towards its teacher, so a teacher is worth its
 cost when it retrieves better than the student does after the same training. This scores, on each
@@ -13,7 +13,7 @@ scorer this machine has without a model hub:
 * ``colbert-base``: all-MiniLM-L6-v2 as ColBERT with a new projection (what ``model-3`` mines with),
   one seed per projection, scored by the trainer's own evaluation (exact MaxSim).
 
-Next to them it prints the students, read from ``bench/results/mining_quality*.json``: the trained
+Next to them it prints the students, read from ``lab/mining-quality/results.jsonl``: the trained
 ColBERT models those teachers would have to beat.
 """
 
@@ -30,15 +30,16 @@ if __package__ in (None, ""):
 
 from bench.common import ROOT, git_commit, minilm
 from bench.mining_quality import benchmark
+from lab.record import mining_quality_runs, put_named
 
 DOCUMENT_LENGTH = {"quickstart": 128, "packages": 64}  # as bench/mining_quality.py trains and scores them
-STUDENTS = {  # results file -> the arms shown as students
-    "quickstart": [("mining_quality.json", "bm25-1"), ("mining_quality.json", "model-3")],
+STUDENTS = {  # the trained arms shown as students: (protocol in lab/mining-quality/results.jsonl, arm)
+    "quickstart": [("quickstart-26", "bm25-1"), ("quickstart-26", "model-3")],
     "packages": [
-        ("mining_quality_packages_84.json", "bm25-1"),
-        ("mining_quality_packages_84.json", "model-3"),
-        ("mining_quality_packages_252.json", "bm25-1-k1000"),
-        ("mining_quality_packages_252.json", "model-3-k1000"),
+        ("packages-84", "bm25-1"),
+        ("packages-84", "model-3"),
+        ("packages-252", "bm25-1-k1000"),
+        ("packages-252", "model-3-k1000"),
     ],
 }
 TOP_K = 100
@@ -90,13 +91,12 @@ def scorers(name: str, seeds: list[int]) -> dict[str, list[float]]:
 
 
 def students(name: str) -> dict[str, list[float]]:
-    """Held-out nDCG@10 per seed of the trained arms named in STUDENTS, from the committed results."""
-    out = {}
-    for file, arm in STUDENTS[name]:
-        path = ROOT / "bench" / "results" / file
-        if path.is_file():
-            result = json.loads(path.read_text())
-            out[f"{arm}, {result['steps']} steps"] = [r["ndcg@10"] for r in result["runs"][arm].values()]
+    """Held-out nDCG@10 per seed of the trained arms named in STUDENTS, from the research record."""
+    recorded, out = mining_quality_runs(ROOT / "lab" / "mining-quality" / "results.jsonl"), {}
+    for protocol, arm in STUDENTS[name]:
+        if protocol in recorded and arm in recorded[protocol][1]:
+            head, runs = recorded[protocol]
+            out[f"{arm}, {head['steps']} steps"] = [r["ndcg@10"] for r in runs[arm].values()]
     return out
 
 
@@ -114,14 +114,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", choices=list(DOCUMENT_LENGTH), default=list(DOCUMENT_LENGTH))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "teachers.json")
+    parser.add_argument("--out", type=Path, help="write the result here as JSON")
+    parser.add_argument("--record", type=Path, help="merge it into the study's record: lab/teachers/results.jsonl")
     args = parser.parse_args()
     result = {
         "commit": git_commit(),
         "benchmarks": {name: {"teachers": scorers(name, args.seeds), "students": students(name)} for name in args.data},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for name, b in result["benchmarks"].items() if args.record else ():  # a line per benchmark
+        put_named(args.record, "teachers", name, {"commit": result["commit"], **b})
     print(table(result))
 
 

@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh train,test
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/ruff check operator_cli trainer tests bench recipes
+.venv/bin/ruff check operator_cli trainer tests bench recipes lab
 .venv/bin/python -m operator_cli.chart_schema --check  # the chart's values.schema.json matches the config schema
+.venv/bin/python -m lab.results --check  # docs/results.md and the docs' results blocks match the research record
 set +e
 .venv/bin/python -m pytest -q "$@"
 code=$?

@@ -89,7 +89,8 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     """bench/nfcorpus.py on a three-document BEIR layout (the suite never needs ../shared): every train qrel
     becomes a row, the reference's input keeps rows_per_query of each query, and the paired gain is the
     per-seed difference."""
-    from bench.nfcorpus import ARMS, RECIPE, paired, prepare, summarize, table
+    from bench.nfcorpus import AGAINST, ARMS, RECIPE, SHIPPED_ARM, prepare
+    from lab.record import paired, summarize, table
 
     (tmp_path / "qrels").mkdir()
     docs = [{"_id": f"d{i}", "title": f"T{i}", "text": f"text {i}"} for i in range(3)]
@@ -119,15 +120,19 @@ def test_the_nfcorpus_benchmark_prepares_pairs_and_pairs_seeds_without_the_data(
     assert older["gain"] == pytest.approx(0.2) and (older["low"], older["high"]) == (got["low"], got["high"])
     extra = {"recall@100": 0.5, "wall_seconds": 1.0, "rows": 2}
     summary = summarize(
-        {"bm25-1": {s: {**r, **extra} for s, r in base.items()}, "recipe": {s: {**r, **extra} for s, r in runs.items()}}
+        {
+            "bm25-1": {s: {**r, **extra} for s, r in base.items()},
+            "recipe": {s: {**r, **extra} for s, r in runs.items()},
+        },
+        AGAINST,
     )
     assert summary["recipe"]["paired"]["bm25-1"]["gain"] == pytest.approx(0.1) and not summary["bm25-1"]["paired"]
-    row = table({"summary": summary}).splitlines()[-1]
+    row = table(summary, AGAINST).splitlines()[-1]
     assert row.startswith("| recipe | 2 | 0.6000") and "+0.1000 (+0.1000)" in row
     import yaml
 
     shipped = yaml.safe_load(RECIPE.read_text())["mine"]
-    assert all(ARMS["recipe"][k] == v for k, v in shipped.items() if k != "corpus")  # the recipe's mining
+    assert all(ARMS[SHIPPED_ARM][k] == v for k, v in shipped.items() if k != "corpus")  # the recipe's mining
 
 
 def test_the_shipped_recipe_is_the_arm_its_figures_come_from(monkeypatch):
@@ -149,39 +154,32 @@ def test_the_shipped_recipe_is_the_arm_its_figures_come_from(monkeypatch):
         assert {k: arm[section].get(k) for k in keys} == {k: shipped[section][k] for k in keys}, section
 
 
-def test_the_budget_curve_averages_the_same_seeds_at_every_budget(tmp_path):
-    """bench/nfcorpus_budget.py: a point is the mean of exactly the seeds asked for, and an arm that lacks one
-    of them at a budget has no point there (a mean over other seeds would draw a flip that is only noise)."""
+def test_the_runners_arms_are_the_studys_and_the_page_names_the_same_shipped_arm():
+    """bench/nfcorpus.py keeps four arms; the study's record (lab/nfcorpus-recipe/arms.yaml) holds them too, the
+    same, so a figure in docs/results.md is the arm the runner runs. The page's headline arm is SHIPPED_ARM."""
+    import bench.nfcorpus as nf
+    import lab.results
 
-    def result(steps, runs):
-        path = tmp_path / f"r{steps}.json"
-        runs = {arm: {str(s): {"ndcg@10": v} for s, v in seeds.items()} for arm, seeds in runs.items()}
-        path.write_text(json.dumps({"steps": steps, "runs": runs}))
-        return path
+    study = nf.load_arms(ROOT / "lab" / "nfcorpus-recipe" / "arms.yaml")  # refuses an arm of this name that differs
+    assert set(nf.ARMS) <= set(study) and len(study) > 40  # every arm that has results is there
+    assert lab.results.SHIPPED_ARM == nf.SHIPPED_ARM and nf.SHIPPED_ARM in study
+    for name in ("nfcorpus-recipe", "nfcorpus-miners"):  # every arm with a result has its settings in its study
+        recorded = {r["arm"] for r in lab.results.read(ROOT / "lab" / name / "results.jsonl") if "arm" in r}
+        made_by_interpolation = {a for a in recorded if "-wise" in a}
+        defined = nf.load_arms(ROOT / "lab" / name / "arms.yaml")
+        assert recorded - made_by_interpolation <= set(defined), name
 
-    short = result(48, {"recipe": {1: 0.25, 2: 0.75, 3: 0.0}, "reference": {1: 0.5}})
-    long = result(240, {"recipe": {1: 0.5, 2: 1.0}, "dense": {1: 0.25, 2: 0.25}})
-    out = tmp_path / "curve.png"
-    res = subprocess.run(
-        [sys.executable, "bench/nfcorpus_budget.py", str(short), str(long), "--seeds", "1", "2", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "recipe         48 steps 0.5000  240 steps 0.7500" in res.stdout
-    assert "reference" not in res.stdout and "dense          240 steps 0.2500" in res.stdout
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    other = tmp_path / "other.json"  # the same arm and budget from another run: refused, not overwritten
-    other.write_text(json.dumps({"steps": 48, "runs": {"recipe": {"1": {"ndcg@10": 0.0}, "2": {"ndcg@10": 0.0}}}}))
-    res = subprocess.run(
-        [sys.executable, "bench/nfcorpus_budget.py", str(short), str(other), "--seeds", "1", "2", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 1 and "recipe at 48 steps differs from an earlier file's" in res.stderr
-    assert "Traceback" not in res.stderr
+
+def test_a_study_arm_that_redefines_a_runner_arm_is_refused_in_one_line(tmp_path):
+    import bench.nfcorpus as nf
+
+    clash = tmp_path / "arms.yaml"
+    clash.write_text("bm25-1: {retriever: bm25, negatives: 3}\nmine: {retriever: dense}\n")
+    with pytest.raises(SystemExit, match=r"--arms-file .*arms.yaml: bm25-1 differ from this runner's; rename them"):
+        nf.load_arms(clash)
+    clash.write_text("- not a mapping\n")
+    with pytest.raises(SystemExit, match="not a mapping of arm name to settings"):
+        nf.load_arms(clash)
 
 
 def test_interpolation_mixes_each_alpha_from_the_two_ends_not_from_the_last_mix():

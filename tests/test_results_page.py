@@ -1,0 +1,155 @@
+"""docs/results.md and every generated block come from the research record (lab/), so a figure lives in one place:
+the page is current, no plot under docs/ goes unlinked, no headline figure is typed again by hand, and the record
+keeps every run's per-query figures through a merge."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import lab.results as results
+from lab import plots, record
+from tests.helpers import ROOT
+
+PRODUCT_PAGES = [ROOT / "README.md", *sorted((ROOT / "recipes").glob("*")), *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_the_results_page_and_every_block_are_what_the_record_makes():
+    stale = [p.relative_to(ROOT) for p, text in results.generated().items() if p.read_text() != text]
+    assert not stale, f"stale: {stale}; run python -m lab.results"
+
+
+def test_check_fails_on_a_stale_page_and_names_it(tmp_path, monkeypatch, capsys):
+    page = tmp_path / "results.md"
+    page.write_text(results.page())
+    monkeypatch.setattr(results, "PAGE", page)
+    monkeypatch.setattr(results, "targets", lambda: [])
+    assert results.main(["--check"]) == 0
+    page.write_text(page.read_text().replace("0.3322", "0.3323", 1))  # one figure edited by hand
+    assert results.main(["--check"]) == 1
+    assert "results.md is stale: run python -m lab.results" in capsys.readouterr().err
+
+
+def _linked(pages) -> set[str]:
+    return {
+        m.split("/")[-1] for p in pages if p.suffix == ".md" for m in re.findall(r"\]\(([^)\s]+\.png)\)", p.read_text())
+    }
+
+
+def test_every_plot_under_docs_is_linked_from_a_page():
+    """A PNG nobody links is dead weight in every clone: commit only what a page shows."""
+    pngs = {p.name for p in (ROOT / "docs").rglob("*.png")}
+    assert pngs, "no plots at all: the glob is wrong"
+    unlinked = pngs - _linked(PRODUCT_PAGES)
+    assert not unlinked, f"docs/ holds plots no page links: {sorted(unlinked)}; delete them or link them"
+
+
+def test_the_plots_the_record_draws_are_the_ones_the_pages_link():
+    drawn = set(plots.PLOTS)
+    assert drawn <= _linked(PRODUCT_PAGES), sorted(drawn - _linked(PRODUCT_PAGES))
+
+
+def _headline_figures() -> set[str]:
+    """The shipped recipe's NFCorpus test means and the quickstart's trained nDCG@10, as the page prints them."""
+    cells = record.nfcorpus_runs(results.study("nfcorpus-recipe"))
+    figures = set()
+    for (_, split, _), arms in cells.items():
+        if split == "test" and results.SHIPPED_ARM in arms:
+            runs = arms[results.SHIPPED_ARM].values()
+            figures.add(f"{sum(r['ndcg@10'] for r in runs) / len(runs):.4f}")
+    quickstart = record.named(results.study("quickstart"))["quickstart"]
+    return figures | {f"{quickstart['after']['ndcg@10']:.4f}"}
+
+
+def test_no_page_restates_a_headline_figure_outside_a_generated_block():
+    figures = _headline_figures()
+    assert len(figures) == 5  # four NFCorpus test cells and the quickstart
+    found = []
+    for page in PRODUCT_PAGES:
+        if page == results.PAGE or not page.is_file():
+            continue
+        text = results.MARKER.sub("", page.read_text())  # what a block holds is generated
+        found += [f"{page.relative_to(ROOT)}: {f}" for f in sorted(figures) if f in text]
+    assert not found, f"figures typed by hand (link docs/results.md or use a results block instead): {found}"
+
+
+def test_a_block_fills_between_its_markers_and_an_unknown_one_is_refused():
+    text = "a\n<!-- results:quickstart -->\nold\n<!-- /results:quickstart -->\nb\n"
+    filled = results.fill(text, ROOT / "README.md")
+    assert filled.startswith("a\n<!-- results:quickstart -->\n`bash scripts/quickstart.sh`") and filled.endswith("b\n")
+    assert "| after training, exact MaxSim over the corpus | **0.7276** |" in filled and "old" not in filled
+    assert results.fill(filled, ROOT / "README.md") == filled  # filling twice changes nothing
+    with pytest.raises(record.RecordError, match="README.md: no block 'nope'; name one of quickstart, recipes"):
+        results.fill("<!-- results:nope -->\n<!-- /results:nope -->", ROOT / "README.md")
+
+
+def _result(runs: dict, **settings) -> dict:
+    base = {"commit": "abc1234", "labels": "sparse", "split": "test", "steps": 48}
+    base |= {"batch": 16, "lr": 5e-05, "document_length": 128, "rows_per_query": 4}
+    return {**base, **settings, "runs": runs}
+
+
+def test_a_merge_keeps_per_query_figures_replaces_a_rerun_and_refuses_other_settings(tmp_path):
+    path = tmp_path / "results.jsonl"
+    first = {"q2": 0.5, "q1": 0.123456, "q3": 0.0}
+    run = {"ndcg@10": 0.2078, "wall_seconds": 10.0, "rows": 3, "per_query": first}
+    assert record.put_nfcorpus(path, _result({"a": {"1": run}, "b": {"1": {**run, "ndcg@10": 0.1}}})) == 2
+    got = record.nfcorpus_runs(path)[("sparse", "test", 48)]
+    assert got["a"][1]["per_query"] == {"q1": 0.1235, "q2": 0.5, "q3": 0}  # 4 digits, every query
+    rows = list(record.long_rows(path))
+    assert ("sparse", "test", 48, "a", 1, "q1", 0.1235) in rows and len(rows) == 6
+    # the same run again, timed again, at a later commit: one run, its first commit, both times kept
+    assert record.put_nfcorpus(path, _result({"a": {1: {**run, "wall_seconds": 12.0}}}, commit="def5678")) == 1
+    again = record.nfcorpus_runs(path)[("sparse", "test", 48)]["a"][1]
+    assert again["commit"] == "abc1234" and again["wall_seconds"] == 12.0 and again["earlier_wall_seconds"] == [10.0]
+    # another result for the key: replaced (git keeps the earlier line)
+    record.put_nfcorpus(path, _result({"a": {1: {**run, "ndcg@10": 0.3, "per_query": {**first, "q3": 1.0}}}}))
+    assert record.nfcorpus_runs(path)[("sparse", "test", 48)]["a"][1]["per_query"]["q3"] == 1
+    before = path.read_text()
+    with pytest.raises(record.RecordError, match="this study ran at .* the results at {'batch': 32}"):
+        record.put_nfcorpus(path, _result({"a": {1: run}}, batch=32))
+    with pytest.raises(record.RecordError, match="its test queries are not the study's"):
+        record.put_nfcorpus(path, _result({"c": {1: {**run, "per_query": {"other": 1.0}}}}))
+    assert path.read_text() == before  # nothing half-written
+
+
+def test_put_from_the_command_line_says_what_is_wrong_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text(json.dumps({"kind": "benchmarks"}) + "\n")
+    bad = tmp_path / "out.json"
+    bad.write_text("{not json")
+    assert results.main(["--put", str(folder), str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("not a results file (JSONDecodeError); give a bench script's --out") and "\n" not in err
+    bad.write_text(json.dumps({"commit": "abc", "x": 1}))
+    assert results.main(["--put", str(folder), str(bad)]) == 2
+    assert "give --name" in capsys.readouterr().err
+    assert results.main(["--put", str(folder), str(bad), "--name", "speed"]) == 0
+    assert record.named(folder / "results.jsonl") == {"speed": {"commit": "abc", "x": 1}}
+    assert results.main(["--put", str(tmp_path / "nowhere"), str(bad)]) == 2
+    assert "no results.jsonl; name a study folder of lab/" in capsys.readouterr().err
+
+
+def test_the_budget_curve_averages_the_same_seeds_at_every_budget():
+    """A point is the mean of exactly the seeds asked for, and an arm that lacks one of them at a budget has no
+    point there (a mean over other seeds would draw a flip that is only noise)."""
+    run = lambda v: {"ndcg@10": v}  # noqa: E731
+    cells = {
+        48: {"recipe": {1: run(0.25), 2: run(0.75), 3: run(0.0)}, "reference": {1: run(0.5)}},
+        240: {"recipe": {1: run(0.5), 2: run(1.0)}, "dense": {1: run(0.25), 2: run(0.25)}},
+    }
+    assert plots.curves(cells, [1, 2]) == {"recipe": {48: 0.5, 240: 0.75}, "dense": {240: 0.25}}
+
+
+def test_the_records_examples_run():
+    """lab/ is not under pytest's doctest paths (it is not the product); its ``>>>`` examples run here."""
+    import doctest
+
+    import lab.plots
+
+    for module in (record, results, lab.plots):
+        failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert tried and not failed, module.__name__
