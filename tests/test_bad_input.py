@@ -498,7 +498,11 @@ def test_bad_names_never_reach_the_server(name, fake_api, tmp_path):
     assert server.requests == []
 
 
-@pytest.mark.parametrize("mode", ["null-items", "text-items", "null-body", "html", "list-status-text", "500"])
+@pytest.mark.parametrize(
+    "mode",
+    # 500: every check waits out the transport's retries with their back-off
+    ["null-items", "text-items", "null-body", "html", "list-status-text", pytest.param("500", marks=pytest.mark.slow)],
+)
 def test_doctor_reports_a_server_it_cannot_read_one_check_at_a_time(mode, fake_api, tmp_path):
     """Each check reads its own answer: a list of null, of text or of the wrong objects was "internal error"
     (a KeyError from the client's models, a None iterated); now each check says it could not check."""

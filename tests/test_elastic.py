@@ -171,6 +171,7 @@ def _run_state(tmp_path: Path, world_size: int, device: str, precision: str, ste
     )
 
 
+@pytest.mark.slow
 def test_a_resized_job_reports_this_runs_world_size_device_and_precision_and_its_history(tmp_path):
     """Issue 42: resuming a 2-rank checkpoint on 1 rank overwrote this run's world size, device and precision
     with the checkpoint's, so metrics.json and the card said 2. Driven through the trainer's own resume."""

@@ -86,6 +86,7 @@ def served(tmp_path_factory, tiny_model):
     return out, models.ColBERT(str(out / "final-model")), load_beir(root / "beir")
 
 
+@pytest.mark.slow
 def test_exact_search_is_the_evaluations_search(served):
     """Engine's exact top-10, in order, with the scores, equals trainer/evaluate.py's for every query."""
     from trainer.evaluate import search, trec_order
@@ -100,6 +101,7 @@ def test_exact_search_is_the_evaluations_search(served):
         assert scores == pytest.approx([want[qid][i] for i in ids], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_exact_needs_the_stored_embeddings_in_one_line(served, tmp_path):
     import shutil
 
@@ -129,6 +131,7 @@ def exact_server(served):
     server.close()
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_served_exact_search_is_the_evaluations_top_10_in_v1_and_v2(served, exact_server):
     from trainer.evaluate import search, trec_order
@@ -153,6 +156,7 @@ def test_served_exact_search_is_the_evaluations_top_10_in_v1_and_v2(served, exac
     assert outputs["ids"]["data"][:10] == trec_order(want[split.query_ids[0]])[:10]
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_served_rerank_scores_are_the_models_maxsim(served, exact_server):
     """Each score is MaxSim of the query's and that document's PyLate embeddings, each document scored alone."""
@@ -193,6 +197,7 @@ BAD_HTTP = [
 ]
 
 
+@pytest.mark.slow
 @needs_kserve
 @pytest.mark.parametrize("name,path,body,message", BAD_HTTP, ids=[b[0] for b in BAD_HTTP])
 def test_a_bad_request_is_a_400_and_one_line_and_the_server_goes_on(exact_server, name, path, body, message):
@@ -204,6 +209,7 @@ def test_a_bad_request_is_a_400_and_one_line_and_the_server_goes_on(exact_server
     assert "Traceback" not in exact_server.output()
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_served_plaid_search_is_the_indexs_own_answer(served):
     """Index mode answers as the index phase measured it (PyLate's encode, the PLAID index, its scores)."""
@@ -222,6 +228,7 @@ def test_served_plaid_search_is_the_indexs_own_answer(served):
     assert "search of 47 documents by the PLAID index" in server.output()
 
 
+@pytest.mark.slow
 def test_serve_local_refuses_what_it_cannot_serve_in_one_line(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "operator_cli.cli", "serve", "--local", str(tmp_path / "absent")],

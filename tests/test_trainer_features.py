@@ -56,6 +56,7 @@ def _step_gradient(model: Path, data: Path, per_device: int, accumulation: int, 
     return torch.cat([p.grad.reshape(-1) for p in t.params])
 
 
+@pytest.mark.slow
 def test_accumulation_equals_the_large_batch(tmp_path, tiny_model_no_dropout):
     data = _distill_rows(tmp_path / "d.jsonl", 16)
     big = _step_gradient(tiny_model_no_dropout, data, 8, 1, tmp_path)
