@@ -227,10 +227,11 @@ CONFIG_CASES = [
     ("nel-in-config", "data:\n  train: {path: data/tr\x85ain.jsonl}\n".encode(), "U+0085"),
     ("mine-range-past-top-k", (GOOD_CONFIG + "mine: {top_k: 10, rank_range: [3, 30]}\n").encode(), "mine.top_k"),
     (
-        "negatives-per-row-of-a-pool-of-one",
-        (GOOD_CONFIG + "mine: {negatives: 1}\ntraining: {negatives_per_row: 1}\n").encode(),
-        "training.negatives_per_row 1 leaves nothing to rotate: the rows have 1 negative(s) (mine.negatives)",
+        "a-removed-key",
+        (GOOD_CONFIG + "training: {negatives_per_row: 1}\n").encode(),
+        "'training.negatives_per_row' was removed in 0.4.0; delete the key",
     ),
+    ("a-removed-mine-key", (GOOD_CONFIG + "mine: {round_start: base}\n").encode(), "'mine.round_start' was removed"),
     # the config becomes a ConfigMap: no credential in any value or key, whatever its name
     (
         "url-with-password",
