@@ -28,7 +28,7 @@ RUN python -m venv --system-site-packages /opt/serve \
  && /opt/serve/bin/pip install --no-cache-dir -r requirements-serve.txt
 
 FROM ${BASE_IMAGE} AS runtime
-ARG VERSION=0.3.0
+ARG VERSION=0.4.0
 LABEL org.opencontainers.image.title="colbert-train" \
       org.opencontainers.image.description="Distributed ColBERT training with PyLate for Kubeflow PyTorchJobs" \
       org.opencontainers.image.version="${VERSION}" \

@@ -44,7 +44,7 @@ def start_and_trained(run: Path):
     rows = load_rows(mined_source(mined, distillation=False), distillation=False, cache_dir=str(run / "cache"))
     torch.manual_seed(cfg.training.seed)  # as train.build seeds it: a random projection starts the same
     with torch.no_grad():
-        start = starting_model(cfg, rows, cpu, weights=None)
+        start = starting_model(cfg, rows, cpu)
     final = {"name_or_path": str(run / "out" / "final-model"), "projection_init": "random"}  # its own projection
     return cfg, start, build_model(cfg.model.model_copy(update=final), cpu)
 

@@ -4,4 +4,4 @@ machine (``local``), sweep their settings (``tune``: a Katib Experiment or an Op
 and register what they export (``serve``: a KServe InferenceService; ``register``). Each job kind is a
 class in ``kube/kinds/``; the command-line interface imports no torch."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

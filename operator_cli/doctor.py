@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube import KINDS, Cluster
-from operator_cli.kube.kinds import DEFAULT_API
+from operator_cli.kube.cluster import Cluster
+from operator_cli.kube.kinds import DEFAULT_API, KINDS
 from operator_cli.kube.runtime import runtime_health
 
 __all__ = ["Check", "LEVELS", "run_checks"]

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 
 from operator_cli.errors import CliError
-from operator_cli.kube import Cluster, job_state, kind_of
+from operator_cli.kube.cluster import Cluster
+from operator_cli.kube.kinds import job_state, kind_of
 
 __all__ = ["wait_for_job", "follow_logs"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 
 from operator_cli.errors import CliError
-from operator_cli.kube import Cluster, kind_of
-from operator_cli.kube.kinds import workspace_claim
+from operator_cli.kube.cluster import Cluster
+from operator_cli.kube.kinds import kind_of, workspace_claim
 from operator_cli.spec import check_shape, parse_training_config
 
 __all__ = ["resize"]

@@ -7,7 +7,7 @@ import json
 from datetime import datetime, timezone
 
 from operator_cli.errors import CliError
-from operator_cli.kube import job_state, kind_of
+from operator_cli.kube.kinds import job_state, kind_of
 from operator_cli.render import to_yaml
 
 __all__ = ["age", "formatted", "status_record", "status_text", "table"]

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# Install with the test extras, lint, and run the whole test suite (CPU only, about 30 minutes on 2 cores).
+# Install with the test extras, lint, and run the test suite on the CPU.
+#
+#   scripts/test.sh                 the whole suite (CI's; about 30 minutes on 2 cores)
+#   scripts/test.sh --fast          unit tests, doctests and the layout checks: every test not marked slow
+#                                   (no training run, server or trainer subprocess; a few minutes on 2 cores)
+#   scripts/test.sh [--fast] ARGS   ARGS go to pytest as they are (a file, -k EXPR, -x ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+select=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  select=(-m "not slow")
+fi
 bash scripts/setup.sh train,test
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check operator_cli trainer tests bench recipes lab
 .venv/bin/python -m operator_cli.chart_schema --check  # the chart's values.schema.json matches the config schema
 .venv/bin/python -m lab.results --check  # docs/results.md and the docs' results blocks match the research record
 set +e
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q ${select[@]+"${select[@]}"} "$@"
 code=$?
 set -e
-if [ "$code" -eq 5 ]; then
-  echo "pytest collected no tests" >&2
+if [ "$code" -eq 5 ]; then  # pytest's "no tests ran": a test run that tests nothing is a failure
+  echo "pytest ran no tests: the arguments${select[@]+ and --fast (-m \"not slow\")} selected none" >&2
   exit 1
 fi
 exit "$code"

@@ -227,10 +227,11 @@ CONFIG_CASES = [
     ("nel-in-config", "data:\n  train: {path: data/tr\x85ain.jsonl}\n".encode(), "U+0085"),
     ("mine-range-past-top-k", (GOOD_CONFIG + "mine: {top_k: 10, rank_range: [3, 30]}\n").encode(), "mine.top_k"),
     (
-        "negatives-per-row-of-a-pool-of-one",
-        (GOOD_CONFIG + "mine: {negatives: 1}\ntraining: {negatives_per_row: 1}\n").encode(),
-        "training.negatives_per_row 1 leaves nothing to rotate: the rows have 1 negative(s) (mine.negatives)",
+        "a-removed-key",
+        (GOOD_CONFIG + "training: {negatives_per_row: 1}\n").encode(),
+        "'training.negatives_per_row' was removed in 0.4.0; delete the key",
     ),
+    ("a-removed-mine-key", (GOOD_CONFIG + "mine: {round_start: base}\n").encode(), "'mine.round_start' was removed"),
     # the config becomes a ConfigMap: no credential in any value or key, whatever its name
     (
         "url-with-password",
@@ -520,7 +521,11 @@ def test_bad_names_never_reach_the_server(name, fake_api, tmp_path):
     assert server.requests == []
 
 
-@pytest.mark.parametrize("mode", ["null-items", "text-items", "null-body", "html", "list-status-text", "500"])
+@pytest.mark.parametrize(
+    "mode",
+    # 500: every check waits out the transport's retries with their back-off
+    ["null-items", "text-items", "null-body", "html", "list-status-text", pytest.param("500", marks=pytest.mark.slow)],
+)
 def test_doctor_reports_a_server_it_cannot_read_one_check_at_a_time(mode, fake_api, tmp_path):
     """Each check reads its own answer: a list of null, of text or of the wrong objects was "internal error"
     (a KeyError from the client's models, a None iterated); now each check says it could not check."""

@@ -38,6 +38,7 @@ def test_gpu_script_runs_on_cpu_with_a_tiny_config(tmp_path):
     assert "| ours / recipe |" in res.stdout
 
 
+@pytest.mark.slow
 def test_flops_formula_matches_torchs_own_count():
     """``6*N*s + 12*L*h*s^2`` against torch's FlopCounterMode on a real forward + backward."""
     import tempfile

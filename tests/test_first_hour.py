@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.helpers import ROOT, write_triplets
@@ -36,6 +37,7 @@ def _strings(value) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
+@pytest.mark.slow
 def test_plain_pairs_train_and_the_outputs_name_no_local_path(tmp_path, tiny_model):
     from huggingface_hub import ModelCard
 
@@ -66,6 +68,7 @@ def test_plain_pairs_train_and_the_outputs_name_no_local_path(tmp_path, tiny_mod
     assert 'models.ColBERT(model_name_or_path="out/final-model")' in card.text
 
 
+@pytest.mark.slow
 def test_a_missing_eval_set_is_found_before_mining(tmp_path, tiny_model):
     """data.eval_beir was read only when the first evaluation came, after mining: now at start, in one line."""
     _pairs(tmp_path / "pairs.jsonl", 8)

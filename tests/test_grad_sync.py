@@ -18,6 +18,7 @@ import pytest
 from tests.helpers import ROOT, free_port
 
 HELPER = str(ROOT / "tests" / "scripts" / "sync_checks.py")
+pytestmark = pytest.mark.slow  # every check reads one report of a 2-rank torchrun
 
 
 @pytest.fixture(scope="module")

@@ -354,51 +354,12 @@ def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(t
     assert again.returncode == 0 and again.stdout.count("done before") == 2
 
 
-def test_a_continuing_round_trains_from_the_round_befores_final_weights(tmp_path, tiny_model, monkeypatch):
-    """``round_start: previous``: round 2 starts from round 1's final model, not the base; ``base`` (the
-    default) from the base. Round 1's training is stubbed: it writes a model of other weights."""
-    import torch
-
-    from tests.helpers import make_tiny_bert
-    from trainer import rounds
-    from trainer.env import Layout
-    from trainer.model import build_model
-
-    data = write_triplets(tmp_path / "t.jsonl", 24)
-    starts: list = []
-
-    def fake_train(rcfg, layout, *args, **kwargs):
-        starts.append(kwargs.get("weights"))
-        out = Path(rcfg.output_dir)
-        make_tiny_bert(out / "final-model", seed=len(starts) + 7)  # "trained": weights unlike the base's
-        return {"steps": 2}
-
-    monkeypatch.setattr(rounds.train, "run", fake_train)
-    monkeypatch.setattr(rounds, "_trained_before", lambda *a: False)
-    monkeypatch.setattr(rounds, "_export", lambda *a: None)
-    for start in ("previous", "base"):
-        starts.clear()
-        ws = tmp_path / start
-        ws.mkdir()
-        cfg = load_config(mining_job(ws, tiny_model, data, retriever="bm25", rounds=2, round_start=start))
-        rounds.run(cfg, Layout())
-        assert starts[0] is None  # round 1: the base model, always
-        if start == "base":
-            assert starts[1] is None
-            continue
-        trained = str(ws / "out" / "rounds" / "round-1" / "final-model")
-        first = build_model(cfg.model.model_copy(update={"name_or_path": trained}), "cpu")
-        base = build_model(cfg.model, "cpu").state_dict()
-        name = "0.auto_model.encoder.layer.0.attention.self.query.weight"
-        assert torch.equal(starts[1][name], first.state_dict()[name]) and not torch.equal(starts[1][name], base[name])
-
-
 @pytest.mark.slow
-def test_a_refresh_killed_while_mining_resumes_to_the_same_rows_and_model(tmp_path, tiny_model):
-    """ANCE's refresh (``round_start: previous``): round 2 mines with the model being trained and trains on
-    from it; killed while mining round 2, the restart skips round 1 and writes the same bytes."""
+def test_a_round_killed_while_mining_resumes_to_the_same_rows_and_model(tmp_path, tiny_model):
+    """Round 2 mines with round 1's model; killed while mining round 2, the restart skips round 1 and writes
+    the same bytes."""
     data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2, round_start="previous")
+    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
     res = run_trainer(config, tmp_path)
     assert res.returncode == 0, res.stdout[-3000:]
     out = tmp_path / "out"

@@ -119,6 +119,7 @@ def test_teacher_scores_are_the_models_own_for_each_pair_and_a_miscount_is_refus
     teacher.model.predict = real
 
 
+@pytest.mark.slow
 def test_a_bi_encoder_teacher_scores_each_pair_by_its_scaled_cosine(tmp_path, tiny_model):
     """Against a plain reference: each row's scores are scale x the cosine of the bi-encoder's own
     normalised embeddings of that row's query and documents, in the row's order (rows of unequal length)."""

@@ -264,6 +264,7 @@ with D.process_group(layout, 60):
 """
 
 
+@pytest.mark.slow
 def test_diverged_weights_stop_every_rank(tmp_path):
     import subprocess
     import sys

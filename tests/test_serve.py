@@ -121,6 +121,7 @@ def served(tmp_path_factory, tiny_model):
     return out, models.ColBERT(str(out / "final-model")), load_beir(root / "beir")
 
 
+@pytest.mark.slow
 def test_exact_search_is_the_evaluations_search(served):
     """Engine's exact top-10, in order, with the scores, equals trainer/evaluate.py's for every query."""
     from trainer.evaluate import search, trec_order
@@ -135,6 +136,7 @@ def test_exact_search_is_the_evaluations_search(served):
         assert scores == pytest.approx([want[qid][i] for i in ids], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_exact_needs_the_stored_embeddings_in_one_line(served, tmp_path):
     import shutil
 
@@ -164,6 +166,7 @@ def exact_server(served):
     server.close()
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_served_exact_search_is_the_evaluations_top_10_in_v1_and_v2(served, exact_server):
     from trainer.evaluate import search, trec_order
@@ -188,6 +191,7 @@ def test_served_exact_search_is_the_evaluations_top_10_in_v1_and_v2(served, exac
     assert outputs["ids"]["data"][:10] == trec_order(want[split.query_ids[0]])[:10]
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_served_rerank_scores_are_the_models_maxsim(served, exact_server):
     """Each score is MaxSim of the query's and that document's PyLate embeddings, each document scored alone."""
@@ -272,6 +276,7 @@ def _error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if " ERROR " in line or "Traceback" in line or "Warning:" in line]
 
 
+@pytest.mark.slow
 @needs_kserve
 @pytest.mark.parametrize("name,path,body,message,headers", BAD_HTTP, ids=[b[0] for b in BAD_HTTP])
 def test_a_bad_request_is_a_400_and_one_line_and_the_server_goes_on(exact_server, name, path, body, message, headers):
@@ -284,6 +289,7 @@ def test_a_bad_request_is_a_400_and_one_line_and_the_server_goes_on(exact_server
     assert _error_lines(exact_server.output()) == []  # a client's mistake is no server error: INFO, one line
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_the_v2_binary_extension_is_still_read(exact_server):
     """A good binary-extension request answers: the check before KServe reads the body as KServe reads it."""
@@ -295,6 +301,7 @@ def test_the_v2_binary_extension_is_still_read(exact_server):
     assert status == 200 and len(answer["outputs"][0]["data"]) == 10, answer
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_only_the_documented_routes_are_served(exact_server):
     """KServe's model repository (unload, load), :explain, versions and the OpenAPI schema are refused; the
@@ -331,6 +338,7 @@ def test_only_the_documented_routes_are_served(exact_server):
     ]
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_serve_local_listens_on_the_loopback_address_only(exact_server):
     import psutil
@@ -394,6 +402,7 @@ def _rows(answer: tuple[int, dict]) -> list[tuple[list, list, int]]:
     ]
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_a_v2_querys_answer_in_a_batch_is_its_answer_alone(served, exact_server):
     queries = served[2].queries[:4]
@@ -401,6 +410,7 @@ def test_a_v2_querys_answer_in_a_batch_is_its_answer_alone(served, exact_server)
     assert together == [_rows(exact_server.v2(_v2_search([q], 30)))[0] for q in queries]
 
 
+@pytest.mark.slow
 @needs_kserve
 def test_served_plaid_search_is_the_indexs_own_answer(served):
     """Index mode answers as the index phase measured it (PyLate's encode, the PLAID index, its scores); a
@@ -460,6 +470,7 @@ def test_liveness_fails_once_the_model_is_not_loaded():
     assert "liveness: the model colbert is not loaded" in server.output()
 
 
+@pytest.mark.slow
 def test_serve_local_refuses_what_it_cannot_serve_in_one_line(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "operator_cli.cli", "serve", "--local", str(tmp_path / "absent")],

@@ -183,34 +183,6 @@ def test_streaming_batches_equal_pretokenized_batches(tmp_path, tiny_model):
             assert torch.equal(a.documents[k], b.documents[k])
 
 
-def test_no_duplicates_batches_hold_no_text_twice_and_split_as_one_batch(tmp_path):
-    """training.batch_sampler no_duplicates, against a plain check of every global batch's texts: none twice
-    (the random sampler does repeat them on these rows), every row once per epoch, and 2 ranks x 2 rows take
-    exactly the rows 1 rank x 4 takes (the gather's split invariance)."""
-    from trainer.data import StreamingData
-
-    path = tmp_path / "dups.jsonl"
-    rows_in = [{"query": f"q{i}", "positive": f"doc {i % 12}", "negative": f"other {i % 16}"} for i in range(96)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
-    rows = load_rows(DataSource(path=str(path)), False, tmp_path / "cache")
-
-    def repeats(data: StreamingData, step: int) -> int:
-        got = torch.cat([data.indices(step, v) for v in range(data.virtual_ranks)]).tolist()
-        texts = [t for i in got for t in (rows_in[i]["query"], rows_in[i]["positive"], rows_in[i]["negative"])]
-        return len(texts) - len(set(texts))
-
-    steps = 96 // 4
-    plain = StreamingData(rows, None, 2, 2, seed=5)
-    assert sum(repeats(plain, s) for s in range(steps)) > 0  # the case the sampler is for
-    nodup = StreamingData(rows, None, 2, 2, seed=5, sampler="no_duplicates")
-    assert [repeats(nodup, s) for s in range(steps - 2)] == [0] * (steps - 2)  # all but the epoch's tail
-    epoch = torch.cat([nodup.indices(s, v) for s in range(steps) for v in range(2)]).tolist()
-    assert sorted(epoch) == list(range(96))
-    one = StreamingData(rows, None, 4, 1, seed=5, sampler="no_duplicates")
-    for s in range(steps + 3):  # into the next epoch, another permutation
-        assert torch.equal(torch.cat([nodup.indices(s, 0), nodup.indices(s, 1)]), one.indices(s, 0))
-
-
 class _Labels:
     """A model stand-in whose "tokens" are each text's own id: a batch says which texts it holds."""
 
@@ -229,10 +201,9 @@ class _Labels:
 
 
 @pytest.mark.parametrize("pretokenize", [False, True], ids=["streaming", "pretokenized"])
-def test_negatives_per_row_trains_each_negative_once_in_as_many_epochs_as_it_has(tmp_path, pretokenize):
-    """training.negatives_per_row 1 of 3 negatives, against the rows' own texts: a step holds each row's
-    positive and one of its negatives; three epochs hold every negative of every row once; 2 ranks x 2 rows
-    take exactly the documents 1 rank x 4 takes."""
+def test_a_step_holds_each_rows_documents_in_order_and_splits_as_one_batch(tmp_path, pretokenize):
+    """Against the rows' own texts: a step holds each row's positive, then its negatives in the row's order; 2
+    ranks x 2 rows take exactly the queries and documents 1 rank x 4 takes, into the next epoch."""
     from trainer.data import StreamingData, TokenizedData
 
     path = tmp_path / "pool.jsonl"
@@ -242,10 +213,9 @@ def test_negatives_per_row_trains_each_negative_once_in_as_many_epochs_as_it_has
     path.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
     rows = load_rows(DataSource(path=str(path), columns={"negatives": ["n0", "n1", "n2"]}), False, tmp_path / "c")
     kind = TokenizedData if pretokenize else StreamingData
-    two, one = kind(rows, _Labels(), 2, 2, 7, "random", 1), kind(rows, _Labels(), 4, 1, 7, "random", 1)
-    assert two.docs_per_query == 2 and two.steps_per_epoch == 4
-    seen: dict[str, list[str]] = {r["query"]: [] for r in rows_in}
-    for step in range(3 * two.steps_per_epoch):
+    two, one = kind(rows, _Labels(), 2, 2, 7), kind(rows, _Labels(), 4, 1, 7)
+    assert two.docs_per_query == 4 and two.steps_per_epoch == 4
+    for step in range(2 * two.steps_per_epoch):
         shares = [two.host_batch(step, v) for v in range(2)]
         whole = one.host_batch(step, 0)
         queries = [q for b in shares for q in two.model.texts(b.queries["input_ids"])]
@@ -253,10 +223,7 @@ def test_negatives_per_row_trains_each_negative_once_in_as_many_epochs_as_it_has
         assert queries == one.model.texts(whole.queries["input_ids"])
         assert documents == one.model.texts(whole.documents["input_ids"])
         for k, query in enumerate(queries):
-            positive, negative = documents[2 * k : 2 * k + 2]
-            assert positive == "p" + query[1:] and negative.endswith(f" of {query[1:]}")
-            seen[query].append(negative)
-    assert all(sorted(got) == [f"n{j} of {q[1:]}" for j in range(3)] for q, got in seen.items()), seen
+            assert documents[4 * k : 4 * k + 4] == [f"p{query[1:]}"] + [f"n{j} of {query[1:]}" for j in range(3)]
 
 
 def test_arrow_copy_is_reused_and_rebuilt_when_the_source_changes(tmp_path):

@@ -56,6 +56,7 @@ def _step_gradient(model: Path, data: Path, per_device: int, accumulation: int, 
     return torch.cat([p.grad.reshape(-1) for p in t.params])
 
 
+@pytest.mark.slow
 def test_accumulation_equals_the_large_batch(tmp_path, tiny_model_no_dropout):
     data = _distill_rows(tmp_path / "d.jsonl", 16)
     big = _step_gradient(tiny_model_no_dropout, data, 8, 1, tmp_path)
@@ -121,94 +122,10 @@ def test_schedules_come_from_transformers(name, tiny_model, tmp_path):
     assert lrs[4] == pytest.approx(after_warmup[name])  # 2 steps into the decay (of 8)
 
 
-def _head_only_run(model: Path, tmp: Path, head_only_steps: int, steps: int) -> list[dict[str, torch.Tensor]]:
-    """The weights before and after each of ``steps`` optimizer steps, through the trainer's own ``build`` and
-    step."""
-    from trainer.config.schema import TrainConfig
-    from trainer.data import batches
-    from trainer.env import Layout
-    from trainer.step import optimizer_step
-    from trainer.train import build
-
-    tmp.mkdir()
-    cfg = TrainConfig.model_validate(
-        {
-            "model": {"name_or_path": str(model), "query_length": 16, "document_length": 48},
-            "data": {"train": {"path": str(_distill_rows(tmp / "d.jsonl", 16))}, "cache_dir": str(tmp / "cache")},
-            "loss": {"name": "distillation"},
-            "training": {"per_device_batch_size": 4, "max_steps": 8, "learning_rate": 1e-3, "warmup_ratio": 0.0}
-            | {"head_only_steps": head_only_steps, "seed": 5},
-        }
-    )
-    t = build(cfg, Layout(), torch.device("cpu"))
-    feed = batches(t.data, 0, steps, 0, torch.device("cpu"), 0)
-    weights = [{n: p.detach().clone() for n, p in t.model.named_parameters()}]
-    for _ in range(steps):
-        optimizer_step(t, feed)  # steps the schedule too
-        weights.append({n: p.detach().clone() for n, p in t.model.named_parameters()})
-        # AdamW's own step count per part: an encoder without state has had no gradient yet
-        encoder = [t.optimizer.state[p].get("step") for n, p in t.model.named_parameters() if n.startswith("0.")]
-        weights[-1]["adam steps"] = torch.tensor([float(s) if s is not None else 0.0 for s in encoder])
-    return weights
-
-
-def test_head_only_steps_train_the_projection_alone_then_the_encoder_joins(tiny_model_no_dropout, tmp_path):
-    """LP-FT: for ``head_only_steps`` steps the encoder's weights do not move and the projection's do; the step
-    after, the encoder trains too. Without the lever both move from step 1 (the test can tell them apart)."""
-
-    def moved(run: list[dict[str, torch.Tensor]], part: str) -> list[bool]:
-        """Per step: did any weight of ``part`` (the encoder is module 0, the head the rest) change?"""
-        return [
-            any(
-                not torch.equal(now[n], before[n])
-                for n in now
-                if n != "adam steps" and n.startswith("0.") == (part == "encoder")
-            )
-            for before, now in zip(run, run[1:])
-        ]
-
-    lp_ft = _head_only_run(tiny_model_no_dropout, tmp_path / "lp", head_only_steps=2, steps=3)
-    # the random head's gradients reach neither the encoder's weights nor AdamW's moments for it
-    assert [w["adam steps"].max().item() for w in lp_ft[1:]] == [0.0, 0.0, 1.0]
-    assert moved(lp_ft, "encoder") == [False, False, True]
-    assert moved(lp_ft, "head") == [True, True, True]
-    plain = _head_only_run(tiny_model_no_dropout, tmp_path / "plain", head_only_steps=0, steps=1)
-    assert moved(plain, "encoder") == moved(plain, "head") == [True]
-
-
-def test_head_only_steps_shift_the_encoders_schedule_and_keep_the_heads(tiny_model, tmp_path):
-    """The encoder waits, then warms up over warmup_ratio of the steps left; the head follows the plain schedule."""
-    from trainer.config.schema import TrainConfig
-    from trainer.env import Layout
-    from trainer.train import build
-
-    cfg = TrainConfig.model_validate(
-        {
-            "model": {"name_or_path": str(tiny_model)},
-            "data": {"train": {"path": str(_distill_rows(tmp_path / "d.jsonl", 8))}, "cache_dir": str(tmp_path)},
-            "loss": {"name": "distillation"},
-            "training": {"learning_rate": 0.5, "head_learning_rate": 0.1, "warmup_ratio": 0.25, "max_steps": 12}
-            | {"head_only_steps": 4, "per_device_batch_size": 4},
-        }
-    )
-    t = build(cfg, Layout(), torch.device("cpu"))
-    encoder, head = [], []
-    for _ in range(12):
-        encoder.append(t.optimizer.param_groups[0]["lr"])
-        head.append(t.optimizer.param_groups[2]["lr"])
-        t.optimizer.step()
-        t.scheduler.step()
-    # 8 steps left: 2 of warm-up (0, 0.25), then linear decay over 6 (0.5, 5/6 of it, ...)
-    assert encoder[:7] == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.0, 0.25, 0.5]) and encoder[7] == pytest.approx(
-        0.5 * 5 / 6
-    )
-    # 12 steps: 3 of warm-up, then linear decay over 9
-    assert head[:5] == pytest.approx([0.0, 0.1 / 3, 0.2 / 3, 0.1, 0.1 * 8 / 9])
-
-
-def test_a_head_only_run_logs_both_rates_so_a_zero_lr_is_not_a_mystery(tiny_model, tmp_path, caplog):
-    """The log's ``lr`` is the encoder's: 0 during the head-only start. The projection's own rate is logged
-    beside it (``head_lr``, also in metrics.jsonl), with a line saying when the encoder joins."""
+@pytest.mark.slow
+def test_a_run_with_a_head_rate_logs_both_rates(tiny_model, tmp_path, caplog):
+    """The log's ``lr`` is the encoder's; the projection's own rate (``training.head_learning_rate``) is logged
+    beside it (``head_lr``, also in metrics.jsonl)."""
     from trainer.config.load import parse_config
     from trainer.env import Layout
     from trainer.train import run
@@ -218,7 +135,7 @@ def test_a_head_only_run_logs_both_rates_so_a_zero_lr_is_not_a_mystery(tiny_mode
             "model": {"name_or_path": str(tiny_model), "query_length": 16, "document_length": 32},
             "data": {"train": {"path": str(write_triplets(tmp_path / "t.jsonl", 16))}, "num_workers": 0}
             | {"cache_dir": str(tmp_path / "cache")},
-            "training": {"per_device_batch_size": 4, "max_steps": 4, "head_only_steps": 2, "warmup_ratio": 0.0}
+            "training": {"per_device_batch_size": 4, "max_steps": 4, "warmup_ratio": 0.0, "learning_rate": 3e-5}
             | {"head_learning_rate": 1e-3, "log_every": 1},
             "evaluation": {"after_training": False},
             "tracking": {"report_to": ["jsonl"]},
@@ -227,59 +144,13 @@ def test_a_head_only_run_logs_both_rates_so_a_zero_lr_is_not_a_mystery(tiny_mode
     )
     with caplog.at_level("INFO", logger="trainer"):
         run(cfg, Layout())
-    assert "steps 1-2 train the projection alone (head_only_steps); then the encoder's warm-up starts" in caplog.text
     lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "train/lr" in line]
-    # as HF's Trainer logs it: the rate after the step's schedule step, the one the next step uses (step 2 is
-    # head-only, 3 and 4 are not; the linear decay ends at 0)
-    assert [line["train/lr"] > 0 for line in steps] == [False, True, True, False]
-    assert [line["train/head_lr"] > 0 for line in steps] == [True, True, True, False]
-    assert "step 1/4 loss" in caplog.text and "lr 0.00e+00 head_lr 7.50e-04" in caplog.text
-
-
-def test_a_head_only_schedule_resumed_with_more_steps_trains_the_encoder_to_the_new_end():
-    """A checkpoint's schedule state must not bring back its own step count: resumed with max_steps 10 -> 20,
-    the encoder kept the old schedule and sat at lr 0 from step 10 on while the head went on."""
-    from trainer.config.schema import TrainingConfig
-    from trainer.optim import schedule
-
-    def build(max_steps: int):
-        params = [torch.nn.Parameter(torch.zeros(1)) for _ in range(3)]
-        optimizer = torch.optim.AdamW([{"params": [p]} for p in params], lr=0.5)
-        tcfg = TrainingConfig(max_steps=max_steps, head_only_steps=2, learning_rate=0.5, warmup_ratio=0.0)
-        return optimizer, schedule(tcfg, optimizer, max_steps)
-
-    optimizer, first = build(10)
-    for _ in range(5):
-        optimizer.step()
-        first.step()
-    state = first.state_dict()
-    optimizer, resumed = build(20)
-    resumed.load_state_dict(state)
-    lrs = []
-    for _ in range(5, 19):
-        optimizer.step()
-        resumed.step()
-        lrs.append(resumed.get_last_lr())
-    encoder, head = [lr[0] for lr in lrs], [lr[2] for lr in lrs]
-    # step 19 of 20: the encoder's schedule is 18 steps long from step 2, the head's 20 from 0; both end at 20
-    assert encoder[-1] == pytest.approx(0.5 / 18) and head[-1] == pytest.approx(0.5 / 20)
-
-
-def test_head_only_steps_must_leave_the_encoder_a_step(tmp_path):
-    from trainer.config.schema import TrainConfig
-
-    base = {"data": {"train": {"path": "x.jsonl"}}, "training": {"max_steps": 4, "head_only_steps": 4}}
-    with pytest.raises(ValueError, match="head_only_steps 4 leaves no step for the encoder"):
-        TrainConfig.model_validate(base)
-    # with epochs the step count is known only once the rows are: the schedule refuses it then, as a ConfigError
-    # (one line and exit 2 from trainer/cli.py), before the first step
-    from trainer.config.schema import ConfigError, TrainingConfig
-    from trainer.optim import schedule
-
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    with pytest.raises(ConfigError, match="head_only_steps 5 leaves no step for the encoder .the run has 3."):
-        schedule(TrainingConfig(epochs=1.0, head_only_steps=5), optimizer, total_steps=3)
+    # as HF's Trainer logs it: the rate after the step's schedule step, the one the next step uses (the linear
+    # decay ends at 0 after step 4)
+    assert [line["train/lr"] for line in steps] == pytest.approx([3e-5 * f for f in (0.75, 0.5, 0.25, 0.0)])
+    assert [line["train/head_lr"] for line in steps] == pytest.approx([1e-3 * f for f in (0.75, 0.5, 0.25, 0.0)])
+    assert "step 1/4 loss" in caplog.text and "lr 2.25e-05 head_lr 7.50e-04" in caplog.text
 
 
 @pytest.mark.slow

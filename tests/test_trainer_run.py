@@ -102,6 +102,7 @@ BAD_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,content,message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
 def test_bad_data_names_file_and_row(name, content, message, tmp_path, tiny_model):
     data = tmp_path / "bad.jsonl"
@@ -122,6 +123,7 @@ def test_missing_config_file(tmp_path):
     assert res.returncode == 2 and "config file not found" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_bad_environment_is_one_line(tmp_path, tiny_model):
     data = write_triplets(tmp_path / "t.jsonl", 8)
     cfg = _config(tmp_path, tiny_model, data)
@@ -226,6 +228,7 @@ def test_distillation_run_learns_the_teachers_scores(tmp_path, tiny_model):
     assert last < 0.67 * first, losses
 
 
+@pytest.mark.slow
 def test_training_imports_no_indexing_code(tiny_model):
     code = (
         "import sys, torch\n"

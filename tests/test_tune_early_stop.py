@@ -116,6 +116,7 @@ def fake_trials(tmp_path, monkeypatch):
     monkeypatch.setattr(local._Runner, "_command", lambda self, tdir: [sys.executable, str(script), str(tdir)])
 
 
+@pytest.mark.slow
 def test_a_local_trial_below_the_median_is_stopped_and_never_run_again(tmp_path, fake_trials):
     sweep = _sweep(early=EarlyStop(min_trials_required=3, start_step=2))
     said: list[str] = []
@@ -137,6 +138,7 @@ def test_a_local_trial_below_the_median_is_stopped_and_never_run_again(tmp_path,
     assert "EarlyStopped" in next(line for line in again if line.startswith("sweep-t4"))
 
 
+@pytest.mark.slow
 def test_without_early_stop_every_trial_runs_to_its_end(tmp_path, fake_trials):
     sweep = _sweep()
     sweep = SweepSpec(job=sweep.job, params=sweep.params, config_text=CONFIG, algorithm="grid")
@@ -145,6 +147,7 @@ def test_without_early_stop_every_trial_runs_to_its_end(tmp_path, fake_trials):
     assert sum("Succeeded" in line for line in said if line.startswith("sweep-t")) == 5, said
 
 
+@pytest.mark.slow
 def test_too_few_succeeded_trials_stop_nothing(tmp_path, fake_trials):
     said: list[str] = []
     assert local.run_sweep(_sweep(early=EarlyStop(min_trials_required=4, start_step=2)), tmp_path, said.append) == 0

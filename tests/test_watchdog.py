@@ -89,6 +89,7 @@ _HOST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_frozen_store_host_is_noticed_although_its_calls_never_return():
     """Rank 0 frozen (its store host with it): the heartbeat thread's call blocks for good; the rank still
     exits 129 (retryable) with one line, within the peer timeout, not after the collective's 30 minutes."""

@@ -2,12 +2,9 @@
 
 round 1: mine with ``mine.retriever``: BM25, or ``mine.model`` (default: the base model) -> train the base
 round r: mine with round r-1's final model -> train ``model.name_or_path`` again on the new rows
-         (``mine.round_start: previous``: train on from round r-1's final model instead)
 
-By default each round trains from the base model, so a round's gain comes from its negatives alone (the
-recipe behind ColBERTv2's later rounds). ``round_start: previous`` is ANCE's
-refresh: the model being trained re-mines its negatives every ``training.max_steps`` steps, so they stay
-hard for it; mining stays split-invariant and resumable, as in any round. Rounds before the last
+Each round trains from the base model, so a round's gain comes from its negatives alone (the recipe behind
+ColBERTv2's later rounds); mining stays split-invariant and resumable in every round. Rounds before the last
 write to ``output_dir/rounds/round-R``; the last one to ``output_dir`` itself, so the final model and
 ``metrics.json`` are where a job without mining puts them. Mined rows go to
 ``output_dir/mined/round-R/``. A round whose phases all verify (``trainer/phases.py``: the final model, the
@@ -103,9 +100,8 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
             rcfg = rcfg.model_copy(
                 update={"data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})}
             )
-            start = _trained_weights(cfg, layout, previous) if cfg.mine.round_start == "previous" else None
             pairs = cfg.data.train.pairs()
-            metrics = train.run(rcfg, layout, pairs, progress, weights=start, metrics_file=metrics_file)
+            metrics = train.run(rcfg, layout, pairs, progress, metrics_file=metrics_file)
         previous = out / "final-model"
     return metrics
 

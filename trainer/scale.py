@@ -95,7 +95,7 @@ def job_scale(cfg: TrainConfig, world_size: int) -> Scale:
         world_size=world_size,
         per_device=per_device,
         accumulation=accumulation,
-        docs_per_query=1 + (t.negatives_per_row or negatives),  # per step: training.negatives_per_row of a pool
+        docs_per_query=1 + negatives,
         gather=gather,
         loss=cfg.loss.name,
     )

@@ -15,7 +15,6 @@ import torch
 
 from trainer.errors import NonFinite
 from trainer.grad_sync import deferred
-from trainer.optim import ENCODER_GROUPS
 from trainer.run.state import TrainState
 
 log = logging.getLogger("trainer")
@@ -55,7 +54,6 @@ def apply_update(t: TrainState) -> float:
     A non-finite gradient is never applied: without a scaler the step is skipped within
     ``training.skip_nonfinite_steps`` (:func:`_skip_nonfinite`); under fp16's GradScaler the scaler skips it
     and halves its scale, and :func:`_scaler_skipped` counts, logs and bounds those skips."""
-    _drop_encoder_gradients(t)
     if t.scaler.is_enabled():
         t.scaler.unscale_(t.optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(t.params, t.max_grad_norm or float("inf"))
@@ -70,17 +68,6 @@ def apply_update(t: TrainState) -> float:
     t.optimizer.zero_grad(set_to_none=True)
     t.step += 1
     return float(grad_norm)
-
-
-def _drop_encoder_gradients(t: TrainState) -> None:
-    """During ``training.head_only_steps`` the encoder's gradient goes nowhere: not into the clipping norm the
-    head's update is scaled by, not into AdamW's moments (they would carry the random head's gradients into the
-    encoder's first real steps). AdamW keeps no state for a parameter without a gradient."""
-    if t.cfg is None or t.step >= t.cfg.training.head_only_steps:
-        return
-    for group in t.optimizer.param_groups[:ENCODER_GROUPS]:
-        for p in group["params"]:
-            p.grad = None
 
 
 def _skip_nonfinite(t: TrainState, grad_norm: torch.Tensor) -> float:

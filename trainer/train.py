@@ -64,14 +64,11 @@ def run(
     layout: Layout,
     labelled_from: DataSource | None = None,
     progress: Progress | None = None,
-    weights: dict | None = None,
     metrics_file: str | None = None,
 ) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
     (query, positive) pairs that say which documents are labelled positives, when data.train is mined
     rows (default: data.train itself). ``progress``: the job's, when training is one of its phases.
-    ``weights``: a state dict to start from instead of model.name_or_path's (a round continuing the one
-    before: trainer/rounds.py); a checkpoint of this training still wins over it on resume.
     ``metrics_file``: where each periodic evaluation is appended as it happens (a sweep's early stopping)."""
     device = D.device_for(layout)
     with (
@@ -80,7 +77,7 @@ def run(
         StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
-        t = build(cfg, layout, device, labelled_from, weights)
+        t = build(cfg, layout, device, labelled_from)
         t.stop, t.tracker, t.metrics_file = stop, tracker, metrics_file
         _resume(t)
         t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line
@@ -101,14 +98,13 @@ def build(
     layout: Layout,
     device: torch.device,
     labelled_from: DataSource | None = None,
-    weights: dict | None = None,
 ) -> TrainState:
     """Model (the same initial weights everywhere), data, loss, optimizer, schedule, precision."""
     tcfg = cfg.training
     random.seed(tcfg.seed + layout.rank)
     torch.manual_seed(tcfg.seed)  # the same new projection layer on every rank
     rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
-    model = starting_model(cfg, rows, device, weights)
+    model = starting_model(cfg, rows, device)
     forward = grad_sync.wrap(model, device, cfg.distributed.find_unused_parameters)  # DDP: rank 0's weights
     torch.manual_seed(tcfg.seed + layout.rank)  # a different dropout stream per rank
 
@@ -116,7 +112,7 @@ def build(
     kind = TokenizedData if cfg.data.pretokenize else StreamingData
     # accumulation: A micro-batches per rank and step are A x W "virtual ranks" of one global batch
     virtual_ranks = layout.world_size * scale.accumulation
-    data = kind(rows, model, scale.per_device, virtual_ranks, tcfg.seed, tcfg.batch_sampler, tcfg.negatives_per_row)
+    data = kind(rows, model, scale.per_device, virtual_ranks, tcfg.seed)
     scale = replace(scale, docs_per_query=data.docs_per_query)  # as a step takes them (plain pairs: 1), for the log
     labelled = None
     if getattr(cfg.loss, "mask_labelled_positives", False):
@@ -135,9 +131,6 @@ def build(
         layout.master_port,
     )
 
-    if tcfg.head_only_steps:
-        k = tcfg.head_only_steps
-        log.info("steps 1-%d train the projection alone (head_only_steps); then the encoder's warm-up starts", k)
     optimizer = torch.optim.AdamW(param_groups(model, tcfg), lr=tcfg.learning_rate, fused=device.type == "cuda")
     precision = choose_precision(tcfg.precision, device)
     log.info("precision %s on %s", precision, device)
@@ -171,13 +164,11 @@ def build(
     )
 
 
-def starting_model(cfg: TrainConfig, rows: Rows, device: torch.device, weights: dict | None) -> torch.nn.Module:
-    """The weights every rank starts from: the given ones (a round's previous model), else the base model with
-    its projection started as configured; then TF32 and compilation as the config asks."""
+def starting_model(cfg: TrainConfig, rows: Rows, device: torch.device) -> torch.nn.Module:
+    """The weights every rank starts from: the base model with its projection started as configured; then TF32
+    and compilation as the config asks."""
     model = build_model(cfg.model, device)
-    if weights is not None:  # the same on every rank (broadcast by the caller)
-        model.load_state_dict(weights)
-    elif cfg.model.projection_init == "principal":  # a checkpoint found on resume still replaces it
+    if cfg.model.projection_init == "principal":  # a checkpoint found on resume still replaces it
         start_projection(model, cfg.model, first_documents(rows, SAMPLE_DOCUMENTS))
     if device.type == "cuda":  # TF32 matmuls: Ampere or newer (others ignore it)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.training.tf32

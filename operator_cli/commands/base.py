@@ -13,8 +13,9 @@ import click
 from operator_cli import constants as C
 from operator_cli.durations import Duration
 from operator_cli.errors import CliError
-from operator_cli.kube import Cluster, connect, redact
-from operator_cli.kube import default_namespace as kubeconfig_namespace
+from operator_cli.kube.cluster import Cluster
+from operator_cli.kube.transport import connect, redact
+from operator_cli.kube.transport import default_namespace as kubeconfig_namespace
 from operator_cli.options import JOB_OPTIONS, Option
 from operator_cli.values import shown
 

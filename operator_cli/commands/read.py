@@ -15,9 +15,8 @@ from operator_cli.doctor import LEVELS, run_checks
 from operator_cli.durations import Duration, seconds
 from operator_cli.errors import CliError
 from operator_cli.follow import follow_logs
-from operator_cli.kube import job_state, kind_of
 from operator_cli.kube.fetch import fetch
-from operator_cli.kube.kinds import API_CHOICES
+from operator_cli.kube.kinds import API_CHOICES, job_state, kind_of
 from operator_cli.tune.cluster import list_row, list_sweeps
 
 __all__ = ["doctor_cmd", "fetch_cmd", "list_cmd", "logs_cmd", "status_cmd"]

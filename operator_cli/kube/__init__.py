@@ -13,9 +13,34 @@
 The local backend, which replays a rendered job without a cluster, is :mod:`operator_cli.local`.
 """
 
-from operator_cli.kube.cluster import Cluster
-from operator_cli.kube.kinds import KINDS, JobKind, job_state, kind_of
-from operator_cli.kube.pods import PodInfo
-from operator_cli.kube.transport import connect, default_namespace, redact
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["Cluster", "JobKind", "KINDS", "PodInfo", "connect", "default_namespace", "job_state", "kind_of", "redact"]
+
+# Each public name and the module that defines it, imported when the name is first asked: importing
+# ``operator_cli.kube.names`` (as ``render`` does through the kinds) must not load ``cluster``, which imports
+# ``render``. The project's own modules import from the defining module; this face is for library users.
+_LAZY = {
+    "Cluster": "cluster",
+    "JobKind": "kinds",
+    "KINDS": "kinds",
+    "job_state": "kinds",
+    "kind_of": "kinds",
+    "PodInfo": "pods",
+    "connect": "transport",
+    "default_namespace": "transport",
+    "redact": "transport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

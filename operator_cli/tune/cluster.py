@@ -13,8 +13,8 @@ from typing import Any
 import operator_cli.kube.names as names
 from operator_cli import constants as C
 from operator_cli.errors import CliError
-from operator_cli.kube import Cluster, job_state
-from operator_cli.kube.kinds import SWEEPS, SweepKind, sweep_named
+from operator_cli.kube.cluster import Cluster
+from operator_cli.kube.kinds import SWEEPS, SweepKind, job_state, sweep_named
 from operator_cli.objects import KubeObject
 from operator_cli.tune.record import best_of
 

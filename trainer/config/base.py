@@ -24,13 +24,44 @@ __all__ = [
     "DESTINATION_PATTERN",
     "OBJECT_SCHEMES",
     "Destination",
+    "HubRepo",
     "Location",
     "Strict",
+    "hub_repo",
     "parse_destination",
 ]
 
 # Where a source may live besides a local path: staged by trainer/storage/sources.py (hf:// goes to the hub's client)
 OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """The Hugging Face Hub repository an ``hf://`` URL names, as ``huggingface_hub`` takes it."""
+
+    kind: str  # "model", "dataset" or "space"
+    repo_id: str  # ORG/NAME ("" when the URL names none)
+
+
+_HUB_KINDS = {"datasets": "dataset", "spaces": "space"}
+
+
+def hub_repo(url: str) -> HubRepo | None:
+    """The repository an ``hf://`` URL names: ``hf://ORG/NAME`` a model, ``hf://datasets/ORG/NAME`` a dataset,
+    ``hf://spaces/ORG/NAME`` a Space; None for anything else. Empty parts and slashes around are dropped.
+
+    >>> hub_repo("hf://datasets/BeIR/nfcorpus")
+    HubRepo(kind='dataset', repo_id='BeIR/nfcorpus')
+    >>> hub_repo("hf://my-org/colbert-nfcorpus/")
+    HubRepo(kind='model', repo_id='my-org/colbert-nfcorpus')
+    >>> hub_repo("hf://"), hub_repo("s3://bucket/model/"), hub_repo("my-org/colbert")
+    (HubRepo(kind='model', repo_id=''), None, None)
+    """
+    if not url.startswith("hf://"):
+        return None
+    names = [p for p in url.removeprefix("hf://").split("/") if p]
+    kind = _HUB_KINDS.get(names[0], "model") if names else "model"
+    return HubRepo(kind, "/".join(names[1:] if kind != "model" else names))
 
 
 def _location(value: str) -> str:
@@ -48,8 +79,8 @@ def _location(value: str) -> str:
             "has a query string or fragment, which the stager cannot use (it fetches the path alone, so a "
             "signed URL does not work); give the URL without it, and the store's credentials with --secret-env"
         )
-    if parts.scheme == "hf":
-        if not (parts.netloc + parts.path).strip("/"):
+    if (repo := hub_repo(value)) is not None:
+        if not repo.repo_id:
             raise ValueError("hf:// names no repository; give hf://ORG/NAME (models) or hf://datasets/ORG/NAME")
         return value
     if parts.scheme not in OBJECT_SCHEMES:
@@ -140,16 +171,17 @@ def parse_destination(value: str) -> Destination:
     if parts.query or parts.fragment:
         raise ValueError("has a query or fragment; give s3://BUCKET/PREFIX/ or hf://ORG/NAME alone")
     if parts.scheme in _HUB_SCHEMES:
-        names = [p for p in (parts.netloc + parts.path).split("/") if p]
-        if names and names[0] in ("datasets", "spaces"):
+        repo = hub_repo(value)
+        if repo is None or repo.kind != "model":
             raise ValueError("names a dataset or Space; a model is exported to a model repository, hf://ORG/NAME")
+        names = repo.repo_id.split("/")
         if (
             len(names) != 2
             or not all(_HUB_NAME.fullmatch(n) for n in names)
             or any(".." in n or "--" in n for n in names)
         ):
             raise ValueError("must name a Hub model repository as hf://ORG/NAME (letters, digits, '-', '_', '.')")
-        return Destination(parts.scheme, "/".join(names))
+        return Destination(parts.scheme, repo.repo_id)
     if parts.scheme not in _STORE_SCHEMES:
         raise ValueError(
             f"{parts.scheme + '://' if parts.scheme else 'a path'} is not an export destination; use {_USE}"

@@ -18,10 +18,17 @@ import yaml
 from pydantic import ValidationError
 
 from trainer.config.credentials import credential_in
-from trainer.config.schema import ConfigError, TrainConfig
+from trainer.config.schema import REMOVED_KEYS, ConfigError, TrainConfig
 from trainer.losses import LOSSES
 
-__all__ = ["FLOAT_1_2", "MAX_CONFIG_BYTES", "load_config", "load_yaml", "parse_config", "read_config_text"]
+__all__ = [
+    "FLOAT_1_2",
+    "MAX_CONFIG_BYTES",
+    "load_config",
+    "load_yaml",
+    "parse_config",
+    "read_config_text",
+]
 
 MAX_CONFIG_BYTES = 1 << 20  # a training config is a page of YAML; a megabyte is already suspicious
 MAX_DEPTH = 24
@@ -36,7 +43,9 @@ def _one_line(err: ValidationError, source: str) -> str:
     for tag in LOSSES:
         loc = loc.replace(f"loss.{tag}.", "loss.")
     kind = first["type"]
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and loc in REMOVED_KEYS:
+        msg = f"'{loc}' was removed in {REMOVED_KEYS[loc]}; delete the key"
+    elif kind == "extra_forbidden":
         msg = f"unknown key '{loc}': remove it or check its spelling"
     elif kind == "missing":
         msg = f"missing required key '{loc}'"

@@ -106,8 +106,9 @@ class MineConfig(Strict):
         "random",
         description="A row left with too few candidates (its positive ranks low; BM25 shares no word with its "
         "query): random keeps it with negatives drawn at random from the corpus, as labelled data all the same; "
-        "drop drops it (0.3's behaviour, a consistency filter: docs/mining.md measures both). Counted in "
-        "mining.json either way.",
+        "drop drops it (0.3's behaviour, a consistency filter), which has won only with one label per query, "
+        "a random projection start and a short run (docs/mining.md measures both). Counted in mining.json "
+        "either way.",
     )
     rows_per_query: int | None = Field(
         None,
@@ -121,14 +122,7 @@ class MineConfig(Strict):
         ge=1,
         le=10,
         description="Mine then train, N times: each round after the first mines with the model the round "
-        "before trained, then trains again on the new negatives (from where mine.round_start says).",
-    )
-    round_start: Literal["base", "previous"] = Field(
-        "base",
-        description="Where each round after the first starts training: base: model.name_or_path again, so a "
-        "round's gain is its negatives alone; previous: the round before's model, so the negatives are "
-        "refreshed by the model being trained every training.max_steps steps (ANCE-style; each round has its "
-        "own warm-up and schedule, and the job trains rounds x max_steps steps).",
+        "before trained, then trains model.name_or_path again on the new negatives.",
     )
     batch_size: int = Field(64, ge=1, description="Texts per forward pass while encoding.")
     teacher: TeacherConfig | None = Field(

@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from trainer.config.credentials import credential_in
 from trainer.config.load import FLOAT_1_2, load_yaml, parse_config
-from trainer.config.schema import ConfigError, TrainConfig
+from trainer.config.schema import REMOVED_KEYS, ConfigError, TrainConfig
 
 __all__ = ["KEY", "apply", "config_keys", "parse_override", "parse_value", "with_overrides"]
 
@@ -110,6 +110,8 @@ def _check_key(parts: list[str]) -> Any:
         if not models:
             raise ConfigError(f"--set {key}: '{'.'.join(parts[:i])}' is a value, not a section with keys")
         fields = _fields(models)
+        if part not in fields and key in REMOVED_KEYS:
+            raise ConfigError(f"--set: '{key}' was removed in {REMOVED_KEYS[key]}; delete the --set")
         if part not in fields:
             near = difflib.get_close_matches(key, config_keys(), n=1, cutoff=0.6)
             near += difflib.get_close_matches(part, [k for k in config_keys() if k.endswith("." + part)], n=1)

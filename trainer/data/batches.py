@@ -8,18 +8,6 @@ therefore needs only the step, every rank gets an equal batch (the tail that wou
 batch is dropped), and one process with batch ``W*b`` sees exactly the examples that ``W`` ranks
 with batch ``b`` see together.
 
-**No duplicates** (``training.batch_sampler: no_duplicates``). The epoch's permutation is reordered so no
-query or document text appears twice in a global batch where the rows allow it (:func:`no_duplicates_order`):
-a row that would repeat one waits for the next batch. Still a function of (seed, step) alone, and of the global
-batch, never of how it is split, so a checkpoint resumes on it and 1 or W ranks see the same rows. The order
-is built where the batches start (the DataLoader's workers inherit it) and again by each worker at an epoch's
-end.
-
-**Negatives per row** (``training.negatives_per_row``). A step can take ``k`` of a row's negatives, the next
-``k`` of its list each epoch from a seeded start per row (:meth:`_Schedule.columns`): a function of (seed, step,
-row), so it splits and resumes as the order does. ``no_duplicates`` still counts every negative of a row, also
-those another epoch takes: stricter than needed, never looser.
-
 **Tokens.** :class:`StreamingData` tokenises a rank's share when its batch is built (in DataLoader
 workers, ahead of the step, pinned for the copy to the GPU); :class:`TokenizedData` tokenises every
 row up front (``data.pretokenize: true``, for small sets). Both pad to the model's lengths and trim
@@ -33,19 +21,17 @@ shift a resumed run's dropout masks).
 
 from __future__ import annotations
 
-import collections
 import math
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from trainer.data.labelled import text_key
 from trainer.data.rows import DataError, Rows
 
-__all__ = ["Batch", "StreamingData", "TokenizedData", "batches", "no_duplicates_order"]
+__all__ = ["Batch", "StreamingData", "TokenizedData", "batches"]
 
 
 @dataclass
@@ -110,21 +96,17 @@ class _Schedule:
         per_device: int,
         virtual_ranks: int,
         seed: int,
-        sampler: str = "random",
-        negatives_per_row: int | None = None,
     ):
         self.rows, self.model, self.per_device, self.seed = rows, model, per_device, seed
         self.virtual_ranks = virtual_ranks  # processes x accumulation micro-batches
         self.global_batch = per_device * virtual_ranks
-        self.docs_per_query = 1 + negatives_per_row if negatives_per_row else rows.docs_per_query
-        self._rotation = _rotation(rows, negatives_per_row, seed) if negatives_per_row else None
+        self.docs_per_query = rows.docs_per_query
         if len(rows) < self.global_batch:
             raise DataError(
                 f"{rows.source}: {len(rows)} rows cannot fill one global batch of {self.global_batch} "
                 f"({virtual_ranks} micro-batches of {per_device}); lower training.per_device_batch_size or add rows"
             )
         self._perm: tuple[int, torch.Tensor] | None = None
-        self._texts = _row_keys(rows) if sampler == "no_duplicates" else None  # before DataLoader workers fork
 
     @property
     def steps_per_epoch(self) -> int:
@@ -137,83 +119,12 @@ class _Schedule:
         epoch, pos = divmod(step, self.steps_per_epoch)
         if self._perm is None or self._perm[0] != epoch:  # one permutation per epoch, not per step
             g = torch.Generator().manual_seed(self.seed + epoch)
-            perm = torch.randperm(len(self.rows), generator=g)
-            if self._texts is not None:
-                perm = torch.tensor(no_duplicates_order(perm.tolist(), self._texts, self.global_batch))
-            self._perm = (epoch, perm)
+            self._perm = (epoch, torch.randperm(len(self.rows), generator=g))
         global_idx = self._perm[1][pos * self.global_batch : (pos + 1) * self.global_batch]
         return global_idx[rank * self.per_device : (rank + 1) * self.per_device]
 
-    def columns(self, step: int, idx: torch.Tensor) -> torch.Tensor | None:
-        """Which of each row's documents step ``step`` trains on, (len(idx), docs_per_query): the positive, then
-        the next ``negatives_per_row`` of the row's negatives in epoch order. None: all of them, as stored.
-
-        Epoch ``e`` of row ``i`` takes negatives ``start[i] + e*k ... + k - 1`` (mod the row's count), so a run
-        of ``count / k`` epochs trains on every negative once; a function of (seed, step, row) like the order."""
-        if self._rotation is None:
-            return None
-        start, pool = self._rotation
-        k = self.docs_per_query - 1
-        epoch = step // self.steps_per_epoch
-        negatives = 1 + (start[idx, None] + epoch * k + torch.arange(k)) % pool
-        return torch.cat([torch.zeros(len(idx), 1, dtype=torch.long), negatives], dim=1)
-
     def host_batch(self, step: int, rank: int) -> Batch:
         raise NotImplementedError
-
-
-def _rotation(rows: Rows, per_row: int, seed: int) -> tuple[torch.Tensor, int]:
-    """Each row's first negative (seeded) and how many it has: ``training.negatives_per_row``'s rotation."""
-    pool = rows.docs_per_query - 1
-    if per_row >= pool:
-        raise DataError(
-            f"{rows.source}: training.negatives_per_row {per_row} needs rows with more negatives than that; "
-            f"these have {pool}: raise mine.negatives, or remove training.negatives_per_row"
-        )
-    return torch.randint(pool, (len(rows),), generator=torch.Generator().manual_seed(seed)), pool
-
-
-def _row_keys(rows: Rows, chunk: int = 65_536) -> np.ndarray:
-    """Each row's texts (its query and documents) as int64 keys, a row per line: one array, not a Python object
-    per key, so forked DataLoader workers share it instead of copying it."""
-    keys = np.empty((len(rows), 1 + rows.docs_per_query), dtype=np.int64)
-    for start in range(0, len(rows), chunk):
-        queries, documents, _ = rows.take(list(range(start, min(start + chunk, len(rows)))))
-        rows_keys = [(text_key(q), *map(text_key, docs)) for q, docs in zip(queries, documents)]
-        keys[start : start + len(queries)] = rows_keys
-    return keys
-
-
-def no_duplicates_order(order: list[int], texts, batch: int, look_ahead: int = 8) -> list[int]:
-    """``order`` rearranged so that each run of ``batch`` rows shares no text (``texts[i]``: row i's keys): a row
-    that repeats one of the batch's texts is put off to the next batch, ahead of the rows not yet placed. Every
-    row is kept. A batch that the next ``look_ahead`` x ``batch`` rows cannot fill takes rows that repeat a text:
-    at the epoch's end, and wherever a few texts are in most rows (a document that is the positive of half the
-    queries cannot be in every batch once); the look-ahead bounds the work at rows x look_ahead.
-
-    >>> texts = [("q1", "d1"), ("q2", "d1"), ("q3", "d2"), ("q4", "d3")]
-    >>> no_duplicates_order([0, 1, 2, 3], texts, 2)
-    [0, 2, 1, 3]
-    >>> no_duplicates_order([0, 1], [("q", "d"), ("q", "e")], 2)  # nothing else to take: kept as it comes
-    [0, 1]
-    """
-    out: list[int] = []
-    pending = collections.deque(order)
-    while pending:
-        taken, seen, put_off = [], set(), []
-        while pending and len(taken) < batch and len(taken) + len(put_off) < look_ahead * batch:
-            i = pending.popleft()
-            keys = texts[i].tolist() if isinstance(texts[i], np.ndarray) else texts[i]
-            if seen.isdisjoint(keys):
-                taken.append(i)
-                seen.update(keys)
-            else:
-                put_off.append(i)
-        fill = batch - len(taken)  # no row within reach fits: the first put off go in as they are
-        taken += put_off[:fill]
-        out += taken
-        pending.extendleft(reversed(put_off[fill:]))
-    return out
 
 
 class StreamingData(_Schedule):
@@ -222,10 +133,6 @@ class StreamingData(_Schedule):
     def host_batch(self, step: int, rank: int) -> Batch:
         idx = self.indices(step, rank)
         queries, documents, scores = self.rows.take(idx.tolist())
-        columns = self.columns(step, idx)
-        if columns is not None:  # training.negatives_per_row: this epoch's share of each row's negatives
-            documents = [[docs[c] for c in row] for docs, row in zip(documents, columns.tolist())]
-            scores = [[s[c] for c in row] for s, row in zip(scores, columns.tolist())] if scores is not None else None
         flat = [x for docs in documents for x in docs]
         q = _tokenize(self.model, queries, is_query=True)
         d = _tokenize(self.model, flat, is_query=False)
@@ -243,10 +150,8 @@ class TokenizedData(_Schedule):
         per_device: int,
         virtual_ranks: int,
         seed: int,
-        sampler: str = "random",
-        negatives_per_row: int | None = None,
     ):
-        super().__init__(rows, model, per_device, virtual_ranks, seed, sampler, negatives_per_row)
+        super().__init__(rows, model, per_device, virtual_ranks, seed)
         queries, documents, scores = rows.all()
         self.queries = _tokenize(model, queries, is_query=True)
         flat_docs = [d for docs in documents for d in docs]
@@ -259,12 +164,10 @@ class TokenizedData(_Schedule):
 
     def host_batch(self, step: int, rank: int) -> Batch:
         idx = self.indices(step, rank)
-        columns = self.columns(step, idx)
-        pick = (lambda t: t[idx]) if columns is None else (lambda t: t[idx[:, None], columns])  # (b, docs, ...)
         q = {k: v[idx] for k, v in self.queries.items()}
-        d = {k: pick(v).flatten(0, 1) for k, v in self.documents.items()}
-        keys = (self.key_table[0][idx], pick(self.key_table[1]).flatten()) if self.keys else (None, None)
-        scores = pick(self.scores) if self.scores is not None else None
+        d = {k: v[idx].flatten(0, 1) for k, v in self.documents.items()}  # (b * docs, d_tokens)
+        keys = (self.key_table[0][idx], self.key_table[1][idx].flatten()) if self.keys else (None, None)
+        scores = self.scores[idx] if self.scores is not None else None
         return _trimmed(q, d, self.docs_per_query, self.model, scores, keys)
 
 
@@ -309,7 +212,7 @@ def batches(
     The iterator (and its workers) starts here, not at the first ``next``, and draws its seed from
     a generator of its own: after this call returns, nothing in the data path touches the global
     random streams, so the caller can set a checkpoint's streams and know the next draw is dropout's."""
-    if start < total:  # the epoch's order built here, once, not by every worker (no_duplicates: a pass over rows)
+    if start < total:  # the epoch's order built here, once, not by every worker
         data.indices(start, 0)
     loader = torch.utils.data.DataLoader(
         _Steps(data, start, total, rank, world, accumulation),

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 from filelock import FileLock
 
+from trainer.config.base import hub_repo
 from trainer.config.schema import ConfigError, DataSource
 
 __all__ = ["DataError", "Rows", "load_rows", "locked", "ROWS_PER_BATCH", "iter_jsonl", "text_field", "document_text"]
@@ -392,7 +393,7 @@ def locked(lock_path: Path) -> FileLock:
 
 def load_rows(src: DataSource, distillation: bool, cache_dir: str | Path = ".cache/colbert-k8s") -> Rows:
     """The checked rows of ``src`` from the node's Arrow cache, converting the source the first time."""
-    if src.path.startswith("hf://") or src.split:
+    if hub_repo(src.path) is not None or src.split:
         return _hub_rows(src, distillation, Path(cache_dir))
     path = Path(src.path)
     if not path.exists():
@@ -424,7 +425,7 @@ def load_rows(src: DataSource, distillation: bool, cache_dir: str | Path = ".cac
 
 def _hub_rows(src: DataSource, distillation: bool, cache_dir: Path) -> Rows:
     """A dataset on the Hugging Face Hub (``hf://datasets/ORG/NAME`` or ``ORG/NAME`` with ``split``)."""
-    name = src.path.removeprefix("hf://").removeprefix("datasets/")
+    name = repo.repo_id if (repo := hub_repo(src.path)) is not None else src.path  # ORG/NAME with data.train.split
     split = src.split or "train"
     try:
         import datasets

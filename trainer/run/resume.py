@@ -58,15 +58,19 @@ _MUST_MATCH = (
     ("training", "per_device_batch_size"),
     ("training", "global_batch_size"),
     ("training", "seed"),
-    ("training", "batch_sampler"),  # the epoch's order: another one would see some rows twice, others never
-    ("training", "negatives_per_row"),  # which of a row's negatives each epoch trains on
     ("training", "gather_across_devices"),
     ("training", "gradient_accumulation_steps"),
     ("training", "lr_scheduler"),
-    ("training", "head_only_steps"),  # the groups and the schedule's shape
     ("data", "train", "columns"),
     ("data", "train", "limit"),
 )
+# Levers the schema no longer has, and the value this trainer runs as: a checkpoint a build before their removal
+# wrote with another value trained another way (another epoch order, share of negatives, or groups and schedule).
+_REMOVED = {
+    ("training", "batch_sampler"): "random",
+    ("training", "negatives_per_row"): None,
+    ("training", "head_only_steps"): 0,
+}
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -139,8 +143,8 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
 
 
 def _saved(saved: dict, keys: tuple[str, ...], cfg) -> Any:
-    """The value a checkpoint's config holds at ``keys``; a key its config predates (``training.batch_sampler``
-    in a 0.3 checkpoint) reads as the key's default, which that job ran with."""
+    """The value a checkpoint's config holds at ``keys``; a key its config predates reads as the key's default,
+    which that job ran with."""
     parent = _dig(saved, keys[:-1]) if len(keys) > 1 else saved
     if not isinstance(parent, dict) or keys[-1] in parent:
         return _dig(saved, keys)
@@ -178,6 +182,12 @@ def check_compatible(
             "another file, rows edited or added, or rows mined with other mine: settings); "
             "resuming would train on two data sets: use a new output_dir, or put the old data back"
         )
+    for keys, runs_as in _REMOVED.items():
+        if (old := _dig(state.get("config", {}), keys)) not in (None, runs_as):
+            raise CheckpointError(
+                f"checkpoint {path} was written with {'.'.join(keys)}={old!r}, which 0.4.0 removed (this trainer "
+                f"runs as {runs_as!r}): resume it with the version that wrote it, or use a new output_dir"
+            )
     now = cfg.model_dump(mode="json")
     for keys in _MUST_MATCH:
         old, new = _saved(state.get("config", {}), keys, cfg), _dig(now, keys)

@@ -21,6 +21,7 @@ import os
 import re
 from pathlib import Path
 
+from trainer.config.base import hub_repo
 from trainer.config.schema import METRICS, TrainConfig
 from trainer.retrieval import RETRIEVERS
 
@@ -56,12 +57,10 @@ def _hub_name(value: str, datasets: bool = False) -> str | None:
     >>> _hub_name("data/quickstart/train.jsonl") is None
     True
     """
-    if value.startswith("hf://"):
-        rest = value.removeprefix("hf://")
-        if datasets != rest.startswith("datasets/"):
+    if (repo := hub_repo(value)) is not None:
+        if repo.kind != ("dataset" if datasets else "model"):
             return None
-        rest = rest.removeprefix("datasets/")
-        return "/".join(rest.split("/")[:2]) if _HUB_ID.match(rest) else None
+        return "/".join(repo.repo_id.split("/")[:2]) if _HUB_ID.match(repo.repo_id) else None
     if datasets or "://" in value or os.path.exists(value):
         return None
     return value if _HUB_ID.fullmatch(value) else None
@@ -307,8 +306,8 @@ def for_job(cfg: TrainConfig, metrics: dict) -> str:
     """The card of ``cfg``'s final model, named as users will load it: the Hub id when exported there; the
     exported prefix, copied to ``final-model/``, on an object store; else ``output_dir/final-model`` (relative
     to the job's volume as the config gives it: no absolute local path goes into a card)."""
-    if cfg.export is not None and cfg.export.destination.startswith("hf://"):
-        return render(cfg, metrics, cfg.export.destination.removeprefix("hf://").strip("/"), cfg.export.revision)
+    if cfg.export is not None and (repo := hub_repo(cfg.export.destination)) is not None:
+        return render(cfg, metrics, repo.repo_id, cfg.export.revision)
     if cfg.export is not None:
         return render(cfg, metrics, load_from="final-model", fetch_from=cfg.export.destination)
     local = Path(cfg.output_dir) / "final-model"

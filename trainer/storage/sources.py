@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 
 from trainer.atomic import sha256_of, write_text
-from trainer.config.base import OBJECT_SCHEMES
+from trainer.config.base import OBJECT_SCHEMES, hub_repo
 from trainer.config.schema import ConfigError, TrainConfig
 from trainer.redirects import Redirected
 from trainer.storage.stores import bucket_store, reason
@@ -260,7 +260,8 @@ def _model_path(name: str, cache) -> str:
     (the hub name is loaded as is), anything else unchanged."""
     if is_remote(name):
         return str(stage(_as_prefix(name), cache))
-    return name.removeprefix("hf://")
+    repo = hub_repo(name)
+    return repo.repo_id if repo is not None and repo.kind == "model" else name
 
 
 def stage_config(cfg: TrainConfig) -> TrainConfig:
