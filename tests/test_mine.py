@@ -191,7 +191,7 @@ def _choose(*args):
         ({"retriever": "bm25", "model": "m"}, "mine.model m is set but mine.retriever is bm25"),
         ({"rank_range": "auto", "top_k": 50}, "mine.rank_range auto may choose ranks up to 100 but mine.top_k"),
         ({"rank_range": "auto", "negatives": 30}, "auto may choose [3, 30], 28 ranks, fewer than mine.negatives"),
-        ({"rank_range": "deep"}, "mine.rank_range must be [low, high] or auto, got 'deep'"),
+        ({"rank_range": "deep"}, "mine.rank_range must be [low, high] or auto (got 'deep')"),
     ],
 )
 def test_bad_mining_configs_are_one_line(mine, needle, tmp_path):

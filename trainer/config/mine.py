@@ -145,7 +145,7 @@ class MineConfig(Strict):
     @classmethod
     def _range_or_auto(cls, value):
         if isinstance(value, str) and value != "auto":
-            raise ValueError(f"mine.rank_range must be [low, high] or auto, got {value!r}")
+            raise ValueError("mine.rank_range must be [low, high] or auto")
         return value
 
     @model_validator(mode="after")
