@@ -232,7 +232,9 @@ def _evaluate_before(t: TrainState) -> None:
     held_to_base = cfg.evaluation.before_training or cfg.export is not None
     kind = base_kind(cfg.model.name_or_path) if held_to_base else None
     if kind == "bi-encoder":
-        t.metrics["base"] = evaluate_base(cfg.model.name_or_path, t.split, cfg.evaluation.batch_size, t.device)
+        # loading a model may draw from torch's streams: the run's own draws stay as they were without this figure
+        with torch.random.fork_rng(devices=[t.device] if t.device.type == "cuda" else []):
+            t.metrics["base"] = evaluate_base(cfg.model.name_or_path, t.split, cfg.evaluation.batch_size, t.device)
         if t.layout.is_main:
             log.info("eval of the base model as it ships (a bi-encoder): %s", _figures(t.metrics["base"]))
     if cfg.evaluation.before_training or kind == "colbert":
