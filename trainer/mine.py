@@ -163,6 +163,7 @@ def mine(
     D.barrier()  # no writer of a shared volume writes a part before every writer has looked
     if writes:
         write_text(out_dir / _FINGERPRINT, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+        _forget_unreadable([final], "joining it again from its parts (mining those that are missing)")
     if all(D.gather_objects(final.is_file() or not writes)):
         log.info("mined rows found: %s", final)
         progress.skip("encode", "search", "teacher")
@@ -316,19 +317,20 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     (out_dir / "mining.json").unlink(missing_ok=True)
 
 
-def _forget_unreadable(parts: list[Path]) -> None:
-    """A part that Parquet cannot read (truncated by a full disk or a copy) is removed, so it is mined again:
-    counted as done, it failed every restart with ArrowInvalid."""
-    for part in parts:
-        if not part.is_file():
+def _forget_unreadable(files: list[Path], again: str = "mining it again") -> None:
+    """A part, or the joined rows, that Parquet cannot read (truncated by a full disk or a copy) is removed, so
+    it is made again (``again`` says how): mined rows are derived data. Counted as done, a part failed every
+    restart with ArrowInvalid, and the joined rows failed training in one line that no restart could help."""
+    for file in files:
+        if not file.is_file():
             continue
         try:
-            pq.read_metadata(part)
+            pq.read_metadata(file)
         except (OSError, pa.ArrowInvalid) as e:
-            if not part.is_file():  # a pod sharing the volume removed it meanwhile
+            if not file.is_file():  # a pod sharing the volume removed it meanwhile
                 continue
-            log.warning("mine: %s is unreadable (%s); mining it again", part, str(e).splitlines()[0][:120])
-            part.unlink(missing_ok=True)
+            log.warning("mine: %s is unreadable (%s); removed, %s", file, str(e).splitlines()[0][:120], again)
+            file.unlink(missing_ok=True)
 
 
 def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
