@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import resource
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,12 +27,12 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from trainer import distributed as D
 from trainer import grad_sync, phases
-from trainer.atomic import replace_dir, write_text
+from trainer.atomic import replace_dir, whole_or_absent, write_text
 from trainer.config.schema import DataSource, TrainConfig
 from trainer.data import Rows, StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
-from trainer.errors import NO_SPACE, DiskFull, no_space
+from trainer.errors import NO_SPACE, DiskFull
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
@@ -249,9 +248,10 @@ def _loop(t: TrainState) -> tuple[float, int]:
         t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size, t.accumulation
     )
     every_eval, every_ckpt, log_every = cfg.evaluation.every_steps, cfg.checkpoint.every_steps, cfg.training.log_every
-    # its workers end on every way out of the loop, errors included; a log line clears the bar first (tqdm's
-    # redirect), so the two never share a line in a pod's log
-    with contextlib.closing(feed), logging_redirect_tqdm():
+    # on every way out of the loop, errors included, its workers end and the bar is closed (its line ends, so
+    # the error's one line starts its own); a log line clears the bar first (tqdm's redirect), so the two
+    # never share a line in a pod's log
+    with contextlib.closing(feed), logging_redirect_tqdm(), bar:
         if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
             resume.set_rng(t.rng, t.device)
             t.rng = None
@@ -351,9 +351,13 @@ def _keep_if_best(t: TrainState, result: dict) -> None:
     if best is not None and result[metric] <= best[metric]:
         return
     t.metrics["best"] = {"step": t.step, **result}
-    if t.layout.is_main:
-        path = _save_model(t.model, t.out_dir, "best-model")
-        log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
+
+    def save() -> None:
+        if t.layout.is_main:
+            path = _save_model(t.model, t.out_dir, "best-model")
+            log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
+
+    _on_every_rank(save)  # a full disk stops every rank with its line, not rank 0 alone
 
 
 def _checkpoint(t: TrainState) -> None:
@@ -428,16 +432,11 @@ def _save_model(model, out_dir: Path, name: str, card: str | None = None) -> Pat
     renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tmp-{name}-{os.getpid()}"
-    try:
+    with whole_or_absent(tmp):  # no half model stays; a full disk (safetensors wraps it) is DiskFull's one line
         model.save(str(tmp))
         if card is not None:
             (tmp / "README.md").write_text(card)
         write_manifest(tmp)  # last: a model without a verifying manifest is not trusted (trainer/phases.py)
-    except Exception as e:  # no half model stays; a full disk (safetensors wraps it) is DiskFull's one line
-        shutil.rmtree(tmp, ignore_errors=True)
-        if cause := no_space(e):
-            raise DiskFull.of(cause, tmp) from None
-        raise
     replace_dir(tmp, out_dir / name)
     return out_dir / name
 
