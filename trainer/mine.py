@@ -38,6 +38,7 @@ from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import flatten
 from trainer.retrieval import RETRIEVERS, round_retriever
 from trainer.retrieval.search import build_retriever
+from trainer.run.preemption import StopRequest
 from trainer.teacher import Teacher
 
 __all__ = [
@@ -143,6 +144,7 @@ def mine(
     load_model: Callable[[], Any] = lambda: None,
     retriever: str = "",
     progress: Progress | None = None,
+    stop: StopRequest | None = None,
 ) -> Path:
     """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
 
@@ -150,7 +152,8 @@ def mine(
     part is still to be mined, so a restarted job that finds its rows loads no model for them. Parts
     already written on every node are kept if they were mined from the same inputs (``retriever`` names
     the model that retrieves); the result is renamed into place only once whole. ``progress``: the
-    job's, whose current round's mining phases this is."""
+    job's, whose current round's mining phases this is. ``stop``: the job's SIGTERM flag, honoured after each
+    part is written (trainer/run/preemption.py)."""
     progress = progress or Progress(enabled=False)
     final = out_dir / "train.parquet"
     writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
@@ -194,7 +197,7 @@ def mine(
     else:
         key = round_retriever(mcfg.retriever, 2 if retriever.startswith("round") else 1)
         work = [(i, chunks[i], parts[i]) for i in todo]
-        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key)
+        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key, stop or StopRequest())
     shutil.rmtree(out_dir / f".plaid-{layout.rank}", ignore_errors=True)  # also one a killed run left behind
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
@@ -219,11 +222,20 @@ def mine(
 
 
 def _mine_parts(
-    cfg: TrainConfig, layout: Layout, pairs: Pairs, todo: list, total: int, load_model, progress, key: str
+    cfg: TrainConfig,
+    layout: Layout,
+    pairs: Pairs,
+    todo: list,
+    total: int,
+    load_model,
+    progress,
+    key: str,
+    stop: StopRequest,
 ) -> None:
     """Retrieve, choose and (with ``mine.teacher``) score each of ``todo``'s (part number, queries, path);
-    each node's first process writes the part whole. The model is loaded here, only when some part is to do;
-    ``key`` names the retriever (trainer/retrieval/)."""
+    each node's first process writes the part whole, then every rank honours a SIGTERM (a restart mines only
+    the parts not written). The model is loaded here, only when some part is to do; ``key`` names the
+    retriever (trainer/retrieval/)."""
     mcfg, show, writes = cfg.mine, layout.is_main, layout.local_rank == 0
     plaid_dir = todo[0][2].parent / f".plaid-{layout.rank}"  # this rank's index of its share (retriever: plaid)
     before = total - len(todo)  # parts an earlier run wrote
@@ -233,21 +245,23 @@ def _mine_parts(
     progress.advance("encode", None)
     rows_of = _rows_by_query(pairs)
     teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
-    for _, queries, part in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
-        qs = list(queries)
-        progress.begin("search", items=total, done=before)
-        cands, pos_scores = retriever.search(
-            [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
-        )
-        table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
-        progress.advance("search")
-        if teacher is not None:
-            progress.begin("teacher", items=total, done=before)
-            table = _taught(table, teacher)
-            progress.advance("teacher")
-        if writes:
-            with replacing(part, table.nbytes) as tmp:
-                pq.write_table(table, tmp)
+    with tqdm(todo, desc="mine: queries", disable=not show, unit="part") as bar:  # closed on every way out
+        for i, queries, part in bar:
+            qs = list(queries)
+            progress.begin("search", items=total, done=before)
+            cands, pos_scores = retriever.search(
+                [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
+            )
+            table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
+            progress.advance("search")
+            if teacher is not None:
+                progress.begin("teacher", items=total, done=before)
+                table = _taught(table, teacher)
+                progress.advance("teacher")
+            if writes:
+                with replacing(part, table.nbytes) as tmp:
+                    pq.write_table(table, tmp)
+            stop.honour(f"after writing mined part {part} ({i + 1} of {total})")
 
 
 def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:

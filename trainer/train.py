@@ -2,11 +2,11 @@
 
 process group -> build (model under DDP, data, loss, optimizer, schedule, precision) -> resume ->
 evaluate before -> loop (step, log, evaluate every N, checkpoint every N and on SIGTERM) ->
-evaluate after -> final model + metrics.json -> teardown -> PLAID index (rank 0) -> done.json once every
-phase verifies (trainer/phases.py).
+evaluate after -> final model + metrics.json -> teardown.
 
 ``trainer/cli.py`` reads the config and stages the data; ``trainer/rounds.py`` calls :func:`run` in every
-process, once per round. Every phase below takes the run's state ``t`` alone (``trainer/run/state.py``).
+process, once per round, and runs the phases after it (the PLAID index, done.json: trainer/phases.py).
+Every phase below takes the run's state ``t`` alone (``trainer/run/state.py``).
 """
 
 from __future__ import annotations
@@ -64,18 +64,21 @@ def run(
     progress: Progress | None = None,
     weights: dict | None = None,
     metrics_file: str | None = None,
+    stop: StopRequest | None = None,
 ) -> dict:
-    """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
-    (query, positive) pairs that say which documents are labelled positives, when data.train is mined
-    rows (default: data.train itself). ``progress``: the job's, when training is one of its phases.
-    ``weights``: a state dict to start from instead of model.name_or_path's (a round continuing the one
-    before: trainer/rounds.py); a checkpoint of this training still wins over it on resume.
-    ``metrics_file``: where each periodic evaluation is appended as it happens (a sweep's early stopping)."""
+    """Train on this rank; returns the final metrics (identical on every rank) once the final model and
+    metrics.json are written. ``labelled_from``: the (query, positive) pairs that say which documents are
+    labelled positives, when data.train is mined rows (default: data.train itself). ``progress``: the job's,
+    when training is one of its phases. ``weights``: a state dict to start from instead of model.name_or_path's
+    (a round continuing the one before: trainer/rounds.py); a checkpoint of this training still wins over it on
+    resume.
+    ``metrics_file``: where each periodic evaluation is appended as it happens (a sweep's early stopping).
+    ``stop``: the job's SIGTERM flag (trainer/run/preemption.py); without one, training installs its own."""
     device = D.device_for(layout)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
-        StopRequest() as stop,
+        contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
         t = build(cfg, layout, device, labelled_from, weights)
@@ -86,8 +89,6 @@ def run(
         elapsed, steps = _loop(t)
         _record_speed(t, elapsed, steps)
         _finish(t, elapsed)
-    if layout.is_main:  # after the group is gone: no rank waits on the index build
-        phases.finish(cfg, t.metrics)  # the index if asked (and its figures on the card), then done.json
     return t.metrics
 
 
@@ -266,13 +267,11 @@ def _loop(t: TrainState) -> tuple[float, int]:
             if stopping:
                 if t.step > first_step:
                     _checkpoint(t)
-                bar.close()
-                raise Preempted(t.step)
+                raise Preempted.at_step(t.step)
             if t.split and every_eval and t.step % every_eval == 0 and t.step < t.total_steps:
                 _keep_if_best(t, _report_intermediate(t, _evaluate(t, f"at step {t.step}")))
             if t.step % every_ckpt == 0 and t.step < t.total_steps:
                 _checkpoint(t)
-    bar.close()
     return time.perf_counter() - started, t.step - first_step
 
 
