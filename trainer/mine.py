@@ -148,12 +148,10 @@ def mine(
 ) -> Path:
     """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
 
-    ``load_model`` gives the ColBERT model to retrieve with (None: BM25); it is called only when some
-    part is still to be mined, so a restarted job that finds its rows loads no model for them. Parts
-    already written on every node are kept if they were mined from the same inputs (``retriever`` names
-    the model that retrieves); the result is renamed into place only once whole. ``progress``: the
-    job's, whose current round's mining phases this is. ``stop``: the job's SIGTERM flag, honoured after each
-    part is written (trainer/run/preemption.py)."""
+    ``load_model`` gives the ColBERT model to retrieve with (None: BM25), called only when some part is still to
+    be mined. Parts already written on every node are kept if mined from the same inputs (``retriever`` names the
+    model that retrieves); the result is renamed into place only once whole. ``progress``: the job's, whose round's
+    mining phases this is; ``stop``: its SIGTERM flag, honoured after each part (trainer/run/preemption.py)."""
     progress = progress or Progress(enabled=False)
     final = out_dir / "train.parquet"
     writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
