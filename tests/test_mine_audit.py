@@ -414,3 +414,17 @@ def test_a_truncated_mined_part_is_mined_again_not_trusted(tmp_path, caplog):
         again = pq.read_table(mine(cfg, Layout(), out))
     assert again.equals(whole)
     assert any("part-00001.parquet is unreadable" in r.getMessage() for r in caplog.records)
+
+
+def test_truncated_mined_rows_are_joined_again_from_their_parts_not_refused(tmp_path, caplog):
+    """A train.parquet cut short (a full disk, a copy) was "mined rows found", and training refused it in one line
+    that no restart could help. Mined rows are derived data: the file is removed and joined again."""
+    out = tmp_path / "mined"
+    cfg = _bm25_rows(tmp_path, "a", negatives=2, query_chunk=8)
+    whole = (mine(cfg, Layout(), out)).read_bytes()
+    (out / "train.parquet").write_bytes(whole[: len(whole) // 2])
+    with caplog.at_level("WARNING", logger="trainer"):
+        again = mine(cfg, Layout(), out)
+    assert again.read_bytes() == whole
+    said = [r.getMessage() for r in caplog.records if "train.parquet" in r.getMessage()]
+    assert len(said) == 1 and "is unreadable" in said[0] and "joining it again from its parts" in said[0], said

@@ -1,8 +1,10 @@
 """Files and directories that appear whole or not at all: written under a temporary name, then renamed.
 
 A reader (a resumed rank, ``colbert-k8s local``'s summary, the next stage of a job) never sees half a
-file, whatever kills the writer; a full disk is :class:`~trainer.errors.DiskFull`'s one line, the temporary
-gone. Checkpoints add fsyncs on top of this (``trainer/run/checkpoint.py``).
+file, whatever kills the writer. Every write of the trainer (a file here, a checkpoint, a model, an index, the
+marker, the Arrow rows) runs inside :func:`whole_or_absent`: a failure removes the temporary, and a full disk is
+:class:`~trainer.errors.DiskFull`'s one line naming the path. Checkpoints add fsyncs on top of this
+(``trainer/run/checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,22 @@ from pathlib import Path
 
 from trainer.errors import DiskFull, no_space
 
-__all__ = ["replace_dir", "replacing", "sha256_of", "write_text"]
+__all__ = ["replace_dir", "replacing", "sha256_of", "whole_or_absent", "write_text"]
+
+
+@contextmanager
+def whole_or_absent(tmp: Path, named: Path | None = None, need: int | None = None) -> Iterator[Path]:
+    """Write ``tmp`` (a file or a directory) in the block: if it fails, ``tmp`` is removed, and a full disk or a
+    read-only volume, however the writer wrapped it (torch.save, pyarrow, safetensors), is :class:`DiskFull`'s
+    one line naming ``named`` (default ``tmp``; ``need``: the bytes it takes, when known). The one place where
+    a write of the trainer turns a full disk into the line the job ends with."""
+    try:
+        yield tmp
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        if isinstance(e, Exception) and not isinstance(e, DiskFull) and (cause := no_space(e)):
+            raise DiskFull.of(cause, named or tmp, need) from None
+        raise
 
 
 @contextmanager
@@ -25,17 +42,11 @@ def replacing(path: Path, need: int | None = None) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write; renamed to ``path`` if the block ends normally, removed
     if not. The name is unique across pods that share a volume and may run the same PID. A full disk
     (``need``: the bytes it takes, when known) raises :class:`DiskFull` naming ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
+    with whole_or_absent(tmp, path, need):
+        path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         os.replace(tmp, path)
-    except Exception as e:
-        if cause := no_space(e):
-            raise DiskFull.of(cause, path, need) from None
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -31,12 +31,12 @@ from trainer.errors import (
     EXIT_DIR_ENV,
     EXIT_EXPORT,
     EXIT_PEER,
-    NO_SPACE,
     DiskFull,
     NonFinite,
     PhaseNotWhole,
     WeightsDiverged,
     job_exit_code,
+    no_space,
     peer_failure,
 )
 from trainer.redirects import guard_hub
@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except KeyboardInterrupt:  # before _main's own handler: Python ends by SIGINT, 130 to a shell
         code = 130
+        raise
+    except BaseException:  # a bug: its traceback, which Python prints next, starts a line of its own
+        _end_progress_bars()
         raise
     finally:
         if exit_dir := os.environ.get(EXIT_DIR_ENV):  # a torchrun child: tell the launcher why
@@ -147,26 +150,24 @@ def _main(argv: list[str]) -> int:
     except ExportFailed as e:  # the model is safe in output_dir; a restart retries the export alone
         return _fail(f"{e}; the model is kept in output_dir and a restart retries the export", EXIT_EXPORT)
     except Preempted as e:
-        print(f"colbert-train: {e}", file=sys.stderr)
+        _say(str(e))
         return EXIT_PREEMPTED
     except (NonFinite, DiskFull, BelowBase) as e:
         return _fail(str(e), EXIT_CONFIG)
-    except OSError as e:
-        if e.errno not in NO_SPACE:
-            raise
-        return _fail(str(DiskFull.of(e, e.filename or ".")), EXIT_CONFIG)
     except (WeightsDiverged, PhaseNotWhole) as e:
         return _fail(str(e), EXIT_PEER)
-    except RuntimeError as e:
-        if (line := peer_failure(e)) is None:
-            raise
-        return _fail(line, EXIT_PEER)
+    except (OSError, RuntimeError) as e:  # a write outside trainer/atomic.py's, or a collective
+        if cause := no_space(e):
+            return _fail(str(DiskFull.of(cause, cause.filename or ".")), EXIT_CONFIG)
+        if isinstance(e, RuntimeError) and (line := peer_failure(e)):
+            return _fail(line, EXIT_PEER)
+        raise
     except ModuleNotFoundError as e:
         return _fail(
             f"{e.name} is not installed; install the trainer with pip install 'colbert-k8s[train]'", EXIT_CONFIG
         )
     except KeyboardInterrupt:
-        print("colbert-train: interrupted; the newest checkpoint is kept for resume", file=sys.stderr)
+        _say("interrupted; the newest checkpoint is kept for resume")
         return 130
 
 
@@ -199,8 +200,27 @@ def writable_dir(path: str, key: str) -> None:
 
 
 def _fail(line: str, code: int) -> int:
-    print(f"colbert-train: error: {line}", file=sys.stderr)
+    _say(f"error: {line}")
     return code
+
+
+def _say(line: str) -> None:
+    """The one line that ends a job and names why, on a line of its own in the job's log."""
+    _end_progress_bars()
+    print(f"colbert-train: {line}", file=sys.stderr)
+
+
+def _end_progress_bars() -> None:
+    """Close the progress bars a failure left open (a loop's, or a library's inside it). An open bar's line has
+    no end, so the line naming the failure was written onto it, where a reader that skips progress lines (the
+    log shown by ``colbert-k8s local``, a grep for bars) dropped the cause with the bar."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # no bar was ever shown
+        return
+    for bar in list(getattr(tqdm, "_instances", ())):
+        with contextlib.suppress(Exception):  # a bar of a dead writer: the line below is what matters
+            bar.close()
 
 
 def setup_logging(rank: int | str) -> None:

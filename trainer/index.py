@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
 from trainer.config.schema import METRICS, TrainConfig
-from trainer.errors import DiskFull, no_space
 
 __all__ = ["build_and_evaluate"]
 
@@ -34,7 +32,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     """Index ``cfg.index.corpus`` (default ``data.eval_beir``) with the final model; evaluate through it."""
     from pylate import models
 
-    from trainer.atomic import replace_dir
+    from trainer.atomic import replace_dir, whole_or_absent
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
     from trainer.retrieval.plaid import build_index, search_index
     from trainer.run.checkpoint import write_manifest
@@ -45,7 +43,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     out = Path(cfg.output_dir)
     tmp = out / f".tmp-index-{os.getpid()}"
     started = time.perf_counter()
-    try:  # whole or absent: a failed build leaves no temporary; a full disk is DiskFull's one line
+    with whole_or_absent(tmp):  # a failed build leaves no temporary; a full disk is DiskFull's one line
         docs = model.encode(split.corpus, is_query=False, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
         index = build_index(tmp, "colbert", cfg.index.nbits, split.corpus_ids, docs, cfg.training.seed)
         build_seconds = time.perf_counter() - started
@@ -60,11 +58,6 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
 
             write_corpus(tmp, model, split.corpus_ids, split.corpus, cfg.evaluation.batch_size)
         write_manifest(tmp)  # last: an index without a verifying manifest is rebuilt (trainer/phases.py)
-    except Exception as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if cause := no_space(e):
-            raise DiskFull.of(cause, tmp) from None
-        raise
     replace_dir(tmp, out / "index")
     result = {
         **retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids}),

@@ -45,6 +45,7 @@ from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import flatten
 from trainer.retrieval import RETRIEVERS, round_retriever
 from trainer.retrieval.search import build_retriever
+from trainer.run.preemption import StopRequest
 from trainer.teacher import Teacher
 
 __all__ = [
@@ -152,14 +153,14 @@ def mine(
     load_model: Callable[[], Any] = lambda: None,
     retriever: str = "",
     progress: Progress | None = None,
+    stop: StopRequest | None = None,
 ) -> Path:
     """Mine ``data.train``'s pairs into ``out_dir/train.parquet`` on every node and return its path.
 
-    ``load_model`` gives the ColBERT model to retrieve with (None: BM25); it is called only when some
-    part is still to be mined, so a restarted job that finds its rows loads no model for them. Parts
-    already written on every node are kept if they were mined from the same inputs (``retriever`` names
-    the model that retrieves); the result is renamed into place only once whole. ``progress``: the
-    job's, whose current round's mining phases this is."""
+    ``load_model`` gives the ColBERT model to retrieve with (None: BM25), called only when some part is still to
+    be mined. Parts already written on every node are kept if mined from the same inputs (``retriever`` names the
+    model that retrieves); the result is renamed into place only once whole. ``progress``: the job's, whose round's
+    mining phases this is; ``stop``: its SIGTERM flag, honoured after each part (trainer/run/preemption.py)."""
     progress = progress or Progress(enabled=False)
     final = out_dir / "train.parquet"
     writes = layout.local_rank == 0  # one writer per pod: its /workspace may be its own
@@ -172,6 +173,7 @@ def mine(
     D.barrier()  # no writer of a shared volume writes a part before every writer has looked
     if writes:
         write_text(out_dir / _FINGERPRINT, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+        _forget_unreadable([final], "joining it again from its parts (mining those that are missing)")
     if all(D.gather_objects(final.is_file() or not writes)):
         log.info("mined rows found: %s", final)
         progress.skip("encode", "search", "teacher")
@@ -202,7 +204,7 @@ def mine(
     else:
         key = round_retriever(mcfg.retriever, 2 if retriever.startswith("round") else 1)
         work = [(i, chunks[i], parts[i]) for i in todo]
-        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key)
+        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key, stop or StopRequest())
     shutil.rmtree(out_dir / f".plaid-{layout.rank}", ignore_errors=True)  # also one a killed run left behind
     mcfg = _chosen(mcfg, out_dir)  # rank_range: auto, as the parts were mined with it
     stats = _join(parts, final) if writes else {}
@@ -230,11 +232,20 @@ def mine(
 
 
 def _mine_parts(
-    cfg: TrainConfig, layout: Layout, pairs: Pairs, todo: list, total: int, load_model, progress, key: str
+    cfg: TrainConfig,
+    layout: Layout,
+    pairs: Pairs,
+    todo: list,
+    total: int,
+    load_model,
+    progress,
+    key: str,
+    stop: StopRequest,
 ) -> None:
     """Retrieve, choose and (with ``mine.teacher``) score each of ``todo``'s (part number, queries, path);
-    each node's first process writes the part whole. The model is loaded here, only when some part is to do;
-    ``key`` names the retriever (trainer/retrieval/)."""
+    each node's first process writes the part whole, then every rank honours a SIGTERM (a restart mines only
+    the parts not written). The model is loaded here, only when some part is to do; ``key`` names the
+    retriever (trainer/retrieval/)."""
     mcfg, show, writes = cfg.mine, layout.is_main, layout.local_rank == 0
     plaid_dir = todo[0][2].parent / f".plaid-{layout.rank}"  # this rank's index of its share (retriever: plaid)
     before = total - len(todo)  # parts an earlier run wrote
@@ -248,21 +259,23 @@ def _mine_parts(
         cfg = cfg.model_copy(update={"mine": chosen})
         mcfg = cfg.mine
     teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
-    for _, queries, part in tqdm(todo, desc="mine: queries", disable=not show, unit="part"):
-        qs = list(queries)
-        progress.begin("search", items=total, done=before)
-        cands, pos_scores = retriever.search(
-            [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
-        )
-        table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
-        progress.advance("search")
-        if teacher is not None:
-            progress.begin("teacher", items=total, done=before)
-            table = _taught(table, teacher)
-            progress.advance("teacher")
-        if writes:
-            with replacing(part, table.nbytes) as tmp:
-                pq.write_table(table, tmp)
+    with tqdm(todo, desc="mine: queries", disable=not show, unit="part") as bar:  # closed on every way out
+        for i, queries, part in bar:
+            qs = list(queries)
+            progress.begin("search", items=total, done=before)
+            cands, pos_scores = retriever.search(
+                [pairs.queries[q] for q in qs], [pairs.positives[q] for q in qs], mcfg.top_k
+            )
+            table = _part_table(pairs, qs, cands, pos_scores, rows_of, cfg)
+            progress.advance("search")
+            if teacher is not None:
+                progress.begin("teacher", items=total, done=before)
+                table = _taught(table, teacher)
+                progress.advance("teacher")
+            if writes:
+                with replacing(part, table.nbytes) as tmp:
+                    pq.write_table(table, tmp)
+            stop.honour(f"after writing mined part {part} ({i + 1} of {total})")
 
 
 def _choose_rank_range(cfg: TrainConfig, pairs: Pairs, rows_of: dict, retriever, out_dir: Path, writes: bool):
@@ -375,19 +388,20 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     (out_dir / _AUTO).unlink(missing_ok=True)
 
 
-def _forget_unreadable(parts: list[Path]) -> None:
-    """A part that Parquet cannot read (truncated by a full disk or a copy) is removed, so it is mined again:
-    counted as done, it failed every restart with ArrowInvalid."""
-    for part in parts:
-        if not part.is_file():
+def _forget_unreadable(files: list[Path], again: str = "mining it again") -> None:
+    """A part, or the joined rows, that Parquet cannot read (truncated by a full disk or a copy) is removed, so
+    it is made again (``again`` says how): mined rows are derived data. Counted as done, a part failed every
+    restart with ArrowInvalid, and the joined rows failed training in one line that no restart could help."""
+    for file in files:
+        if not file.is_file():
             continue
         try:
-            pq.read_metadata(part)
+            pq.read_metadata(file)
         except (OSError, pa.ArrowInvalid) as e:
-            if not part.is_file():  # a pod sharing the volume removed it meanwhile
+            if not file.is_file():  # a pod sharing the volume removed it meanwhile
                 continue
-            log.warning("mine: %s is unreadable (%s); mining it again", part, str(e).splitlines()[0][:120])
-            part.unlink(missing_ok=True)
+            log.warning("mine: %s is unreadable (%s); removed, %s", file, str(e).splitlines()[0][:120], again)
+            file.unlink(missing_ok=True)
 
 
 def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:

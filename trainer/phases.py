@@ -19,9 +19,9 @@ import json
 import logging
 from pathlib import Path
 
-from trainer.atomic import write_text
+from trainer.atomic import whole_or_absent, write_text
 from trainer.config.schema import TrainConfig
-from trainer.errors import DiskFull, PhaseNotWhole, no_space
+from trainer.errors import PhaseNotWhole
 from trainer.run.checkpoint import CheckpointError, remove_stale_temporaries, verify, write_manifest
 from trainer.storage import card
 
@@ -78,14 +78,8 @@ def mark_done(cfg: TrainConfig) -> None:
     phase, why = redo_from(cfg)
     if phase not in (None, "done"):
         raise PhaseNotWhole(f"{why}; not marking the job done: the restart redoes that phase")
-    out = Path(cfg.output_dir)
-    try:
-        write_manifest(out, _marked(cfg), name=DONE)
-    except OSError as e:
-        (out / DONE).unlink(missing_ok=True)
-        if cause := no_space(e):
-            raise DiskFull.of(cause, out / DONE) from None
-        raise
+    with whole_or_absent(Path(cfg.output_dir) / DONE) as marker:  # a marker cut short is no marker
+        write_manifest(marker.parent, _marked(cfg), name=DONE)
 
 
 def finish(cfg: TrainConfig, metrics: dict) -> None:

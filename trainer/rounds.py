@@ -15,8 +15,10 @@ train again.
 
 One process group spans every round (``distributed.process_group`` is a no-op inside it), and so do
 one progress (trainer/reporting/progress.py: every round's mining and training are phases of it, 100% only at the
-very end) and one peer watchdog (trainer/run/watchdog.py: a peer frozen while mining is noticed as fast as
-one frozen while training).
+very end), one peer watchdog (trainer/run/watchdog.py: a peer frozen while mining is noticed as fast as
+one frozen while training) and one SIGTERM flag (trainer/run/preemption.py): honoured at a training step, after
+a mined part, and here before each next phase (a round, its training, its index, the export), so a SIGTERM
+that comes between phases stops the job with 143 as one during a step does, and the restart resumes there.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from trainer.reporting.progress import Phase, Progress, job_plan, with_export
 from trainer.retrieval import RETRIEVERS
 from trainer.retrieval.search import DOC_CHUNK
 from trainer.run.checkpoint import list_checkpoints
+from trainer.run.preemption import StopRequest
 from trainer.run.watchdog import watching
 from trainer.storage import export
 
@@ -60,6 +63,7 @@ def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> di
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
+        StopRequest() as stop,
     ):
         progress = Progress(plan=_plan(cfg, layout), enabled=layout.is_main)
         if cfg.mine is None:  # one round without mining: restarted after it (in the export), it does not train
@@ -67,17 +71,21 @@ def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> di
             if _trained_before(cfg, layout, "the job"):
                 progress.skip("train")
             else:
-                metrics = train.run(cfg, layout, progress=progress, metrics_file=metrics_file)
+                metrics = _train(cfg, layout, stop, "the job", progress=progress, metrics_file=metrics_file)
         else:
-            metrics = _rounds(cfg, layout, progress, metrics_file)
+            metrics = _rounds(cfg, layout, progress, stop, metrics_file)
         if not metrics and layout.is_main:  # done before: report its figures
             metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
+        if cfg.export is not None:
+            stop.honour("before the export")
         _export(cfg, layout, progress, metrics)
+        if stop.requested:  # it came during the last phase, which finished: nothing is left to resume
+            log.info("SIGTERM came during the job's last phase, which finished: the job is whole")
         progress.close()  # the 100%, once, at the very end
     return metrics
 
 
-def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: str | None) -> dict:
+def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, stop: StopRequest, metrics_file: str | None) -> dict:
     """Each round: mine with the previous round's model (the first: ``mine.retriever``/``mine.model``), train."""
     device = D.device_for(layout)
     metrics: dict = {}
@@ -86,7 +94,9 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
         rcfg = round_config(cfg, r)
         out = Path(rcfg.output_dir)
         progress.round = r
-        if _trained_before(rcfg, layout, f"round {r}/{cfg.mine.rounds}"):
+        what = f"round {r}/{cfg.mine.rounds}"
+        stop.honour(f"before {what}")
+        if _trained_before(rcfg, layout, what):
             progress.skip()  # the index is not counted (reporting/progress.py)
         else:
             log.info(
@@ -96,13 +106,24 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, metrics_file: 
             source = f"round {r}: {previous}" if previous else cfg.mine.model or cfg.mine.retriever
             mined_dir = Path(cfg.output_dir) / "mined" / f"round-{r}"
             _refuse_new_rows_under_checkpoints(cfg, layout, mined_dir, out / "checkpoints", source)
-            mined = mine(cfg, layout, mined_dir, load, source, progress)
+            mined = mine(cfg, layout, mined_dir, load, source, progress, stop)
+            stop.honour(f"after {what}'s mining, before its training")
             rcfg = rcfg.model_copy(
                 update={"data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})}
             )
             pairs = cfg.data.train.pairs()
-            metrics = train.run(rcfg, layout, pairs, progress, metrics_file=metrics_file)
+            metrics = _train(rcfg, layout, stop, what, pairs, progress, metrics_file=metrics_file)
         previous = out / "final-model"
+    return metrics
+
+
+def _train(cfg: TrainConfig, layout: Layout, stop: StopRequest, what: str, *args, **kwargs) -> dict:
+    """The training phase (trainer/train.py), then rank 0's: the index when ``cfg`` asks for one, and the marker
+    (trainer/phases.py). The other ranks go on to the next phase and meet rank 0 at its first collective."""
+    metrics = train.run(cfg, layout, *args, stop=stop, **kwargs)
+    stop.honour(f"after {what}'s training (its final model is saved)")
+    if layout.is_main:
+        phases.finish(cfg, metrics)  # the index if asked (and its figures on the card), then done.json
     return metrics
 
 

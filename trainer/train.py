@@ -2,11 +2,11 @@
 
 process group -> build (model under DDP, data, loss, optimizer, schedule, precision) -> resume ->
 evaluate before -> loop (step, log, evaluate every N, checkpoint every N and on SIGTERM) ->
-evaluate after -> final model + metrics.json -> teardown -> PLAID index (rank 0) -> done.json once every
-phase verifies (trainer/phases.py).
+evaluate after -> final model + metrics.json -> teardown.
 
 ``trainer/cli.py`` reads the config and stages the data; ``trainer/rounds.py`` calls :func:`run` in every
-process, once per round. Every phase below takes the run's state ``t`` alone (``trainer/run/state.py``).
+process, once per round, and runs the phases after it (the PLAID index, done.json: trainer/phases.py).
+Every phase below takes the run's state ``t`` alone (``trainer/run/state.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import resource
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,13 +27,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from trainer import distributed as D
 from trainer import grad_sync, phases
-from trainer.atomic import replace_dir, write_text
+from trainer.atomic import replace_dir, whole_or_absent, write_text
 from trainer.baseline import base_kind, evaluate_base
 from trainer.config.schema import DataSource, TrainConfig
 from trainer.data import Rows, StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
-from trainer.errors import NO_SPACE, DiskFull, no_space
+from trainer.errors import NO_SPACE, DiskFull
 from trainer.evaluate import evaluate, load_beir
 from trainer.losses import build_loss
 from trainer.losses.hardness import STALE_SHARE, summarize
@@ -65,16 +64,19 @@ def run(
     labelled_from: DataSource | None = None,
     progress: Progress | None = None,
     metrics_file: str | None = None,
+    stop: StopRequest | None = None,
 ) -> dict:
-    """Train on this rank; returns the final metrics (identical on every rank). ``labelled_from``: the
-    (query, positive) pairs that say which documents are labelled positives, when data.train is mined
-    rows (default: data.train itself). ``progress``: the job's, when training is one of its phases.
-    ``metrics_file``: where each periodic evaluation is appended as it happens (a sweep's early stopping)."""
+    """Train on this rank; returns the final metrics (identical on every rank) once the final model and
+    metrics.json are written. ``labelled_from``: the (query, positive) pairs that say which documents are
+    labelled positives, when data.train is mined rows (default: data.train itself). ``progress``: the job's,
+    when training is one of its phases. ``metrics_file``: where each periodic evaluation is appended as it
+    happens (a sweep's early stopping). ``stop``: the job's SIGTERM flag (trainer/run/preemption.py); without
+    one, training installs its own."""
     device = D.device_for(layout)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
-        StopRequest() as stop,
+        contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop,
         _tracker(cfg, layout) as tracker,
     ):
         t = build(cfg, layout, device, labelled_from)
@@ -85,8 +87,6 @@ def run(
         elapsed, steps = _loop(t)
         _record_speed(t, elapsed, steps)
         _finish(t, elapsed)
-    if layout.is_main:  # after the group is gone: no rank waits on the index build
-        phases.finish(cfg, t.metrics)  # the index if asked (and its figures on the card), then done.json
     return t.metrics
 
 
@@ -256,9 +256,10 @@ def _loop(t: TrainState) -> tuple[float, int]:
         t.data, t.step, t.total_steps, layout.rank, t.device, cfg.data.num_workers, layout.world_size, t.accumulation
     )
     every_eval, every_ckpt, log_every = cfg.evaluation.every_steps, cfg.checkpoint.every_steps, cfg.training.log_every
-    # its workers end on every way out of the loop, errors included; a log line clears the bar first (tqdm's
-    # redirect), so the two never share a line in a pod's log
-    with contextlib.closing(feed), logging_redirect_tqdm():
+    # on every way out of the loop, errors included, its workers end and the bar is closed (its line ends, so
+    # the error's one line starts its own); a log line clears the bar first (tqdm's redirect), so the two
+    # never share a line in a pod's log
+    with contextlib.closing(feed), logging_redirect_tqdm(), bar:
         if t.rng is not None:  # the last thing before the step: the next draw is the step's own dropout
             resume.set_rng(t.rng, t.device)
             t.rng = None
@@ -273,13 +274,11 @@ def _loop(t: TrainState) -> tuple[float, int]:
             if stopping:
                 if t.step > first_step:
                     _checkpoint(t)
-                bar.close()
-                raise Preempted(t.step)
+                raise Preempted.at_step(t.step)
             if t.split and every_eval and t.step % every_eval == 0 and t.step < t.total_steps:
                 _keep_if_best(t, _report_intermediate(t, _evaluate(t, f"at step {t.step}")))
             if t.step % every_ckpt == 0 and t.step < t.total_steps:
                 _checkpoint(t)
-    bar.close()
     return time.perf_counter() - started, t.step - first_step
 
 
@@ -364,9 +363,13 @@ def _keep_if_best(t: TrainState, result: dict) -> None:
     if best is not None and result[metric] <= best[metric]:
         return
     t.metrics["best"] = {"step": t.step, **result}
-    if t.layout.is_main:
-        path = _save_model(t.model, t.out_dir, "best-model")
-        log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
+
+    def save() -> None:
+        if t.layout.is_main:
+            path = _save_model(t.model, t.out_dir, "best-model")
+            log.info("best %s so far (%.4f at step %d): saved %s", metric, result[metric], t.step, path)
+
+    _on_every_rank(save)  # a full disk stops every rank with its line, not rank 0 alone
 
 
 def _checkpoint(t: TrainState) -> None:
@@ -441,16 +444,11 @@ def _save_model(model, out_dir: Path, name: str, card: str | None = None) -> Pat
     renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tmp-{name}-{os.getpid()}"
-    try:
+    with whole_or_absent(tmp):  # no half model stays; a full disk (safetensors wraps it) is DiskFull's one line
         model.save(str(tmp))
         if card is not None:
             (tmp / "README.md").write_text(card)
         write_manifest(tmp)  # last: a model without a verifying manifest is not trusted (trainer/phases.py)
-    except Exception as e:  # no half model stays; a full disk (safetensors wraps it) is DiskFull's one line
-        shutil.rmtree(tmp, ignore_errors=True)
-        if cause := no_space(e):
-            raise DiskFull.of(cause, tmp) from None
-        raise
     replace_dir(tmp, out_dir / name)
     return out_dir / name
 

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 from filelock import FileLock
 
+from trainer.atomic import whole_or_absent
 from trainer.config.base import hub_repo
 from trainer.config.schema import ConfigError, DataSource
 
@@ -405,15 +406,15 @@ def load_rows(src: DataSource, distillation: bool, cache_dir: str | Path = ".cac
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = final.with_name(f".rows-{os.getpid()}.tmp")
             try:
-                count = _convert(src, path, distillation, tmp, str(path))
-                if count == 0:
-                    raise DataError(f"{path}: the dataset is empty; it needs at least one row")
-                os.replace(tmp.with_suffix(".json"), final.with_suffix(".json"))
-                os.replace(tmp, final)  # last: an existing rows.arrow means a complete pair
+                with whole_or_absent(tmp, final):  # a full disk in data.cache_dir: DiskFull's one line
+                    count = _convert(src, path, distillation, tmp, str(path))
+                    if count == 0:
+                        raise DataError(f"{path}: the dataset is empty; it needs at least one row")
+                    os.replace(tmp.with_suffix(".json"), final.with_suffix(".json"))
+                    os.replace(tmp, final)  # last: an existing rows.arrow means a complete pair
                 mib = final.stat().st_size / 2**20
                 log.info("converted %s to %s (%d rows, %.0f MiB, each row hashed)", path, final, count, mib)
             finally:
-                tmp.unlink(missing_ok=True)
                 tmp.with_suffix(".json").unlink(missing_ok=True)
     try:
         rows = Rows(final, str(path))

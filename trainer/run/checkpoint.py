@@ -47,9 +47,9 @@ from typing import Any
 
 import torch
 
-from trainer.atomic import sha256_of
+from trainer.atomic import sha256_of, whole_or_absent
 from trainer.config.schema import ConfigError
-from trainer.errors import DiskFull, JobVerdict, no_space
+from trainer.errors import DiskFull, JobVerdict
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -162,7 +162,7 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], keep_last: int
     need = (previous[-1][1] / "state.pt").stat().st_size if previous else None
     if need and shutil.disk_usage(root).free < need:  # cheap to know: fail before writing, not midway
         raise DiskFull.of(OSError(errno.ENOSPC, "not enough free space for another checkpoint"), tmp, need)
-    try:
+    with whole_or_absent(tmp, need=need):  # torch.save's writer wraps the OSError in a RuntimeError
         tmp.mkdir()
         with open(tmp / "state.pt", "wb") as f:
             torch.save(state, f)
@@ -170,15 +170,10 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], keep_last: int
             os.fsync(f.fileno())
         write_manifest(tmp, ["state.pt"])
         _fsync_dir(tmp)
-    except (OSError, RuntimeError) as e:  # torch.save's writer raises RuntimeError around the OSError
-        shutil.rmtree(tmp, ignore_errors=True)
-        if cause := no_space(e):
-            raise DiskFull.of(cause, tmp, need) from None
-        raise
-    if final.exists():  # same step written before a crash: the new one is as complete
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(root)
+        if final.exists():  # same step written before a crash: the new one is as complete
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
     for _, old in list_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final

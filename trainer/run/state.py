@@ -37,7 +37,7 @@ class TrainState:
     layout: Layout = field(default_factory=Layout)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     tracker: Tracker | None = None  # rank 0's sinks (trainer/reporting/tracking.py), entered and closed by train.run
-    stop: StopRequest | None = None  # the SIGTERM flag
+    stop: StopRequest | None = None  # the job's SIGTERM flag (trainer/run/preemption.py), checked once a step
     progress: Progress | None = None  # rank 0's progress reports, set once the resumed step is known
     split: BeirSplit | None = None  # the held-out BEIR split evaluated on (None: no data.eval_beir)
     metrics_file: str | None = None  # colbert-train --metrics-file: rank 0 appends each periodic evaluation

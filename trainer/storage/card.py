@@ -327,8 +327,9 @@ def for_job(cfg: TrainConfig, metrics: dict) -> str:
 def update(model_dir: Path, cfg: TrainConfig, metrics: dict) -> None:
     """The card again, with figures that came after the model (the index's), and the model's manifest with it.
     Killed between the two, the model fails its manifest and is saved again from the last checkpoint."""
-    from trainer.atomic import write_text
+    from trainer.atomic import whole_or_absent, write_text
     from trainer.run.checkpoint import write_manifest
 
     write_text(model_dir / "README.md", for_job(cfg, metrics))
-    write_manifest(model_dir)
+    with whole_or_absent(model_dir / "manifest.json"):  # one cut short is none: the model is saved again
+        write_manifest(model_dir)
