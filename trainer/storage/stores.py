@@ -34,7 +34,8 @@ _CREDENTIALS = {
     "GCS": "GOOGLE_APPLICATION_CREDENTIALS (a service account's key file)",
     "MicrosoftAzure": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
 }
-_METADATA = "169.254.169.254"  # the cloud's instance metadata endpoint: where a client asks when the env has none
+# the cloud's instance metadata endpoint (AWS, GCP, Azure): where a client asks when the environment has no credentials
+_METADATA = re.compile(r"169\.254\.169\.254|/latest/api/token|/latest/meta-data/|/computeMetadata/|/metadata/identity/")
 
 
 def reason(e: BaseException) -> str:
@@ -48,7 +49,7 @@ def reason(e: BaseException) -> str:
     'no S3 credentials in the environment: set AWS_ACCESS_KEY_ID and AWS_SECRET'
     """
     text = re.sub(r"https?://[^\s@/]*@", "https://", str(e)).strip()
-    if _METADATA in text:
+    if _METADATA.search(text):
         store = next((k for k in _CREDENTIALS if f"Generic {k} error" in text), None)
         wanted = _CREDENTIALS.get(store, "the store's credential variables")
         return f"no {store or 'store'} credentials in the environment: set {wanted}"
