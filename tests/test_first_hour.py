@@ -120,13 +120,14 @@ def test_the_license_is_the_configs_else_the_base_models(tmp_path):
 # ---- the README's path: data -> train -> a sweep on dev -> the best model -> serve --local -> an answer -----
 
 README_PATH = "From your pairs to a served model"
+TUNE_EXAMPLE = "A sweep on this machine: the quickstart's dev split"  # docs/tune.md's: the README's sweep
 
 
-def readme_path() -> list[str]:
-    """The shell block of README.md's section ``README_PATH`` as bash reads it: continued lines joined, comment
-    lines dropped."""
-    text = (ROOT / "README.md").read_text()
-    body = re.search(rf"^## {re.escape(README_PATH)}\n(.*?)(?=^## |\Z)", text, re.S | re.M).group(1)
+def shell_block(page: Path, heading: str) -> list[str]:
+    """The first shell block under ``page``'s level-2 ``heading``, as bash reads it: continued lines joined,
+    comment lines dropped."""
+    text = page.read_text()
+    body = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.S | re.M).group(1)
     block = re.search(r"^```bash\n(.*?)^```", body, re.S | re.M).group(1)
     return [line for line in block.replace("\\\n", " ").splitlines() if line.strip() and not line.startswith("#")]
 
@@ -161,30 +162,33 @@ def test_the_readmes_path_runs_as_written(tmp_path, tiny_model):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     said: dict[str, str] = {}
     server = None
+
+    def run(command: str) -> str:
+        command, sep, comment = command.replace("8080", port).partition(" #")
+        if "--config examples/quickstart.yaml" in command:
+            command += f" --set model.name_or_path={tiny_model} --set training.max_steps=2"
+        res = subprocess.run(
+            ["bash", "-c", command + sep + comment], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert res.returncode == 0, f"{command}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+        return res.stdout
+
     try:
-        for command in readme_path():
-            command, sep, comment = command.replace("8080", port).partition(" #")
-            if "--config examples/quickstart.yaml" in command:
-                command += f" --set model.name_or_path={tiny_model} --set training.max_steps=2"
+        for command in shell_block(ROOT / "README.md", README_PATH):
             if command.rstrip().endswith("&"):
                 with open(tmp_path / "serve.log", "w") as log:
                     server = subprocess.Popen(
-                        ["bash", "-c", command.rstrip().removesuffix("&")],
+                        ["bash", "-c", command.replace("8080", port).rstrip().removesuffix("&")],
                         cwd=tmp_path,
                         env=env,
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-                continue
-            if command.startswith("until "):
-                _wait_until_ready(command, server, tmp_path, env)
-                continue
-            res = subprocess.run(
-                ["bash", "-c", command + sep + comment], cwd=tmp_path, env=env, capture_output=True, text=True
-            )
-            assert res.returncode == 0, f"{command}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-            said[command] = res.stdout
+            elif command.startswith("until "):
+                _wait_until_ready(command.replace("8080", port), server, tmp_path, env)
+            else:
+                said[command] = run(command)
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGTERM)
@@ -201,6 +205,11 @@ def test_the_readmes_path_runs_as_written(tmp_path, tiny_model):
     ids = answer["predictions"][0]["ids"]
     corpus = {json.loads(line)["_id"] for line in (tmp_path / "data/quickstart/beir/corpus.jsonl").open()}
     assert len(ids) == 3 and set(ids) <= corpus
+
+    # docs/tune.md's example is this sweep: its trials are found finished, its status read here
+    example = [c for c in shell_block(ROOT / "docs" / "tune.md", TUNE_EXAMPLE) if " serve --local " not in c]
+    tune_again, status_again = (run(command) for command in example)
+    assert tune_again.count("finished before; kept") == 2 and status_again == status
 
 
 def test_the_quickstart_data_ships_a_dev_split_and_keeps_its_test_bytes(tmp_path):
