@@ -425,7 +425,7 @@ def test_register_names_the_side_that_failed(tmp_path, monkeypatch):
     assert error.startswith("error: reading the export: s3://models/run-1/: ")
     assert "(no S3 credentials in the environment: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in error
     assert "resolve_deny" not in res.output and "api/token" not in res.output
-    assert hint.startswith("hint: the export's store failed, not the registry")
+    assert hint.startswith("hint: the export's side, not the registry")
 
     export = tmp_path / "export"  # an export that reads, and a registry that does not answer
     export.mkdir()

@@ -74,8 +74,8 @@ def job_export(o: dict, name: str) -> tuple[str, dict | None]:
 def _export_hint(uri: str) -> str:
     """What to check when the export cannot be read: the store's environment, or the folder."""
     if "://" not in uri:
-        return "give the folder an export wrote (its colbert-k8s-export.json beside metrics.json)"
-    return "the export's store failed, not the registry: check the URI and the store's variables in this environment"
+        return "the export's side, not the registry: give the folder an export wrote (colbert-k8s-export.json in it)"
+    return "the export's side, not the registry: check the URI (an export's prefix) and the store's variables here"
 
 
 @click.command("register", cls=Command)
