@@ -116,6 +116,7 @@ def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
     assert done > max(i for i, line in enumerate(lines) if "final model saved" in line)
     assert "job tiny succeeded: 4 steps" in res.stdout
     assert res.stdout.splitlines()[-1] == f"model: {_pod(wd, 'master-0') / 'output' / 'final-model'}"
+    assert res.stdout.splitlines()[-2].startswith(f"outputs in the master pod's /workspace, an emptyDir stand-in: {wd}")
     assert "not honoured here" in res.stderr and "world size 2" in res.stderr
     assert "each replica has its own /workspace (an emptyDir)" in res.stderr
     assert "copied into each from" in res.stderr and "data/train.jsonl" in res.stderr

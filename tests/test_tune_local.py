@@ -84,8 +84,8 @@ def test_a_local_sweep_resumes_without_rerunning_and_exports_the_best(tmp_path, 
         seen = []
         for line in first.stdout:
             seen.append(line)
-            if line.startswith("qs-t2 "):
-                first.send_signal(signal.SIGKILL)  # after its second trial: no goodbye, no cleanup
+            if line.startswith("qs-t2 ") and "Running" not in line:
+                first.send_signal(signal.SIGKILL)  # after its second trial ended: no goodbye, no cleanup
                 break
         first.wait()
         assert any(line.startswith("qs-t1 ") and "Succeeded" in line for line in seen), "".join(seen)

@@ -10,7 +10,8 @@ A restart asks :func:`redo_from` which phase to start from. A round of mining wh
 existed used to count as done, so a kill during the PLAID index build ended in "succeeded" with no index.
 Now a final model whose manifest is missing or does not verify is trained again from the round's last
 checkpoint, an index is rebuilt, each with one line; the job exits 0 only after :func:`mark_done` has
-verified every phase the config asks for.
+verified every phase the config asks for. An ``index:`` added to a finished job's config, or ``index.embeddings``
+added to its ``index:``, is such a missing phase: the index is built alone, the model is not trained again.
 """
 
 from __future__ import annotations
@@ -56,11 +57,19 @@ def redo_from(cfg: TrainConfig) -> tuple[str | None, str]:
             return "index", f"the index {out / 'index'} is not whole: {problem}"
         if not isinstance(metrics, dict) or "index" not in metrics:
             return "index", f"{out / 'metrics.json'} has no index entry"
+        if cfg.index.embeddings and not _has_embeddings(out / "index"):  # asked for since: the index phase again
+            return "index", f"the index {out / 'index'} holds no corpus embeddings, which index.embeddings asks for"
     if not (out / DONE).is_file():
         return "done", f"{out / DONE} is missing"
     if problem := _problem(out, DONE):
         return "train", f"{out / DONE} does not verify: {problem}"
     return None, ""
+
+
+def _has_embeddings(index: Path) -> bool:
+    from trainer.serve.corpus import EMBEDDINGS  # serve --exact's file, written by the index phase
+
+    return (index / EMBEDDINGS).is_file()
 
 
 def _marked(cfg: TrainConfig) -> list[str]:
@@ -87,6 +96,8 @@ def finish(cfg: TrainConfig, metrics: dict) -> None:
     its entry), then the marker."""
     if cfg.index is not None:
         from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
+
+        started(cfg)  # a finished job's index built again: its old marker no longer vouches for metrics.json
 
         remove_stale_temporaries(Path(cfg.output_dir))  # a killed build's .tmp-index-*
         metrics["index"] = build_and_evaluate(metrics["model_dir"], cfg)

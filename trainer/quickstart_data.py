@@ -2,8 +2,10 @@
 
 Query: an object's one-line summary ("Return the number of items in a deque.").
 Positive: the rest of that docstring. Hard negative: the body of another docstring from the *same
-module*, so lexical overlap alone does not solve it. Train and test use disjoint modules; the test
-split is written in BEIR format (corpus.jsonl, queries.jsonl, qrels/test.tsv).
+module*, so lexical overlap alone does not solve it. Train and test use disjoint modules; the held-out
+modules are written in BEIR format (corpus.jsonl, queries.jsonl, qrels/test.tsv and qrels/dev.tsv): one corpus,
+a test split of 300 queries, and a dev split of the held-out objects no test query asks for (43 queries), to
+choose settings on (``colbert-k8s tune``) without looking at test.
 
 Deterministic for a given Python version: modules, objects and negatives are picked in sorted
 order with a fixed seed. ``python -m trainer.quickstart_data OUT_DIR``.
@@ -17,6 +19,7 @@ import inspect
 import json
 import random
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["collect", "build", "main", "write_beir"]
@@ -89,8 +92,11 @@ def _triplets(modules: list[str], rng: random.Random) -> list[dict]:
     return rows
 
 
-def build(out: Path, seed: int = 0, max_test_queries: int = 300) -> dict[str, int]:
-    """Write train.jsonl and a BEIR test split under ``out``; return the counts."""
+def build(out: Path, seed: int = 0, max_test_queries: int = 300, max_dev_queries: int = 100) -> dict[str, int]:
+    """Write train.jsonl and a BEIR folder with a test and a dev split under ``out``; return the counts.
+
+    The dev queries are drawn after the test ones, from another generator: train.jsonl, the corpus and the
+    test split are the same bytes with or without them (``queries.jsonl`` lists the dev queries after)."""
     rng = random.Random(seed)
     train = _triplets(TRAIN_MODULES, rng)
     test = _triplets(TEST_MODULES, rng)
@@ -99,24 +105,41 @@ def build(out: Path, seed: int = 0, max_test_queries: int = 300) -> dict[str, in
         for row in train:
             f.write(json.dumps({k: row[k] for k in ("query", "positive", "negative")}) + "\n")
     queries = rng.sample(test, min(max_test_queries, len(test)))
-    # every test docstring body is a candidate, not only the queried ones
-    write_beir(out / "beir", [(r["id"], r["positive"]) for r in test], [(r["id"], r["query"]) for r in queries])
-    return {"train": len(train), "corpus": len(test), "queries": len(queries)}
+    asked = {r["id"] for r in queries}
+    rest = [r for r in test if r["id"] not in asked]  # documents no test query is about: dev's queries
+    dev = random.Random(f"{seed}/dev").sample(rest, min(max_dev_queries, len(rest)))
+    # every held-out docstring body is a candidate, not only the queried ones
+    write_beir(
+        out / "beir",
+        [(r["id"], r["positive"]) for r in test],
+        [(r["id"], r["query"]) for r in queries],
+        dev=[(r["id"], r["query"]) for r in dev],
+    )
+    return {"train": len(train), "corpus": len(test), "queries": len(queries), "dev_queries": len(dev)}
 
 
-def write_beir(beir: Path, documents: list[tuple[str, str]], queries: list[tuple[str, str]]) -> None:
-    """A BEIR test split: ``documents`` as (id, text); each query as (id of its one relevant document, text)."""
+def write_beir(
+    beir: Path,
+    documents: list[tuple[str, str]],
+    queries: list[tuple[str, str]],
+    dev: Sequence[tuple[str, str]] = (),
+) -> None:
+    """A BEIR folder: ``documents`` as (id, text); each query as (id of its one relevant document, text), in
+    ``qrels/test.tsv``, and each of ``dev`` in ``qrels/dev.tsv`` (the ids must differ from the test queries')."""
     (beir / "qrels").mkdir(parents=True, exist_ok=True)
     with (beir / "corpus.jsonl").open("w", encoding="utf-8") as f:
         for doc_id, text in documents:
             f.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
     with (beir / "queries.jsonl").open("w", encoding="utf-8") as f:
-        for doc_id, text in queries:
+        for doc_id, text in [*queries, *dev]:
             f.write(json.dumps({"_id": "q:" + doc_id, "text": text}) + "\n")
-    with (beir / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        for doc_id, _ in queries:
-            f.write(f"q:{doc_id}\t{doc_id}\t1\n")
+    for split, judged in (("test", queries), ("dev", dev)):
+        if not judged:
+            continue
+        with (beir / "qrels" / f"{split}.tsv").open("w", encoding="utf-8") as f:
+            f.write("query-id\tcorpus-id\tscore\n")
+            for doc_id, _ in judged:
+                f.write(f"q:{doc_id}\t{doc_id}\t1\n")
 
 
 def main() -> None:
@@ -126,8 +149,8 @@ def main() -> None:
     args = parser.parse_args()
     counts = build(args.out, args.seed)
     print(
-        f"wrote {counts['train']} training triplets and a BEIR split of {counts['queries']} queries "
-        f"over {counts['corpus']} documents to {args.out}"
+        f"wrote {counts['train']} training triplets and BEIR splits of {counts['queries']} test and "
+        f"{counts['dev_queries']} dev queries over {counts['corpus']} documents to {args.out}"
     )
 
 

@@ -165,7 +165,7 @@ def _trained_before(cfg: TrainConfig, layout: Layout, what: str) -> bool:
     phase, why = D.broadcast_object(phases.redo_from(cfg) if layout.is_main else None)
     if phase is None:
         again = "not trained again, and config changes since are not applied; to train again, use a new output_dir"
-        log.info("%s: done before (%s verifies): %s", what, out / phases.DONE, again)
+        log.info("%s: done before (%s verifies): %s", what, (out / phases.DONE).absolute(), again)  # where it is
     elif phase in ("index", "done"):
         then = "building the index again" if phase == "index" else "the rest verified, marking it done"
         log.warning("%s: trained before, but %s: %s", what, why, then)

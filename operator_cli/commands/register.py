@@ -71,6 +71,13 @@ def job_export(o: dict, name: str) -> tuple[str, dict | None]:
     return cfg.export.destination, section
 
 
+def _export_hint(uri: str) -> str:
+    """What to check when the export cannot be read: the store's environment, or the folder."""
+    if "://" not in uri:
+        return "the export's side, not the registry: give the folder an export wrote (colbert-k8s-export.json in it)"
+    return "the export's side, not the registry: check the URI (an export's prefix) and the store's variables here"
+
+
 @click.command("register", cls=Command)
 @click.argument("target", metavar="NAME|URI")
 @click.option("--model", help="The registered model's name (default: the job's register.name).")
@@ -87,14 +94,22 @@ def register_cmd(target: str, **o) -> None:
     uri, section = (target, None) if remote else job_export(o, target)
     settings = _settings(o, section)
     try:
-        from trainer.serve.register import register_export
-        from trainer.serve.registry import RegistryError
+        from trainer.serve.register import entry_for, from_card, read_export, register
+        from trainer.serve.registry import Registry, RegistryError
     except ModuleNotFoundError as e:
         raise CliError(f"{e.name} is not installed", hint="pip install 'colbert-k8s[train]'") from None
-    try:
-        result = register_export(uri, settings, job=None if remote else target)
+    try:  # the export's side: the object store (or the folder) it is in
+        where, manifest, metrics, card = read_export(uri)
     except RegistryError as e:
-        raise CliError(str(e), hint="check --registry-url / MODEL_REGISTRY_URL and MODEL_REGISTRY_TOKEN") from None
+        raise CliError(f"reading the export: {e}", hint=_export_hint(uri)) from None
+    base, titled = from_card(card)
+    entry = entry_for(settings, where, manifest, metrics, base, titled if remote else target)
+    try:  # the registry's side
+        result = register(Registry.from_env(settings.url), entry)
+    except RegistryError as e:
+        raise CliError(
+            f"the model registry: {e}", hint="check --registry-url / MODEL_REGISTRY_URL and MODEL_REGISTRY_TOKEN"
+        ) from None
     said = "registered" if result["created"] else "already registered"
     click.echo(f"{said}: {result['model']} version {result['version']} -> {result['uri']}")
     click.echo(json.dumps(result, indent=2), err=True)

@@ -24,6 +24,7 @@ from operator_cli.commands.base import Command, Group, cluster_of, cluster_optio
 from operator_cli.commands.job import build_spec, job_options
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import SWEEPS
+from operator_cli.notes import storage_notes
 from operator_cli.render import to_yaml
 from operator_cli.tune.options import tune_options
 
@@ -31,7 +32,7 @@ __all__ = ["tune_group"]
 
 
 class _RunByDefault(Group):
-    """``tune --config ...`` runs a sweep (the hidden ``run``); ``tune status NAME`` is a subcommand."""
+    """``tune --config ...`` runs a sweep (``run``, named or not); ``tune status NAME`` is a subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
@@ -43,11 +44,12 @@ class _RunByDefault(Group):
 def tune_group() -> None:
     """Tune on your own data: a sweep whose trials are jobs (Katib, Trainer's OptimizationJob, or --local).
 
-    `colbert-k8s tune --config FILE --param KEY=SPACE ...` runs a sweep (see `colbert-k8s tune run --help`);
-    the best trial's model is exported to export.destination with a card naming the sweep."""
+    `colbert-k8s tune --config FILE --param KEY=SPACE ...` runs a sweep (`run` may be left out; see
+    `colbert-k8s tune run --help`); the best trial's model is staged in tune/NAME/best/ (--local) and exported
+    to export.destination with a card naming the sweep."""
 
 
-@tune_group.command("run", cls=Command, hidden=True)
+@tune_group.command("run", cls=Command)
 @job_options
 @cluster_options
 @tune_options
@@ -80,6 +82,8 @@ def run_cmd(**o) -> None:
     objects = kind.render(sweep)
     if kind.experimental:
         click.echo(f"warning: {kind.kind} is experimental: {kind.product}", err=True)
+    for line in [*storage_notes(sweep.job), *_kept_nowhere(sweep, kind)]:
+        click.echo(line, err=True)
     if sweep.config.export is not None:
         click.echo(
             "note: on a cluster the trials export nothing; `tune status` names the best trial, whose model "
@@ -102,6 +106,20 @@ def run_cmd(**o) -> None:
         click.echo(f"created {obj['kind']} {job.namespace}/{obj['metadata']['name']}")
     ns = "" if job.namespace == "default" else f" -n {job.namespace}"
     click.echo(f"next:\n  colbert-k8s tune status {sweep.name}{ns}\n  colbert-k8s delete {sweep.name}{ns}")
+
+
+def _kept_nowhere(sweep, kind) -> list[str]:
+    """The warning for a cluster sweep whose trials write to per-pod emptyDirs: the best model goes with its pod."""
+    if sweep.job.claim_name:
+        return []  # the trials keep OUTPUT_DIR/<trial>/ on the claim
+    if kind.api == "optimizationjob":  # it refuses a claim: its template cannot tell the trials apart
+        fix = "use --engine katib with --pvc CLAIM (or --pvc-size), or --local with export.destination"
+    else:
+        fix = "pass --pvc CLAIM or --pvc-size SIZE (each trial keeps its output_dir on the claim)"
+    return [
+        f"warning: the best model is kept nowhere: each {kind.kind} trial writes its model to its pod's emptyDir "
+        f"/workspace, deleted with the pod, and cluster trials export nothing; {fix}"
+    ]
 
 
 def _dump(objects: list[dict], output: str) -> str:
@@ -142,7 +160,12 @@ def _local(sweep, dry_run: str | None, output: str, workdir: Path) -> None:
 
 @tune_group.command("status", cls=Command)
 @click.argument("name")
-@click.option("--workdir", type=click.Path(file_okay=False), help="A local sweep: the --workdir it ran in.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="A local sweep: the --workdir it ran in. Default: the current directory when it holds tune/NAME/, else "
+    "the cluster.",
+)
 @namespace_option
 @cluster_options
 @click.option(
@@ -155,12 +178,13 @@ def _local(sweep, dry_run: str | None, output: str, workdir: Path) -> None:
 )
 def status_cmd(name: str, workdir: str | None, output: str, **o) -> None:
     """Every trial's values, state, metric and time, and the best so far."""
-    from operator_cli.tune.record import local_record, record_text
+    from operator_cli.tune.local import sweep_root
+    from operator_cli.tune.record import SWEEP_FILE, local_record, record_text
 
     name = job_name(name)
+    if workdir is None and (sweep_root(Path.cwd(), name) / SWEEP_FILE).is_file():
+        workdir = "."  # a local sweep run here (`tune --local` defaults --workdir to .)
     if workdir is not None:
-        from operator_cli.tune.local import sweep_root
-
         record = local_record(sweep_root(Path(workdir).resolve(), name))
     else:
         from operator_cli.tune.cluster import sweep_record

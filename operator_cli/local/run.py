@@ -42,7 +42,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds: float) -> None:
+def _summary(
+    config_text: str, workdir: Path, name: str, restarts: int, seconds: float, pod_local: bool = False
+) -> None:
+    """The closing lines: steps, figures, and where the outputs are on this machine. ``pod_local``: ``workdir`` is
+    the master pod's emptyDir stand-in (no ``--pvc``/``--pvc-size``), which says so before the paths."""
     cfg = parse_training_config(config_text)
     out = workdir / cfg.output_dir
     metrics_path = out / "metrics.json"
@@ -62,6 +66,11 @@ def _summary(config_text: str, workdir: Path, name: str, restarts: int, seconds:
         click.echo(
             _metrics_line(ix) + f"  (PLAID index: {ix['documents']} documents, built in "
             f"{ix['build_seconds']:.1f}s, {ix['size_mb']:.1f} MiB)"
+        )
+    if pod_local:
+        click.echo(
+            f"outputs in the master pod's /workspace, an emptyDir stand-in: {workdir} (emptied when this job runs "
+            "again; --pvc-size keeps them in --workdir)"
         )
     for line in _outputs(m, out, workdir, exported=cfg.export is not None):
         click.echo(line)
@@ -150,7 +159,7 @@ def _replay(plan: PodPlan, objects: list[KubeObject], workdir: Path, isolate_net
                 plan, new_replicas, wrap, grace, workdir, config[C.CONFIG_FILE], master_ws, verbose
             )
         if code == 0:
-            _summary(config[C.CONFIG_FILE], master_ws, name, restarts, time.time() - started)
+            _summary(config[C.CONFIG_FILE], master_ws, name, restarts, time.time() - started, master_ws != workdir)
         return code
     except _Terminated:
         click.echo(

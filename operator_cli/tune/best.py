@@ -4,8 +4,8 @@ that names the sweep, the trial and the search space.
 The trials themselves export nothing (their configs have no ``export``): only once the best is known is its
 output copied (hard links where the disk allows) into ``tune/NAME/best/``, its ``metrics.json`` given a
 ``sweep`` entry and its card (``README.md``) written again from it, and that directory exported by the trainer's
-own :func:`trainer.storage.export.run` (atomic, resumable, manifest last). A config without ``export`` gets the path of
-the best trial's model instead.
+own :func:`trainer.storage.export.run` (atomic, resumable, manifest last). A config without ``export`` keeps it
+there: ``tune/NAME/best/`` is what ``serve --local`` takes.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def preflight(sweep: SweepSpec) -> None:
 
 
 def export_best(sweep: SweepSpec, record: dict[str, Any], root: Path, echo: Callable[[str], None]) -> None:
-    """Stage the best trial's output with the sweep's card, and export it where ``--config`` says."""
+    """Stage the best trial's output with the sweep's card in ``root/best``, and export it where ``--config``
+    says (a config without ``export`` keeps it there)."""
     from trainer.atomic import write_text
     from trainer.storage import card
     from trainer.storage.export import ExportFailed, run
@@ -68,17 +69,22 @@ def export_best(sweep: SweepSpec, record: dict[str, Any], root: Path, echo: Call
     best = record["best"]
     source = Path(best["output"])
     base = sweep.config
-    if base.export is None:
-        echo(f"model: {source / 'final-model'} (set export.destination in --config to export it)")
-        return
-    staged = _stage(source, root / "best", base.export.include)
+    staged = _stage(source, root / "best", base.export.include if base.export else [])
     metrics = json.loads((source / "metrics.json").read_text())
     metrics["sweep"] = sweep_entry(sweep, record, "local")
     trial_cfg = _trial_config(sweep, best["values"])
-    cfg = trial_cfg.model_copy(update={"output_dir": str(staged), "export": base.export})
+    # the card's snippet loads the model from where it is: the export, or tune/NAME/best/ under --workdir
+    shown = str(staged) if base.export else f"tune/{sweep.name}/best"
+    cfg = trial_cfg.model_copy(update={"output_dir": shown, "export": base.export})
     write_text(staged / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     (staged / "final-model" / "manifest.json").unlink(missing_ok=True)  # a hard link: written anew, not through
     card.update(staged / "final-model", cfg, metrics)  # the card names the sweep; the model's manifest follows it
+    if base.export is None:
+        echo(
+            f"best model: {staged} ({best['name']}'s output; its card and metrics.json name the sweep): "
+            f"`colbert-k8s serve --local {staged}` serves it; export.destination in --config would export it"
+        )
+        return
     try:
         result = run(cfg)
     except ExportFailed as e:

@@ -3,7 +3,8 @@
 Under ``--workdir DIR`` (the volume, as for ``local``) a sweep keeps ``tune/NAME/``: ``sweep.json`` (its plan:
 every trial's values, drawn once) and one directory per trial, the trial's own /workspace. A trial's job is
 rendered as ``render`` would (``job.yaml``) and replayed by :func:`operator_cli.local.run_local` in a process
-of its own, whose output goes to the trial's ``log.txt``; this process prints one table row per trial as it ends.
+of its own, whose output goes to the trial's ``log.txt``; this process prints one table row per trial event: as it
+starts (``Running``, and the path of its log), and as it ends (its state, figure and time).
 
 * **Shared inputs and caches, separate outputs.** A trial's workspace links to DIR's inputs (the config's
   relative paths) and caches (``data.cache_dir``, the model cache), so staging and the Arrow copy of the rows
@@ -274,6 +275,9 @@ class _Runner:
                 preexec_fn=_die_with_parent,
             )
         self.running[trial.name] = (proc, time.time())
+        self._print(
+            R.row({"name": trial.name, "values": trial.values, "state": "Running", "reason": _log(tdir)}, self.keys)
+        )
 
     def _command(self, tdir: Path) -> list[str]:
         """The trial's process: its job replayed (:mod:`operator_cli.tune.trial`)."""
@@ -352,6 +356,15 @@ class _Runner:
     def _print(self, cells: list[Any]) -> None:
         padded = [str(c).ljust(w) for c, w in zip(cells[:-1], self.widths)]
         self.echo("  ".join([*padded, str(cells[-1])]).rstrip())
+
+
+def _log(tdir: Path) -> str:
+    """``log: PATH`` of a trial, relative to the current directory where it is under it (as a user typed
+    ``--workdir .``)."""
+    log = tdir / "log.txt"
+    with contextlib.suppress(ValueError):
+        log = log.relative_to(Path.cwd().resolve())
+    return f"log: {log}"
 
 
 def _die_with_parent() -> None:

@@ -13,6 +13,7 @@ config whose evaluation split is ``test`` (a figure chosen on the test split is 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import math
 import random
@@ -135,8 +136,12 @@ class SweepSpec:
             if space.key == prefix or space.key.startswith(prefix + "."):
                 raise CliError(f"--param {space.key}: {why}; it cannot be searched")
         if not key_exists(space.key):
+            from trainer.config.overrides import config_keys
+
+            near = difflib.get_close_matches(space.key, config_keys(), n=1, cutoff=0.6)
             raise CliError(
-                f"--param {space.key}: the config has no such key; check its spelling",
+                f"--param {space.key}: the config has no such key; "
+                + (f"did you mean {near[0]}?" if near else "check its spelling"),
                 hint="see docs/trainer.md for every key",
             )
         base = load_yaml(self.config_text, "--config")

@@ -48,11 +48,36 @@ def custom_endpoint(scheme: str) -> tuple[str, str] | None:
 
 
 def reason(e: BaseException) -> str:
-    """The exception's type and first line, never a credential of a URL in it.
+    """The exception's type and first line, never a credential of a URL in it. A store that found no
+    credentials in the environment and asked the instance metadata endpoint instead (off a cloud VM: refused, or
+    no answer) is said as that, with the variables to set.
 
     >>> reason(OSError("GET https://key:secret@host/b failed\\nmore"))
     'OSError: GET https://host/b failed'
+    >>> reason(OSError("Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token: 403"))[:74]
+    'no S3 credentials in the environment: set AWS_ACCESS_KEY_ID and AWS_SECRET'
     """
     text = re.sub(r"https?://[^\s@/]*@", "https://", str(e)).strip()
+    if missing := _no_credentials(text):
+        return missing
     first = text.splitlines()[0] if text else type(e).__name__
     return f"{type(e).__name__}: {first[:200]}"
+
+
+# obstore's error text per store, and the variables that give it credentials
+_CREDENTIALS = {
+    "S3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for MinIO or another S3-compatible store)",
+    "GCS": "GOOGLE_APPLICATION_CREDENTIALS (a service account's key file)",
+    "MicrosoftAzure": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
+}
+# the cloud's instance metadata endpoint (AWS, GCP, Azure): where a client asks when the environment has no credentials
+_METADATA = re.compile(r"169\.254\.169\.254|/latest/api/token|/latest/meta-data/|/computeMetadata/|/metadata/identity/")
+
+
+def _no_credentials(text: str) -> str | None:
+    """The line for a store that found no credentials and asked the instance metadata endpoint, else None."""
+    if not _METADATA.search(text):
+        return None
+    store = next((k for k in _CREDENTIALS if f"Generic {k} error" in text), None)
+    wanted = _CREDENTIALS.get(store, "the store's credential variables")
+    return f"no {store or 'store'} credentials in the environment: set {wanted}"
