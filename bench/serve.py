@@ -7,7 +7,8 @@ The served model is all-MiniLM-L6-v2 as a ColBERT (the packaged copy, untrained 
 depend on training), its corpus the quickstart's held-out split (343 docstrings, 300 queries), indexed by the
 trainer's own index phase with ``index.embeddings`` on. Each client sends one query a request (k 10), cycling
 through the split's queries; rerank sends a query and ``--rerank-documents`` texts. Prints a Markdown table
-(what docs/benchmarks.md holds) and writes ``serve.json`` into the workdir.
+(what docs/benchmarks.md holds) and writes ``serve.json`` into the workdir. For each search, the server's
+overhead at 1 client: the median latency over HTTP against the same search on an engine in this process.
 """
 
 from __future__ import annotations
@@ -123,6 +124,35 @@ def load(url: str, bodies: list[dict], clients: int, requests: int) -> dict:
     }
 
 
+SERVER_THREADS = 2  # OMP_NUM_THREADS of the server, and torch's threads for the in-process side
+
+
+def overhead(url: str, out: Path, exact: bool, bodies: list[dict], requests: int) -> dict:
+    """The server's overhead at 1 client: the median latency of ``requests`` searches over HTTP, one at a time,
+    and of the same searches called on an :class:`Engine` in this process, interleaved (one over HTTP, the same
+    in-process, the next...) so that whatever else loads the machine weighs on both alike."""
+    import torch
+
+    from trainer.serve.engine import Engine, locate
+
+    torch.set_num_threads(SERVER_THREADS)
+    engine = Engine(*locate(str(out), out / "cache"), exact=exact, device="cpu")
+    engine.search([bodies[0]["instances"][0]["query"]], 10)  # warm-up, as the server had
+    over_http, local = [], []
+    for i in range(requests):
+        body = bodies[i % len(bodies)]
+        over_http.append(_post(url, body))
+        started = time.perf_counter()
+        engine.search([body["instances"][0]["query"]], body["instances"][0]["k"])
+        local.append(time.perf_counter() - started)
+    http_ms, local_ms = statistics.median(over_http) * 1000, statistics.median(local) * 1000
+    return {
+        "in_process_p50_ms": round(local_ms, 1),
+        "http_p50_ms": round(http_ms, 1),
+        "ratio": round(http_ms / local_ms, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, required=True)
@@ -134,7 +164,7 @@ def main() -> None:
     reranks = [
         {"instances": [{"query": q, "documents": corpus[i : i + args.rerank_documents]}]} for i, q in enumerate(queries)
     ]
-    rows = []
+    rows, overheads = [], []
     for mode, exact, bodies in (
         ("search, PLAID", False, searches),
         ("search, exact MaxSim", True, searches),
@@ -145,6 +175,9 @@ def main() -> None:
             for clients in (1, 8):
                 rows.append({"mode": mode, **load(server.url, bodies, clients, args.requests)})
                 print(json.dumps(rows[-1]), flush=True)
+            if mode.startswith("search"):
+                overheads.append({"mode": mode, **overhead(server.url, out, exact, bodies, args.requests)})
+                print(json.dumps(overheads[-1]), flush=True)
         finally:
             server.close()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -154,12 +187,16 @@ def main() -> None:
         "machine": machine,
         "documents": len(corpus),
         "rows": rows,
+        "overhead": overheads,
     }
     (args.workdir / "serve.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"\n{result['date']}, commit {result['commit']}, {machine}, {len(corpus)} documents\n")
     print("| request | clients | requests | queries/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['clients']} | {r['requests']} | {r['qps']} | {r['p50_ms']} | {r['p99_ms']} |")
+    print("\n| search, 1 client | in-process p50 ms | over HTTP p50 ms | server overhead |\n|---|---|---|---|")
+    for r in overheads:
+        print(f"| {r['mode']} | {r['in_process_p50_ms']} | {r['http_p50_ms']} | {r['ratio']}x |")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 local copy of one, checked the same way) or a job's ``output_dir`` (``final-model/`` and ``index/``, checked
 against their own manifests). :class:`Engine` answers
 
-* **search** through the PLAID index the job built (PyLate's fast-plaid, queried as ``trainer/index.py``
-  measured it), or, with ``exact``, by exact MaxSim over the corpus embeddings stored beside it
+* **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: fast-plaid
+  with PyLate's settings, as ``trainer/index.py`` measured it), or, with ``exact``, by exact MaxSim over the corpus embeddings stored beside it
   (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
 * **rerank**: one query's MaxSim against each text, each document's own tokens only.
 """
@@ -22,12 +22,12 @@ import torch
 from trainer.retrieval.exact import ModelRetriever
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
+from trainer.serve.plaid import PlaidIndex
 from trainer.serve.requests import BadRequest
 
 __all__ = ["Engine", "ServeError", "locate"]
 
 log = logging.getLogger("trainer.serve")
-_INDEX_NAME = "colbert"  # trainer/index.py's
 
 
 class _StoredCorpus(ModelRetriever):
@@ -96,7 +96,7 @@ class Engine:
     """A PyLate ColBERT model and the corpus it searches (PLAID, or exact MaxSim over stored embeddings)."""
 
     def __init__(self, model_dir: Path, index_dir: Path | None, exact: bool, device: str, batch_size: int = 32):
-        from pylate import indexes, models
+        from pylate import models
 
         self.device, self.exact, self.batch_size = torch.device(device), exact, batch_size
         self.model = models.ColBERT(str(model_dir), device=device)
@@ -113,10 +113,8 @@ class Engine:
             self.corpus = _StoredCorpus(self.model, chunks, batch_size, self.device)
             self.documents = len(self.ids)
         elif index_dir is not None:
-            self.index = indexes.PLAID(
-                index_folder=str(index_dir), index_name=_INDEX_NAME, override=False, show_progress=False
-            )
-            self.documents = len(self.index._index._load_plaid_ids_to_documents_ids())
+            self.index = PlaidIndex(index_dir, device)
+            self.documents = len(self.index.ids)
         log.info("serving %s: %s", model_dir, self.describe())
 
     def describe(self) -> str:
@@ -133,11 +131,9 @@ class Engine:
                 "(export.include: [index] exports one)"
             )
         k = min(k, self.documents)
-        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then its search
-            from trainer.retrieval.plaid import search_index
-
+        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then the PLAID search
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            return [([d for d, _ in hits], [s for _, s in hits]) for hits in search_index(self.index, q, k)]
+            return [([d for d, _ in hits], [s for _, s in hits]) for hits in self.index.search(q, k)]
         return self._exact(queries, k)
 
     def _exact(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
