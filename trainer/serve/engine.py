@@ -6,9 +6,12 @@ local copy of one, checked the same way) or a job's ``output_dir`` (``final-mode
 against their own manifests). :class:`Engine` answers
 
 * **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: fast-plaid
-  with PyLate's settings, as ``trainer/index.py`` measured it), or, with ``exact``, by exact MaxSim over the corpus embeddings stored beside it
-  (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
+  with PyLate's settings, as ``trainer/index.py`` measured it), or, with ``exact``, by exact MaxSim over the
+  corpus embeddings stored beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
 * **rerank**: one query's MaxSim against each text, each document's own tokens only.
+
+:meth:`Engine.answer` answers a batch of concurrent requests (``trainer/serve/batcher.py``) with one encode and
+one search, and gives each request what it would get alone.
 """
 
 from __future__ import annotations
@@ -23,11 +26,16 @@ from trainer.retrieval.exact import ModelRetriever
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
 from trainer.serve.plaid import PlaidIndex
-from trainer.serve.requests import BadRequest
+from trainer.serve.requests import BadRequest, Rerank, Search
 
-__all__ = ["Engine", "ServeError", "locate"]
+__all__ = ["Engine", "ServeError", "locate", "texts_of"]
 
 log = logging.getLogger("trainer.serve")
+
+
+def texts_of(request: Search | Rerank) -> int:
+    """What a request costs a batch: the texts it encodes (its queries; a rerank's query and documents)."""
+    return len(request.queries) if isinstance(request, Search) else 1 + len(request.documents)
 
 
 class _StoredCorpus(ModelRetriever):
@@ -122,27 +130,65 @@ class Engine:
         how = "exact MaxSim" if self.exact else "the PLAID index" if self.index is not None else None
         return f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
 
-    @torch.no_grad()
+    def answer(self, requests: list[Search | Rerank]) -> list:
+        """Each request's answer, or the :class:`BadRequest` that refuses it: the searches of the batch in one
+        encode and one search, the reranks in one encode of their queries and one of their documents
+        (``trainer/serve/batcher.py`` calls this with concurrent requests)."""
+        answers: list = [None] * len(requests)
+        for kind, answer_all in ((Search, self._searches), (Rerank, self._reranks)):
+            group = [i for i, r in enumerate(requests) if isinstance(r, kind)]
+            if not group:
+                continue
+            try:
+                for i, one in zip(group, answer_all([requests[i] for i in group])):
+                    answers[i] = one
+            except BadRequest as e:
+                for i in group:
+                    answers[i] = e
+        return answers
+
     def search(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
         """Per query, the ids and scores of its top ``k`` documents (fewer when the corpus holds fewer)."""
+        return self._searches([Search(queries, k)])[0]
+
+    def rerank(self, query: str, documents: list[str]) -> list[float]:
+        """MaxSim of ``query`` against each document."""
+        return self._reranks([Rerank(query, documents)])[0]
+
+    @torch.no_grad()
+    def _searches(self, requests: list[Search]) -> list[list[tuple[list[str], list[float]]]]:
         if self.corpus is None and self.index is None:
             raise BadRequest(
                 "this model was exported without an index, so it cannot search; rerank works "
                 "(export.include: [index] exports one)"
             )
-        k = min(k, self.documents)
+        queries = [q for r in requests for q in r.queries]
+        ks = [min(r.k, self.documents) for r in requests for _ in r.queries]
         if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then the PLAID search
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            return [([d for d, _ in hits], [s for _, s in hits]) for hits in self.index.search(q, k)]
-        return self._exact(queries, k)
+            found: list = [None] * len(queries)
+            for k in sorted(set(ks)):  # one search a k: fast-plaid's candidates are not promised to be k-free
+                at = [i for i, ki in enumerate(ks) if ki == k]
+                for i, hits in zip(at, self.index.search([q[i] for i in at], k)):
+                    found[i] = ([d for d, _ in hits], [s for _, s in hits])
+        else:  # the top of the largest k, cut: a stable sort puts each query's own top k first, in that order
+            found = [(ids[:k], scores[:k]) for (ids, scores), k in zip(self._exact(queries, max(ks)), ks)]
+        answers, at = [], 0
+        for r in requests:
+            answers.append(found[at : at + len(r.queries)])
+            at += len(r.queries)
+        return answers
 
     def _exact(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
         """The evaluation's search (``trainer/evaluate.py``): the same retriever over the same chunks."""
         found, _ = self.corpus.search(queries, [set() for _ in queries], k)
         return [([self.ids[d] for d, _ in top], [s for _, s in top]) for top in found]
 
+    def _reranks(self, requests: list[Rerank]) -> list[list[float]]:
+        return [self._rerank(r.query, r.documents) for r in requests]
+
     @torch.no_grad()
-    def rerank(self, query: str, documents: list[str]) -> list[float]:
+    def _rerank(self, query: str, documents: list[str]) -> list[float]:
         """MaxSim of ``query`` against each document, over that document's own tokens (no padding counts)."""
         q = torch.as_tensor(self.model.encode([query], is_query=True, show_progress_bar=False)[0])  # (q_tokens, dim)
         docs = self.model.encode(documents, is_query=False, batch_size=self.batch_size, show_progress_bar=False)

@@ -11,9 +11,11 @@ listens, so ``GET /v1/models/NAME`` (the readiness probe) answers 200 only once 
   ``k`` (INT32) or ``documents`` (BYTES); the outputs are ``ids`` (BYTES) and ``scores`` (FP32).
 * A bad request (malformed JSON, an empty query, a k out of range, a body over
   :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, and the server goes on.
-* Batching: a request's queries are encoded in one batch; KServe's batcher (the InferenceService's
-  ``predictor.batcher``) groups concurrent v1 requests into one before they reach this process. Requests are
-  answered one at a time (one model, one device), off the event loop, so health checks are answered meanwhile.
+* Batching (``trainer/serve/batcher.py``): concurrent requests, v1 and v2, are answered together, one encode
+  and one search a batch, in a worker thread, so health checks are answered meanwhile. ``--batch-wait-ms``
+  (default 2), ``--batch-size`` (texts, default 256) and ``--queue`` (requests waiting, default 64), or
+  ``COLBERT_SERVE_BATCH_WAIT_MS``, ``COLBERT_SERVE_BATCH_SIZE``, ``COLBERT_SERVE_QUEUE``; past the queue a request
+  is HTTP 503 with ``{"error": "one line"}`` and ``Retry-After``, at once.
 
 kserve is imported only here (the ``serve`` extra, in ``.venv-serve``): it pins python-dateutil<3, which the
 CLI's kubernetes client refuses.
@@ -22,15 +24,14 @@ CLI's kubernetes client refuses.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
-import threading
 import uuid
 
 from trainer.config.schema import ConfigError
-from trainer.serve.requests import MAX_BODY, BadRequest, Rerank, parse_v1, parse_v2, v1_answer, v2_outputs
+from trainer.serve.batcher import Batcher, BatchOptions, Overloaded, add_batch_arguments, batch_options
+from trainer.serve.requests import MAX_BODY, BadRequest, parse_v1, parse_v2, v1_answer, v2_outputs
 
 __all__ = ["main"]
 
@@ -55,28 +56,26 @@ def _model_class():
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
     class ColbertModel(kserve.Model):
-        """Search and rerank with one engine; a request is parsed, answered in a worker thread, and shaped."""
+        """Search and rerank with one engine; a request is parsed, answered in a batch with the requests beside
+        it (in a worker thread), and shaped."""
 
-        def __init__(self, name: str, load):
+        def __init__(self, name: str, load, batching: BatchOptions):
             super().__init__(name)
-            self._load, self.engine, self._lock = load, None, threading.Lock()
+            self._load, self.engine, self.batcher, self._batching = load, None, None, batching
 
         def load(self) -> bool:
+            from trainer.serve.engine import texts_of
+
             self.engine = self._load()
+            self.batcher = Batcher.of(self.engine.answer, self._batching, texts_of)
             self.ready = True
             return self.ready
-
-        def _answer(self, request):
-            with self._lock:  # one model on one device: requests take turns, each batched
-                if isinstance(request, Rerank):
-                    return self.engine.rerank(request.query, request.documents)
-                return self.engine.search(request.queries, request.k)
 
         async def predict(self, payload, headers=None, response_headers=None):
             v2 = isinstance(payload, InferRequest)
             try:
                 request = parse_v2({i.name: _flat(i.data) for i in payload.inputs}) if v2 else parse_v1(payload)
-                result = await asyncio.to_thread(self._answer, request)
+                result = await self.batcher.submit(request)
             except BadRequest as e:
                 raise InvalidInput(str(e)) from None
             if not v2:
@@ -161,7 +160,16 @@ def _install_guards(app) -> None:
         return JSONResponse(status_code=400, content={"error": line.replace(chr(10), " ")[:300]})
 
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(Overloaded, _overloaded)
     app.add_middleware(_BodyLimit)
+
+
+def _overloaded(_request, exc: Overloaded):
+    """The queue is full: 503 at once, one line, and when to retry (KServe's own handlers log a traceback)."""
+    from fastapi.responses import JSONResponse
+
+    log.warning("refused: %s", exc)
+    return JSONResponse(status_code=503, content={"error": str(exc)}, headers={"Retry-After": "1"})
 
 
 def parser() -> argparse.ArgumentParser:
@@ -181,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("COLBERT_SERVE_CACHE", ".cache/colbert-k8s"),
         help="where a remote export is staged",
     )
+    add_batch_arguments(p)
     return p
 
 
@@ -192,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from trainer.serve.engine import Engine, locate
 
+        batching = batch_options(args)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model_dir, index_dir = locate(args.uri, args.cache_dir)  # before the server: a bad URI is one line
         engine = Engine(model_dir, index_dir, args.exact, device)
@@ -211,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    model = _model_class()(args.model_name, lambda: engine)
+    model = _model_class()(args.model_name, lambda: engine, batching)
     model.load()
     _install_guards(model_server.app)
     print(f"serving {args.model_name} on http://127.0.0.1:{args.http_port}: {engine.describe()}", flush=True)
