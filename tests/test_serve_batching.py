@@ -166,6 +166,35 @@ def test_a_search_refused_does_not_fail_the_reranks_beside_it(served):
     assert answers[1] == engine.answer([requests[1]])[0]
 
 
+# ---- rerank --------------------------------------------------------------------------------------------------
+
+
+def _plain_maxsim(model, query: str, document: str) -> float:
+    """The reference: each of the query's token embeddings, its best match among the document's own, summed."""
+    import torch
+
+    q = torch.as_tensor(model.encode([query], is_query=True)[0])  # (q_tokens, dim)
+    d = torch.as_tensor(model.encode([document], is_query=False)[0])  # (its tokens, dim)
+    return sum(max(float(qt @ dt) for dt in d) for qt in q)
+
+
+def test_reranks_batched_together_are_each_documents_plain_maxsim(served, plaid_engine):
+    """Three concurrent reranks (5, 12 and 1 candidates, of different lengths) in one batch: every score is the
+    plain MaxSim loop over that candidate alone."""
+    from trainer.serve.requests import Rerank
+
+    _, model, split = served
+    requests = [
+        Rerank(split.queries[0], split.corpus[:5]),
+        Rerank(split.queries[1], split.corpus[5:17]),
+        Rerank(split.queries[2], [split.corpus[40]]),
+    ]
+    got = plaid_engine.answer(requests)
+    for request, scores in zip(requests, got):
+        want = [_plain_maxsim(model, request.query, d) for d in request.documents]
+        assert scores == pytest.approx(want, abs=1e-4)
+
+
 # ---- the batcher, alone ------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ against their own manifests). :class:`Engine` answers
 * **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: fast-plaid
   with PyLate's settings, as ``trainer/index.py`` measured it), or, with ``exact``, by exact MaxSim over the
   corpus embeddings stored beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
-* **rerank**: one query's MaxSim against each text, each document's own tokens only.
+* **rerank**: one query's MaxSim (PyLate's ``colbert_scores``) against each text, over its own tokens.
 
 :meth:`Engine.answer` answers a batch of concurrent requests (``trainer/serve/batcher.py``) with one encode and
 one search, and gives each request what it would get alone.
@@ -184,19 +184,23 @@ class Engine:
         found, _ = self.corpus.search(queries, [set() for _ in queries], k)
         return [([self.ids[d] for d, _ in top], [s for _, s in top]) for top in found]
 
-    def _reranks(self, requests: list[Rerank]) -> list[list[float]]:
-        return [self._rerank(r.query, r.documents) for r in requests]
-
     @torch.no_grad()
-    def _rerank(self, query: str, documents: list[str]) -> list[float]:
-        """MaxSim of ``query`` against each document, over that document's own tokens (no padding counts)."""
-        q = torch.as_tensor(self.model.encode([query], is_query=True, show_progress_bar=False)[0])  # (q_tokens, dim)
-        docs = self.model.encode(documents, is_query=False, batch_size=self.batch_size, show_progress_bar=False)
-        docs = [torch.as_tensor(d) for d in docs]  # each (its tokens, dim)
-        width = max(len(d) for d in docs)
-        padded = torch.zeros(len(docs), width, q.shape[-1], dtype=q.dtype)  # (documents, tokens, dim)
-        mask = torch.zeros(len(docs), width, dtype=torch.bool)
-        for i, d in enumerate(docs):
-            padded[i, : len(d)], mask[i, : len(d)] = d, True
-        sim = torch.einsum("qh,dth->dqt", q, padded).masked_fill(~mask[:, None, :], float("-inf"))
-        return [float(s) for s in sim.max(dim=-1).values.sum(dim=-1)]
+    def _reranks(self, requests: list[Rerank]) -> list[list[float]]:
+        """One encode of every request's query and one of every request's candidates (PyLate sorts them by
+        length, so short texts are not padded to long ones); each request's MaxSim is PyLate's
+        ``colbert_scores``, as the evaluation's, over each candidate's own tokens."""
+        from pylate.scores import colbert_scores
+        from torch.nn.utils.rnn import pad_sequence
+
+        encode = dict(batch_size=self.batch_size, show_progress_bar=False)
+        queries = self.model.encode([r.query for r in requests], is_query=True, **encode)  # each (q_tokens, dim)
+        candidates = self.model.encode([d for r in requests for d in r.documents], is_query=False, **encode)
+        answers, at = [], 0
+        for request, query in zip(requests, queries):
+            mine = [torch.as_tensor(d) for d in candidates[at : at + len(request.documents)]]  # each (tokens, dim)
+            at += len(request.documents)
+            documents = pad_sequence(mine, batch_first=True)  # (documents, tokens, dim), zeros past each one's end
+            mask = pad_sequence([torch.ones(len(d)) for d in mine], batch_first=True)  # (documents, tokens)
+            scores = colbert_scores(torch.as_tensor(query)[None], documents, documents_mask=mask)  # (1, documents)
+            answers.append(scores[0].tolist())
+        return answers
