@@ -4,7 +4,7 @@ open-loop load generator (``bench/loadgen.py``: each client sends ``--rate`` req
 answers, so queueing shows); and the server's overhead at 1 client, against the same search on an engine called
 in this process.
 
-    python bench/serve.py --workdir /tmp/serve-bench [--duration 20] [--rate 5] [--clients 1,8,32]
+    python bench/serve.py --workdir /tmp/serve-bench [--duration 20] [--rate 1] [--clients 1,8,32] [--threads 1]
         [--data BEIR_FOLDER | --synthetic 10000] [--model PATH] [--modes plaid,exact,rerank] [--results bench/out]
 
 The served model is ``--model`` as a ColBERT (default all-MiniLM-L6-v2, the packaged copy, untrained projection:
@@ -36,7 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import loadgen  # noqa: E402
 from bench.common import ENV, ROOT, free_port, git_commit, minilm, quickstart_data  # noqa: E402
 
-SERVER_THREADS = 2  # OMP_NUM_THREADS of the server, and torch's threads for the in-process side
+# Threads of the server (OMP_NUM_THREADS) and of the in-process engine. 1 by default: on a shared machine a
+# thread pool wider than the cores left to it spins at every barrier (measured on the 2-core development machine
+# under a load of 11: a 512 x 512 matmul took 10.5 ms on 1 thread, 57.7 ms on 2). Give a dedicated machine its cores.
+DEFAULT_THREADS = 1
 MODES = {  # name: (table label, served with --exact, what a request is)
     "plaid": ("search, PLAID", False, "search"),
     "exact": ("search, exact MaxSim", True, "search"),
@@ -95,11 +98,11 @@ def served_output(workdir: Path, beir: Path, model: str, tag: str) -> Path:
 class Server:
     """``colbert-k8s serve --local`` on a free port, until it answers ready."""
 
-    def __init__(self, out: Path, exact: bool, device: str):
+    def __init__(self, out: Path, exact: bool, device: str, threads: int):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/models/colbert"
         cmd = [sys.executable, "-m", "operator_cli.cli", "serve", "--local", str(out), "--port", str(self.port)]
-        env = {**ENV, "OMP_NUM_THREADS": str(SERVER_THREADS)}
+        env = {**ENV, "OMP_NUM_THREADS": str(threads)}
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         self.log = open(out.parent / f"server-{self.port}.log", "w")
@@ -130,7 +133,22 @@ def _post(url: str, body: dict) -> float:
     return time.perf_counter() - started
 
 
-def overhead(url: str, out: Path, exact: bool, device: str, bodies: list[dict], requests: int) -> dict:
+def _drain(url: str, body: dict, patience: float = 600) -> None:
+    """One request, answered once what the server holds (an earlier cell's queue) is done; 503s are retried."""
+    import urllib.error
+
+    deadline = time.time() + patience
+    while True:
+        try:
+            _post(url, body)
+            return
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.time() > deadline:
+                raise
+            time.sleep(1)
+
+
+def overhead(url: str, out: Path, exact: bool, device: str, threads: int, bodies: list[dict], requests: int) -> dict:
     """The server's overhead at 1 client: the median latency of ``requests`` searches over HTTP, one at a time,
     and of the same searches called on an :class:`Engine` in this process, interleaved (one over HTTP, the same
     in-process, the next...) so that whatever else loads the machine weighs on both alike."""
@@ -138,7 +156,7 @@ def overhead(url: str, out: Path, exact: bool, device: str, bodies: list[dict], 
 
     from trainer.serve.engine import Engine, locate
 
-    torch.set_num_threads(SERVER_THREADS)
+    torch.set_num_threads(threads)
     engine = Engine(*locate(str(out), out / "cache"), exact=exact, device=device)
     engine.search([bodies[0]["instances"][0]["query"]], 10)  # warm-up, as the server had
     over_http, local = [], []
@@ -159,7 +177,8 @@ def overhead(url: str, out: Path, exact: bool, device: str, bodies: list[dict], 
 def tables(result: dict) -> str:
     """The Markdown the results file holds: what ran where, the load cells, the overheads."""
     lines = [
-        f"{result['date']}, commit `{result['commit']}`, {result['machine']}, device {result['device']}; "
+        f"{result['date']}, commit `{result['commit']}`, {result['machine']}, device {result['device']} "
+        f"(torch threads: {result['threads']}); "
         f"{result['documents']} documents ({result['corpus']}); model {result['model']}; open loop, each client "
         f"{result['rate']} requests/s for {result['duration']} s a cell; batching: {result['batching']}.",
         "",
@@ -215,11 +234,12 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a ColBERT or sentence-transformers model (default MiniLM)")
     parser.add_argument("--modes", default="plaid,exact,rerank", help="of " + ", ".join(MODES))
     parser.add_argument("--clients", default="1,8,32", help="client counts, one cell each")
-    parser.add_argument("--rate", type=float, default=5.0, help="requests a second from each client")
+    parser.add_argument("--rate", type=float, default=1.0, help="requests a second from each client")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds a cell")
     parser.add_argument("--rerank-documents", type=int, default=20)
     parser.add_argument("--overhead-requests", type=int, default=50, help="searches of the overhead measure")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch threads of the server")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",")]
     if unknown := [m for m in modes if m not in MODES]:
@@ -251,20 +271,22 @@ def main() -> None:
         served = [m for m in modes if MODES[m][1] == exact]
         if not served:
             continue
-        server = Server(out, exact, args.device)
+        server = Server(out, exact, args.device, args.threads)
         try:
             for mode in served:
                 label, _, kind = MODES[mode]
                 label = f"rerank, {width} documents" if kind == "rerank" else label
                 bodies = reranks if kind == "rerank" else searches
                 for body in bodies[:3]:
-                    _post(server.url, body)  # warm-up: the first requests pay for lazy initialisation
+                    _drain(server.url, body)  # warm-up: the first requests pay for lazy initialisation
                 for n in clients:
+                    _drain(server.url, bodies[0])  # the last cell's queue is done
                     cell = loadgen.run(server.url + ":predict", bodies, n, args.rate, args.duration)
                     rows.append({"mode": label, **cell})
                     print(json.dumps(rows[-1]), flush=True)
                 if kind == "search":
-                    cell = overhead(server.url, out, exact, args.device, bodies, args.overhead_requests)
+                    _drain(server.url, bodies[0])
+                    cell = overhead(server.url, out, exact, args.device, args.threads, bodies, args.overhead_requests)
                     overheads.append({"mode": label, **cell})
                     print(json.dumps(overheads[-1]), flush=True)
         finally:
@@ -276,9 +298,10 @@ def main() -> None:
         "commit": git_commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "device": device,
+        "threads": args.threads,
         "documents": len(split.corpus),
         "corpus": name,
-        "model": Path(model).name,
+        "model": Path(args.model).name if args.model else "all-MiniLM-L6-v2 (packaged)",
         "rate": args.rate,
         "duration": args.duration,
         "batching": batching,
