@@ -1,13 +1,20 @@
-"""The predictor's speed (``colbert-k8s serve --local``): queries per second and p50/p99 latency of search through
-the PLAID index, of search by exact MaxSim, and of rerank, with 1 and 8 concurrent clients, over real HTTP.
+"""The predictor under load (``colbert-k8s serve --local``, over real HTTP): queries per second, p50/p95/p99 latency
+and errors of search through the PLAID index, search by exact MaxSim and rerank, at 1, 8 and 32 clients, from an
+open-loop load generator (``bench/loadgen.py``: each client sends ``--rate`` requests a second whatever the
+answers, so queueing shows); and the server's overhead at 1 client, against the same search on an engine called
+in this process.
 
-    python bench/serve.py --workdir /tmp/serve-bench [--requests 200] [--rerank-documents 20]
+    python bench/serve.py --workdir /tmp/serve-bench [--duration 20] [--rate 1] [--clients 1,8,32] [--threads 1]
+        [--data BEIR_FOLDER | --synthetic 10000] [--model PATH] [--modes plaid,exact,rerank] [--results bench/out]
 
-The served model is all-MiniLM-L6-v2 as a ColBERT (the packaged copy, untrained projection: speed does not
-depend on training), its corpus the quickstart's held-out split (343 docstrings, 300 queries), indexed by the
-trainer's own index phase with ``index.embeddings`` on. Each client sends one query a request (k 10), cycling
-through the split's queries; rerank sends a query and ``--rerank-documents`` texts. Prints a Markdown table
-(what docs/benchmarks.md holds); ``--record lab/benchmarks/results.jsonl`` keeps it as the page's figures.
+The served model is ``--model`` as a ColBERT (default all-MiniLM-L6-v2, the packaged copy, untrained projection:
+speed does not depend on training); the corpus is ``--data`` (a BEIR folder), or ``--synthetic N`` documents
+(synthetic: words drawn from the quickstart's docstrings, lengths spread around 120 words; for speed and memory,
+not quality), or by default the quickstart's held-out split (343 docstrings, 300 queries); indexed by the
+trainer's own index phase with ``index.embeddings`` on, once per workdir. A search request is one query, k 10,
+cycling through the split's queries; a rerank, one query and ``--rerank-documents`` texts. The predictor batches
+with its defaults, or what ``COLBERT_SERVE_*`` in the environment says. Writes ``serve.json``, ``serve.md`` (the
+tables) and ``serve.png`` into ``--results`` (default ``bench/out/``, not tracked).
 """
 
 from __future__ import annotations
@@ -16,69 +23,91 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import (  # noqa: E402
-    ENV,
-    ROOT,
-    free_port,
-    git_commit,
-    minilm,
-    output_arguments,
-    quickstart_data,
-    write_result,
-)
+from bench import loadgen  # noqa: E402
+from bench.common import ENV, ROOT, free_port, git_commit, minilm, quickstart_data  # noqa: E402
+
+# Threads of the server (OMP_NUM_THREADS) and of the in-process engine. 1 by default: on a shared machine a
+# thread pool wider than the cores left to it spins at every barrier (measured on the 2-core development machine
+# under a load of 11: a 512 x 512 matmul took 10.5 ms on 1 thread, 57.7 ms on 2). Give a dedicated machine its cores.
+DEFAULT_THREADS = 1
+MODES = {  # name: (table label, served with --exact, what a request is)
+    "plaid": ("search, PLAID", False, "search"),
+    "exact": ("search, exact MaxSim", True, "search"),
+    "rerank": ("rerank", False, "rerank"),
+}
 
 
-def served_output(workdir: Path) -> tuple[Path, list[str], list[str]]:
-    """A job's output_dir (the model and its index with stored embeddings), the queries and the corpus."""
+def synthetic_beir(folder: Path, documents: int, queries: int = 300, seed: int = 0) -> Path:
+    """A synthetic BEIR split of ``documents`` documents: words drawn from the quickstart's docstrings at their
+    own frequencies, 20 to 400 words each (log-normal around 120); each query 3 to 8 words of one document."""
+    from trainer.quickstart_data import TEST_MODULES, TRAIN_MODULES, _triplets, write_beir
+
+    if (folder / "corpus.jsonl").is_file():
+        return folder
+    rng = random.Random(seed)
+    words = [w for r in _triplets(TRAIN_MODULES + TEST_MODULES, random.Random(0)) for w in r["positive"].split()]
+    docs = []
+    for i in range(documents):
+        n = min(400, max(20, int(rng.lognormvariate(4.8, 0.5))))  # median e^4.8, about 120 words
+        docs.append((f"syn-{i}", " ".join(rng.choices(words, k=n))))
+    asked = []
+    for doc_id, text in rng.sample(docs, min(queries, documents)):
+        tokens = text.split()
+        n = rng.randint(3, 8)
+        at = rng.randrange(max(1, len(tokens) - n))
+        asked.append((doc_id, " ".join(tokens[at : at + n])))
+    write_beir(folder, docs, asked)
+    return folder
+
+
+def served_output(workdir: Path, beir: Path, model: str, tag: str) -> Path:
+    """A job's output_dir for ``beir`` (the model and its index with stored embeddings), built once a corpus
+    (``tag``) and model."""
     from pylate import models
 
     from trainer.config.load import parse_config
-    from trainer.evaluate import load_beir
     from trainer.index import build_and_evaluate
     from trainer.run.checkpoint import write_manifest
 
-    quickstart_data(workdir / "data")
-    split = load_beir(workdir / "data" / "beir")
-    out = workdir / "output"
+    out = workdir / f"output-{tag}-{Path(model).name}"
     if not (out / "index" / "manifest.json").is_file():
-        models.ColBERT(minilm()).save(str(out / "final-model"))
+        models.ColBERT(model).save(str(out / "final-model"))
         write_manifest(out / "final-model")
         cfg = parse_config(
             {
-                "data": {"train": {"path": "t.jsonl"}, "eval_beir": str(workdir / "data" / "beir")},
+                "data": {"train": {"path": "t.jsonl"}, "eval_beir": str(beir)},
                 "training": {"max_steps": 1},
                 "index": {"embeddings": True},
                 "output_dir": str(out),
             }
         )
         build_and_evaluate(str(out / "final-model"), cfg)
-    return out, split.queries, split.corpus
+    return out
 
 
 class Server:
     """``colbert-k8s serve --local`` on a free port, until it answers ready."""
 
-    def __init__(self, out: Path, exact: bool):
+    def __init__(self, out: Path, exact: bool, device: str, threads: int):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/models/colbert"
         cmd = [sys.executable, "-m", "operator_cli.cli", "serve", "--local", str(out), "--port", str(self.port)]
-        env = {**ENV, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2"}
+        env = {**ENV, "OMP_NUM_THREADS": str(threads)}
+        if device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        self.log = open(out.parent / f"server-{self.port}.log", "w")
         self.proc = subprocess.Popen(
-            cmd + (["--exact"] if exact else []),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            cmd + (["--exact"] if exact else []), cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
         deadline = time.time() + 600
         while time.time() < deadline and self.proc.poll() is None:
@@ -87,11 +116,12 @@ class Server:
                 return
             except OSError:
                 time.sleep(0.5)
-        raise RuntimeError("the predictor did not start")
+        raise RuntimeError(f"the predictor did not start; see {self.log.name}")
 
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(60)
+        self.log.close()
 
 
 def _post(url: str, body: dict) -> float:
@@ -103,74 +133,192 @@ def _post(url: str, body: dict) -> float:
     return time.perf_counter() - started
 
 
-def load(url: str, bodies: list[dict], clients: int, requests: int) -> dict:
-    """``requests`` requests from ``clients`` threads, each request waiting for its answer; qps and latency."""
-    _post(url, bodies[0])  # warm-up: the first request pays for lazy initialisation
-    latencies: list[float] = []
-    lock = threading.Lock()
+def _drain(url: str, body: dict, patience: float = 600) -> None:
+    """One request, answered once what the server holds (an earlier cell's queue) is done; 503s are retried."""
+    import urllib.error
 
-    def client(c: int) -> None:
-        for i in range(c, requests, clients):
-            took = _post(url, bodies[i % len(bodies)])
-            with lock:
-                latencies.append(took)
+    deadline = time.time() + patience
+    while True:
+        try:
+            _post(url, body)
+            return
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.time() > deadline:
+                raise
+            time.sleep(1)
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
-    ordered = sorted(latencies)
+
+def overhead(url: str, out: Path, exact: bool, device: str, threads: int, bodies: list[dict], requests: int) -> dict:
+    """The server's overhead at 1 client: the median latency of ``requests`` searches over HTTP, one at a time,
+    and of the same searches called on an :class:`Engine` in this process, interleaved (one over HTTP, the same
+    in-process, the next...) so that whatever else loads the machine weighs on both alike."""
+    import torch
+
+    from trainer.serve.engine import Engine, locate
+
+    torch.set_num_threads(threads)
+    engine = Engine(*locate(str(out), out / "cache"), exact=exact, device=device)
+    engine.search([bodies[0]["instances"][0]["query"]], 10)  # warm-up, as the server had
+    over_http, local = [], []
+    for i in range(requests):
+        body = bodies[i % len(bodies)]
+        over_http.append(_post(url, body))
+        started = time.perf_counter()
+        engine.search([body["instances"][0]["query"]], body["instances"][0]["k"])
+        local.append(time.perf_counter() - started)
+    http_ms, local_ms = statistics.median(over_http) * 1000, statistics.median(local) * 1000
     return {
-        "clients": clients,
-        "requests": len(latencies),
-        "qps": round(len(latencies) / wall, 2),
-        "p50_ms": round(statistics.median(ordered) * 1000, 1),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1),
+        "in_process_p50_ms": round(local_ms, 1),
+        "http_p50_ms": round(http_ms, 1),
+        "ratio": round(http_ms / local_ms, 2),
     }
+
+
+def tables(result: dict) -> str:
+    """The Markdown the results file holds: what ran where, the load cells, the overheads."""
+    lines = [
+        f"{result['date']}, commit `{result['commit']}`, {result['machine']}, device {result['device']} "
+        f"(torch threads: {result['threads']}); "
+        f"{result['documents']} documents ({result['corpus']}); model {result['model']}; open loop, each client "
+        f"{result['rate']} requests/s for {result['duration']} s a cell; batching: {result['batching']}.",
+        "",
+        "| request | clients | offered q/s | q/s | p50 ms | p95 ms | p99 ms | requests | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+        lines.append(
+            f"| {r['mode']} | {r['clients']} | {r['offered_qps']} | {r['qps']} | {r['p50_ms']} | {r['p95_ms']} | "
+            f"{r['p99_ms']} | {r['requests']} | {errors} |"
+        )
+    if result["overhead"]:
+        lines += ["", "| search, 1 client, one at a time | in-process p50 ms | over HTTP p50 ms | server overhead |"]
+        lines.append("|---|---|---|---|")
+        for r in result["overhead"]:
+            lines.append(f"| {r['mode']} | {r['in_process_p50_ms']} | {r['http_p50_ms']} | {r['ratio']}x |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    """Achieved against offered queries/s, and p50/p99 latency, against clients, one line per request kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(11, 4))
+    for mode in dict.fromkeys(r["mode"] for r in result["rows"]):
+        rows = [r for r in result["rows"] if r["mode"] == mode]
+        clients = [r["clients"] for r in rows]
+        line = rate.plot(clients, [r["qps"] for r in rows], marker="o", label=mode)[0]
+        rate.plot(clients, [r["offered_qps"] for r in rows], linestyle=":", color=line.get_color())
+        latency.plot(clients, [r["p50_ms"] for r in rows], marker="o", color=line.get_color(), label=f"{mode} p50")
+        latency.plot(clients, [r["p99_ms"] for r in rows], marker="^", linestyle="--", color=line.get_color())
+    rate.set(xscale="log", xlabel="clients", ylabel="answered queries/s (dotted: offered)")
+    latency.set(xscale="log", yscale="log", xlabel="clients", ylabel="latency ms (dashed: p99)")
+    for ax in (rate, latency):
+        ax.grid(alpha=0.3)
+    rate.legend(fontsize=8)
+    fig.suptitle(f"serve --local, {result['documents']} documents ({result['corpus']}), {result['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--requests", type=int, default=200, help="requests per (mode, clients) cell")
+    parser.add_argument("--workdir", type=Path, required=True, help="the data and the index, built once")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "out")
+    corpus = parser.add_mutually_exclusive_group()
+    corpus.add_argument("--data", type=Path, help="a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+    corpus.add_argument("--synthetic", type=int, metavar="N", help="N synthetic documents (speed and memory only)")
+    parser.add_argument("--model", default=None, help="a ColBERT or sentence-transformers model (default MiniLM)")
+    parser.add_argument("--modes", default="plaid,exact,rerank", help="of " + ", ".join(MODES))
+    parser.add_argument("--clients", default="1,8,32", help="client counts, one cell each")
+    parser.add_argument("--rate", type=float, default=1.0, help="requests a second from each client")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds a cell")
     parser.add_argument("--rerank-documents", type=int, default=20)
-    output_arguments(parser, "serving")
+    parser.add_argument("--overhead-requests", type=int, default=50, help="searches of the overhead measure")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch threads of the server")
     args = parser.parse_args()
-    out, queries, corpus = served_output(args.workdir)
-    searches = [{"instances": [{"query": q, "k": 10}]} for q in queries]
+    modes = [m.strip() for m in args.modes.split(",")]
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"--modes: {unknown[0]!r} is not one of {', '.join(MODES)}")
+    clients = [int(c) for c in args.clients.split(",")]
+
+    from trainer.evaluate import load_beir
+
+    if args.data:
+        beir, name, tag = args.data, str(args.data), args.data.name
+    elif args.synthetic:
+        tag = f"synthetic-{args.synthetic}"
+        beir, name = synthetic_beir(args.workdir / tag / "beir", args.synthetic), "synthetic"
+    else:
+        quickstart_data(args.workdir / "quickstart")
+        beir, name, tag = args.workdir / "quickstart" / "beir", "the quickstart's held-out split", "quickstart"
+    model = args.model or minilm()
+    out = served_output(args.workdir, beir, model, tag)
+    split = load_beir(beir)
+    searches = [{"instances": [{"query": q, "k": 10}]} for q in split.queries]
+    width = args.rerank_documents
+    corpus = split.corpus
     reranks = [
-        {"instances": [{"query": q, "documents": corpus[i : i + args.rerank_documents]}]} for i, q in enumerate(queries)
+        {"instances": [{"query": q, "documents": [corpus[(i * width + j) % len(corpus)] for j in range(width)]}]}
+        for i, q in enumerate(split.queries)
     ]
-    rows = []
-    for mode, exact, bodies in (
-        ("search, PLAID", False, searches),
-        ("search, exact MaxSim", True, searches),
-        ("rerank", False, reranks),
-    ):
-        server = Server(out, exact)
+    rows, overheads = [], []
+    for exact in (False, True):
+        served = [m for m in modes if MODES[m][1] == exact]
+        if not served:
+            continue
+        server = Server(out, exact, args.device, args.threads)
         try:
-            for clients in (1, 8):
-                rows.append({"mode": mode, **load(server.url, bodies, clients, args.requests)})
-                print(json.dumps(rows[-1]), flush=True)
+            for mode in served:
+                label, _, kind = MODES[mode]
+                label = f"rerank, {width} documents" if kind == "rerank" else label
+                bodies = reranks if kind == "rerank" else searches
+                for body in bodies[:3]:
+                    _drain(server.url, body)  # warm-up: the first requests pay for lazy initialisation
+                for n in clients:
+                    _drain(server.url, bodies[0])  # the last cell's queue is done
+                    cell = loadgen.run(server.url + ":predict", bodies, n, args.rate, args.duration)
+                    rows.append({"mode": label, **cell})
+                    print(json.dumps(rows[-1]), flush=True)
+                if kind == "search":
+                    _drain(server.url, bodies[0])
+                    cell = overhead(server.url, out, exact, args.device, args.threads, bodies, args.overhead_requests)
+                    overheads.append({"mode": label, **cell})
+                    print(json.dumps(overheads[-1]), flush=True)
         finally:
             server.close()
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    device = "CPU" if args.device == "cpu" else _gpu_name()
+    batching = ", ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("COLBERT_SERVE_")) or "defaults"
     result = {
         "date": str(date.today()),
         "commit": git_commit(),
-        "machine": machine,
-        "documents": len(corpus),
-        "rerank_documents": args.rerank_documents,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "device": device,
+        "threads": args.threads,
+        "documents": len(split.corpus),
+        "corpus": name,
+        "model": Path(args.model).name if args.model else "all-MiniLM-L6-v2 (packaged)",
+        "rate": args.rate,
+        "duration": args.duration,
+        "batching": batching,
         "rows": rows,
+        "overhead": overheads,
     }
-    write_result(result, args)
-    print(f"\n{result['date']}, commit {result['commit']}, {machine}, {len(corpus)} documents\n")
-    print("| request | clients | requests | queries/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['mode']} | {r['clients']} | {r['requests']} | {r['qps']} | {r['p50_ms']} | {r['p99_ms']} |")
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "serve.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.results / "serve.md").write_text(tables(result))
+    plot(result, args.results / "serve.png")
+    print("\n" + tables(result) + f"\nwritten: {args.results / 'serve.md'}, serve.json, serve.png")
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cuda (none visible)"
 
 
 if __name__ == "__main__":

@@ -214,3 +214,129 @@ def test_interpolation_refuses_a_directory_that_is_not_a_finished_run(tmp_path):
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "no train.yaml, out/final-model, out/mined/round-1/train.parquet" in res.stderr
     assert "give a finished nfcorpus.py run's directory" in res.stderr
+
+
+def test_the_load_generator_counts_answers_and_refusals_by_kind():
+    """bench/loadgen.py against a stand-in that refuses every other request with 503: each request is either an
+    answered latency or an error of its kind, none lost; the offered rate is clients x rate."""
+    import doctest
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench import loadgen
+
+    assert doctest.testmod(loadgen).failed == 0
+
+    class Half(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status = 200 if body["n"] % 2 == 0 else 503
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Half)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/"
+        cell = loadgen.run(url, [{"n": i} for i in range(4)], clients=2, rate=10, duration=1)
+    finally:
+        server.shutdown()
+    assert cell["requests"] == 20 and cell["ok"] == 10 and cell["errors"] == {"HTTP 503": 10}
+    assert cell["offered_qps"] == 20 and cell["qps"] > 0 and cell["p50_ms"] <= cell["p99_ms"]
+
+
+def test_the_load_generator_sends_on_schedule_without_waiting_for_answers():
+    """Open loop: one client's 4 requests are all sent though none is answered until all 4 have arrived (a
+    closed loop, waiting for each answer before the next, would deadlock here until the barrier broke)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench import loadgen
+
+    barrier = threading.Barrier(4, timeout=60)
+
+    class AllAtOnce(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            try:
+                barrier.wait()
+                status = 200
+            except threading.BrokenBarrierError:
+                status = 500
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AllAtOnce)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cell = loadgen.run(f"http://127.0.0.1:{server.server_port}/", [{}], clients=1, rate=10, duration=0.4)
+    finally:
+        server.shutdown()
+    assert (cell["requests"], cell["ok"], cell["errors"]) == (4, 4, {})
+
+
+def test_the_synthetic_corpus_is_realistic_lengths_and_queries_from_its_documents(tmp_path):
+    from bench.serve import synthetic_beir
+    from trainer.evaluate import load_beir
+
+    split = load_beir(synthetic_beir(tmp_path / "beir", 200, queries=30))
+    lengths = [len(d.split()) for d in split.corpus]
+    assert len(split.corpus) == 200 and len(set(split.corpus_ids)) == 200
+    assert min(lengths) >= 20 and max(lengths) <= 400 and 60 <= sorted(lengths)[100] <= 240
+    by_id = dict(zip(split.corpus_ids, split.corpus))
+    for qid, query in zip(split.query_ids, split.queries):
+        (relevant,) = split.qrels[qid]
+        assert 3 <= len(query.split()) <= 8 and query in by_id[relevant]
+
+
+@pytest.mark.slow
+def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_path, tiny_model):
+    """bench/serve.py end to end, small: a tiny model, 40 synthetic documents, 1-second cells."""
+    res = subprocess.run(
+        [
+            sys.executable,
+            "bench/serve.py",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--results",
+            str(tmp_path / "out"),
+            "--synthetic",
+            "40",
+            "--model",
+            str(tiny_model),
+            "--duration",
+            "1",
+            "--clients",
+            "1,2",
+            "--rate",
+            "2",
+            "--overhead-requests",
+            "3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "serve.json").read_text())
+    assert [(r["mode"], r["clients"]) for r in result["rows"]] == [
+        (mode, n) for mode in ("search, PLAID", "rerank, 20 documents", "search, exact MaxSim") for n in (1, 2)
+    ]
+    for r in result["rows"]:
+        assert r["requests"] == 2 * r["clients"] and r["ok"] + sum(r["errors"].values()) == r["requests"]
+    assert [o["mode"] for o in result["overhead"]] == ["search, PLAID", "search, exact MaxSim"]
+    assert all(o["ratio"] > 0 for o in result["overhead"])
+    table = (tmp_path / "out" / "serve.md").read_text()
+    assert "40 documents (synthetic)" in table and "| search, PLAID | 2 | 4.0 |" in table
+    assert (tmp_path / "out" / "serve.png").stat().st_size > 0

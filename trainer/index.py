@@ -5,13 +5,15 @@ It runs on rank 0 after the process group is gone, so a long index build never h
 collective (they have finished). The index is PyLate's ``PLAID`` with the ``fast-plaid`` backend, built
 and searched as mining's PLAID retriever does (``trainer/retrieval/plaid.py``), written to
 ``output_dir/index`` (built under a temporary name, its manifest last, then renamed; a failed build leaves
-nothing, a full disk is one line); ``metrics.json`` gains ``index``: the metrics through the index, its build
-seconds and size on disk. With ``index.embeddings``, the corpus's token embeddings are stored beside it for
+nothing, a full disk is one line), with ``corpus-ids.json``, the document of each PLAID id, which serving
+holds in memory; ``metrics.json`` gains ``index``: the metrics through the index, its build seconds and size
+on disk. With ``index.embeddings``, the corpus's token embeddings are stored beside it for
 ``serve --exact`` (``trainer/serve/corpus.py``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -36,6 +38,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
     from trainer.retrieval.plaid import build_index, search_index
     from trainer.run.checkpoint import write_manifest
+    from trainer.serve.corpus import IDS
 
     corpus = cfg.index.corpus or cfg.data.eval_beir
     split = load_beir(corpus, cfg.data.eval_split)
@@ -53,10 +56,11 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
         hits = search_index(index, queries, min(TOP_K, len(split.corpus_ids)))
         run = {qid: dict(found) for qid, found in zip(split.query_ids, hits)}
         del index
+        (tmp / IDS).write_text(json.dumps(split.corpus_ids))  # each PLAID id's document, for serving
         if cfg.index.embeddings:  # for serve --exact (trainer/serve/corpus.py): the evaluation's embeddings
             from trainer.serve.corpus import write_corpus
 
-            write_corpus(tmp, model, split.corpus_ids, split.corpus, cfg.evaluation.batch_size)
+            write_corpus(tmp, model, split.corpus, cfg.evaluation.batch_size)
         write_manifest(tmp)  # last: an index without a verifying manifest is rebuilt (trainer/phases.py)
     replace_dir(tmp, out / "index")
     result = {

@@ -3,6 +3,7 @@
 * ``requests.py``: what a client may ask (v1 and v2 shapes), checked, standard library only;
 * ``engine.py``: the model and its corpus (PLAID index or stored embeddings), torch and PyLate;
 * ``corpus.py``: the corpus embeddings the index phase stores for exact MaxSim;
+* ``plaid.py``: the job's PLAID index held in memory, its document ids loaded once;
 * ``predictor.py``: the KServe model server around the engine (the ``serve`` extra, ``.venv-serve``);
 * ``registry.py``, ``register.py``: the Kubeflow Model Registry's REST API, and registering an export in it.
 

@@ -5,7 +5,7 @@
 * ``corpus.safetensors``: ``embeddings`` (tokens, dim) float32, the scoring tokens of every document one after
   another; ``offsets`` (documents + 1,), where each document's tokens start; ``widths`` (chunks,), the width
   each chunk of ``DOC_CHUNK`` documents is scored at;
-* ``corpus-ids.json``: the document ids, in that order.
+* beside ``corpus-ids.json``, the document ids in that order (which the index phase writes with every index).
 
 They are the embeddings the trainer's evaluation scores (``trainer/evaluate.py`` through
 ``trainer/retrieval/exact.py``: the same ``embed_texts``, the same chunks, float32, trimmed at the same
@@ -32,9 +32,9 @@ IDS = "corpus-ids.json"
 
 
 @torch.no_grad()
-def write_corpus(folder: Path, model, ids: list[str], texts: list[str], batch_size: int) -> None:
+def write_corpus(folder: Path, model, texts: list[str], batch_size: int) -> None:
     """Encode ``texts`` as the evaluation does and write their scoring tokens, and each chunk's width, into
-    ``folder``."""
+    ``folder`` (their ids are the index phase's ``corpus-ids.json``)."""
     from safetensors.torch import save_file
 
     device = next(model.parameters()).device
@@ -50,7 +50,6 @@ def write_corpus(folder: Path, model, ids: list[str], texts: list[str], batch_si
     offsets = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
     tensors = {"embeddings": torch.cat(parts).contiguous(), "offsets": offsets, "widths": torch.tensor(widths)}
     save_file(tensors, str(folder / EMBEDDINGS))
-    (folder / IDS).write_text(json.dumps(ids))
 
 
 def load_corpus(folder: Path, device: torch.device | str = "cpu") -> tuple[list[str], list[tuple]]:

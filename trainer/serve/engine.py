@@ -5,10 +5,13 @@
 local copy of one, checked the same way) or a job's ``output_dir`` (``final-model/`` and ``index/``, checked
 against their own manifests). :class:`Engine` answers
 
-* **search** through the PLAID index the job built (PyLate's fast-plaid, queried as ``trainer/index.py``
-  measured it), or, with ``exact``, by exact MaxSim over the corpus embeddings stored beside it
-  (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
-* **rerank**: one query's MaxSim against each text, each document's own tokens only.
+* **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: fast-plaid
+  with PyLate's settings, as ``trainer/index.py`` measured it), or, with ``exact``, by exact MaxSim over the
+  corpus embeddings stored beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
+* **rerank**: one query's MaxSim (PyLate's ``colbert_scores``) against each text, over its own tokens.
+
+:meth:`Engine.answer` answers a batch of concurrent requests (``trainer/serve/batcher.py``) with one encode and
+one search, and gives each request what it would get alone.
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ import torch
 from trainer.retrieval.exact import ModelRetriever
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
-from trainer.serve.requests import BadRequest
+from trainer.serve.plaid import PlaidIndex
+from trainer.serve.requests import BadRequest, Rerank, Search
 
-__all__ = ["Engine", "ServeError", "locate"]
+__all__ = ["Engine", "ServeError", "locate", "texts_of"]
 
 log = logging.getLogger("trainer.serve")
-_INDEX_NAME = "colbert"  # trainer/index.py's
+
+
+def texts_of(request: Search | Rerank) -> int:
+    """What a request costs a batch: the texts it encodes (its queries; a rerank's query and documents)."""
+    return len(request.queries) if isinstance(request, Search) else 1 + len(request.documents)
 
 
 class _StoredCorpus(ModelRetriever):
@@ -96,7 +104,7 @@ class Engine:
     """A PyLate ColBERT model and the corpus it searches (PLAID, or exact MaxSim over stored embeddings)."""
 
     def __init__(self, model_dir: Path, index_dir: Path | None, exact: bool, device: str, batch_size: int = 32):
-        from pylate import indexes, models
+        from pylate import models
 
         self.device, self.exact, self.batch_size = torch.device(device), exact, batch_size
         self.model = models.ColBERT(str(model_dir), device=device)
@@ -113,10 +121,8 @@ class Engine:
             self.corpus = _StoredCorpus(self.model, chunks, batch_size, self.device)
             self.documents = len(self.ids)
         elif index_dir is not None:
-            self.index = indexes.PLAID(
-                index_folder=str(index_dir), index_name=_INDEX_NAME, override=False, show_progress=False
-            )
-            self.documents = len(self.index._index._load_plaid_ids_to_documents_ids())
+            self.index = PlaidIndex(index_dir, device)
+            self.documents = len(self.index.ids)
         log.info("serving %s: %s", model_dir, self.describe())
 
     def describe(self) -> str:
@@ -124,21 +130,54 @@ class Engine:
         how = "exact MaxSim" if self.exact else "the PLAID index" if self.index is not None else None
         return f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
 
-    @torch.no_grad()
+    def answer(self, requests: list[Search | Rerank]) -> list:
+        """Each request's answer, or the :class:`BadRequest` that refuses it: the searches of the batch in one
+        encode and one search, the reranks in one encode of their queries and one of their documents
+        (``trainer/serve/batcher.py`` calls this with concurrent requests)."""
+        answers: list = [None] * len(requests)
+        for kind, answer_all in ((Search, self._searches), (Rerank, self._reranks)):
+            group = [i for i, r in enumerate(requests) if isinstance(r, kind)]
+            if not group:
+                continue
+            try:
+                for i, one in zip(group, answer_all([requests[i] for i in group])):
+                    answers[i] = one
+            except BadRequest as e:
+                for i in group:
+                    answers[i] = e
+        return answers
+
     def search(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
         """Per query, the ids and scores of its top ``k`` documents (fewer when the corpus holds fewer)."""
+        return self._searches([Search(queries, k)])[0]
+
+    def rerank(self, query: str, documents: list[str]) -> list[float]:
+        """MaxSim of ``query`` against each document."""
+        return self._reranks([Rerank(query, documents)])[0]
+
+    @torch.no_grad()
+    def _searches(self, requests: list[Search]) -> list[list[tuple[list[str], list[float]]]]:
         if self.corpus is None and self.index is None:
             raise BadRequest(
                 "this model was exported without an index, so it cannot search; rerank works "
                 "(export.include: [index] exports one)"
             )
-        k = min(k, self.documents)
-        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then its search
-            from trainer.retrieval.plaid import search_index
-
+        queries = [q for r in requests for q in r.queries]
+        ks = [min(r.k, self.documents) for r in requests for _ in r.queries]
+        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then the PLAID search
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            return [([d for d, _ in hits], [s for _, s in hits]) for hits in search_index(self.index, q, k)]
-        return self._exact(queries, k)
+            found: list = [None] * len(queries)
+            for k in sorted(set(ks)):  # one search a k: fast-plaid's candidates are not promised to be k-free
+                at = [i for i, ki in enumerate(ks) if ki == k]
+                for i, hits in zip(at, self.index.search([q[i] for i in at], k)):
+                    found[i] = ([d for d, _ in hits], [s for _, s in hits])
+        else:  # the top of the largest k, cut: a stable sort puts each query's own top k first, in that order
+            found = [(ids[:k], scores[:k]) for (ids, scores), k in zip(self._exact(queries, max(ks)), ks)]
+        answers, at = [], 0
+        for r in requests:
+            answers.append(found[at : at + len(r.queries)])
+            at += len(r.queries)
+        return answers
 
     def _exact(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
         """The evaluation's search (``trainer/evaluate.py``): the same retriever over the same chunks."""
@@ -146,15 +185,22 @@ class Engine:
         return [([self.ids[d] for d, _ in top], [s for _, s in top]) for top in found]
 
     @torch.no_grad()
-    def rerank(self, query: str, documents: list[str]) -> list[float]:
-        """MaxSim of ``query`` against each document, over that document's own tokens (no padding counts)."""
-        q = torch.as_tensor(self.model.encode([query], is_query=True, show_progress_bar=False)[0])  # (q_tokens, dim)
-        docs = self.model.encode(documents, is_query=False, batch_size=self.batch_size, show_progress_bar=False)
-        docs = [torch.as_tensor(d) for d in docs]  # each (its tokens, dim)
-        width = max(len(d) for d in docs)
-        padded = torch.zeros(len(docs), width, q.shape[-1], dtype=q.dtype)  # (documents, tokens, dim)
-        mask = torch.zeros(len(docs), width, dtype=torch.bool)
-        for i, d in enumerate(docs):
-            padded[i, : len(d)], mask[i, : len(d)] = d, True
-        sim = torch.einsum("qh,dth->dqt", q, padded).masked_fill(~mask[:, None, :], float("-inf"))
-        return [float(s) for s in sim.max(dim=-1).values.sum(dim=-1)]
+    def _reranks(self, requests: list[Rerank]) -> list[list[float]]:
+        """One encode of every request's query and one of every request's candidates (PyLate sorts them by
+        length, so short texts are not padded to long ones); each request's MaxSim is PyLate's
+        ``colbert_scores``, as the evaluation's, over each candidate's own tokens."""
+        from pylate.scores import colbert_scores
+        from torch.nn.utils.rnn import pad_sequence
+
+        encode = dict(batch_size=self.batch_size, show_progress_bar=False)
+        queries = self.model.encode([r.query for r in requests], is_query=True, **encode)  # each (q_tokens, dim)
+        candidates = self.model.encode([d for r in requests for d in r.documents], is_query=False, **encode)
+        answers, at = [], 0
+        for request, query in zip(requests, queries):
+            mine = [torch.as_tensor(d) for d in candidates[at : at + len(request.documents)]]  # each (tokens, dim)
+            at += len(request.documents)
+            documents = pad_sequence(mine, batch_first=True)  # (documents, tokens, dim), zeros past each one's end
+            mask = pad_sequence([torch.ones(len(d)) for d in mine], batch_first=True)  # (documents, tokens)
+            scores = colbert_scores(torch.as_tensor(query)[None], documents, documents_mask=mask)  # (1, documents)
+            answers.append(scores[0].tolist())
+        return answers

@@ -14,9 +14,11 @@ once both are in memory.
 * A bad request (not JSON, an empty query, a k out of range, a tensor twice, a body over
   :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, logged at INFO as one
   line, and the server goes on.
-* Batching: a request's queries are encoded in one batch; KServe's batcher (the InferenceService's
-  ``predictor.batcher``) groups concurrent v1 requests into one before they reach this process. Requests are
-  answered one at a time (one model, one device), off the event loop, so health checks are answered meanwhile.
+* Batching (``trainer/serve/batcher.py``): concurrent requests, v1 and v2, are answered together, one encode
+  and one search a batch, in a worker thread, so health checks are answered meanwhile. ``--batch-wait-ms``
+  (default 2), ``--batch-size`` (texts, default 256) and ``--queue`` (requests waiting, default 64), or
+  ``COLBERT_SERVE_BATCH_WAIT_MS``, ``COLBERT_SERVE_BATCH_SIZE``, ``COLBERT_SERVE_QUEUE``; past the queue a request
+  is HTTP 503 with ``{"error": "one line"}`` and ``Retry-After``, at once.
 
 kserve is imported only here (the ``serve`` extra, in ``.venv-serve``): it pins python-dateutil<3, which the
 CLI's kubernetes client refuses.
@@ -25,22 +27,20 @@ CLI's kubernetes client refuses.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import re
 import sys
-import threading
 import uuid
 import warnings
 
 from trainer.config.schema import ConfigError
+from trainer.serve.batcher import Batcher, BatchOptions, Overloaded, add_batch_arguments, batch_options
 from trainer.serve.requests import (
     MAX_BODY,
     V2_INPUTS,
     V2_OUTPUTS,
     BadRequest,
-    Rerank,
     Search,
     not_json,
     parse_v1,
@@ -79,22 +79,27 @@ def _documented(method: str, path: str) -> bool:
     return any(m == method and pattern.match(path) for m, pattern in _ROUTE_PATTERNS)
 
 
-def make_model(name: str, load):
-    """The kserve.Model that answers with the engine ``load()`` returns (kserve is imported here)."""
+def make_model(name: str, load, batching: BatchOptions | None = None):
+    """The kserve.Model that answers with the engine ``load()`` returns, concurrent requests in batches
+    (``batching``: the batcher's bounds, its defaults when None); kserve is imported here."""
     kserve = _import_kserve()
     from kserve.errors import InvalidInput
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
     class ColbertModel(kserve.Model):
-        """Search and rerank with one engine; a request is parsed, answered in a worker thread, and shaped."""
+        """Search and rerank with one engine; a request is parsed, answered in a batch with the requests beside
+        it (in a worker thread), and shaped."""
 
         def __init__(self):
             super().__init__(name)
             # not ``engine``: kserve.Model's own attribute of that name starts and stops other model servers
-            self._load, self.colbert, self._lock, self._told_short = load, None, threading.Lock(), False
+            self._load, self.colbert, self.batcher, self._told_short = load, None, None, False
 
         def load(self) -> bool:
+            from trainer.serve.engine import texts_of
+
             self.colbert = self._load()
+            self.batcher = Batcher.of(self.colbert.answer, batching or BatchOptions(), texts_of)
             self.ready = True
             return self.ready
 
@@ -111,12 +116,6 @@ def make_model(name: str, load):
 
         def get_output_types(self) -> list[dict]:
             return [dict(t) for t in V2_OUTPUTS]
-
-        def _answer(self, request):
-            with self._lock:  # one model on one device: requests take turns, each batched
-                if isinstance(request, Rerank):
-                    return self.colbert.rerank(request.query, request.documents)
-                return self.colbert.search(request.queries, request.k)
 
         def _tell_short(self, request, result) -> None:
             """Say once, in the log, that PLAID answered a query with fewer than k (its answer says how many)."""
@@ -142,7 +141,7 @@ def make_model(name: str, load):
                     request = parse_v2(tensors)
                 else:
                     request = parse_v1(payload)
-                result = await asyncio.to_thread(self._answer, request)
+                result = await self.batcher.submit(request)
             except BadRequest as e:
                 raise InvalidInput(str(e)) from None
             if isinstance(request, Search):
@@ -289,7 +288,16 @@ def _install(app, model) -> None:
         return JSONResponse(status_code=400, content={"error": line})
 
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(Overloaded, _overloaded)
     app.add_middleware(_Gate, model=model)
+
+
+def _overloaded(_request, exc: Overloaded):
+    """The queue is full: 503 at once, one line, and when to retry (KServe's own handlers log a traceback)."""
+    from fastapi.responses import JSONResponse
+
+    log.warning("refused: %s", exc)
+    return JSONResponse(status_code=503, content={"error": str(exc)}, headers={"Retry-After": "1"})
 
 
 def serve(model, host: str, port: int) -> None:
@@ -348,6 +356,7 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("COLBERT_SERVE_CACHE", ".cache/colbert-k8s"),
         help="where a remote export is staged",
     )
+    add_batch_arguments(p)
     return p
 
 
@@ -359,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from trainer.serve.engine import Engine, locate
 
+        batching = batch_options(args)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model_dir, index_dir = locate(args.uri, args.cache_dir)  # before the server: a bad URI is one line
         engine = Engine(model_dir, index_dir, args.exact, device)
@@ -373,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    model = make_model(args.model_name, lambda: engine)
+    model = make_model(args.model_name, lambda: engine, batching)
     model.load()
     print(f"serving {args.model_name} on {_url(args.host, args.http_port)}: {engine.describe()}", flush=True)
     serve(model, args.host, args.http_port)
