@@ -21,6 +21,15 @@ class StandInEngine:
     def rerank(self, query: str, documents: list[str]) -> list[float]:
         return [float(len(d)) for d in documents]
 
+    def answer(self, requests: list) -> list:
+        """A batch as the engine answers one (trainer/serve/batcher.py calls it): each request alone."""
+        from trainer.serve.requests import Rerank
+
+        return [
+            self.rerank(r.query, r.documents) if isinstance(r, Rerank) else self.search(r.queries, r.k)
+            for r in requests
+        ]
+
     def describe(self) -> str:
         return f"a stand-in of {self.documents} documents"
 
