@@ -46,7 +46,13 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     tmp = out / f".tmp-index-{os.getpid()}"
     started = time.perf_counter()
     try:  # whole or absent: a failed build leaves no temporary; a full disk is DiskFull's one line
-        docs = model.encode(split.corpus, is_query=False, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
+        docs = model.encode(
+            split.corpus,
+            is_query=False,
+            batch_size=cfg.evaluation.batch_size,
+            pool_factor=cfg.index.pool_factor,  # PyLate's hierarchical token pooling (1: none)
+            show_progress_bar=False,
+        )
         index = build_index(tmp, "colbert", cfg.index.nbits, split.corpus_ids, docs, cfg.training.seed)
         build_seconds = time.perf_counter() - started
         queries = model.encode(
@@ -71,6 +77,8 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
         "build_seconds": round(build_seconds, 2),
         "size_mb": _size_mb(out / "index"),
         "documents": len(split.corpus_ids),
+        "nbits": cfg.index.nbits,
+        "pool_factor": cfg.index.pool_factor,
         "path": str(out / "index"),  # as output_dir gives it: metrics.json holds no absolute local path
     }
     log.info(

@@ -24,6 +24,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, Location, Strict, parse_destination
 from trainer.config.mine import MineConfig
 from trainer.config.model import ModelConfig
+from trainer.destinations.vectors import VECTOR_FORMS, VECTOR_PATTERN, parse_vector_url
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
@@ -44,6 +45,7 @@ __all__ = [
     "CheckpointConfig",
     "EvalConfig",
     "IndexConfig",
+    "VectorDbConfig",
     "ExportConfig",
     "RegisterConfig",
     "TrackingConfig",
@@ -203,6 +205,19 @@ class EvalConfig(Strict):
 class IndexConfig(Strict):
     corpus: str | None = Field(None, description="A BEIR directory to index (default data.eval_beir).")
     nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits.")
+    pool_factor: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="Token pooling (PyLate's hierarchical pooling): each document keeps about 1/pool_factor of its "
+        "token vectors, in the index and in a vector database (1: none). Queries are not pooled.",
+    )
+    footprint: bool = Field(
+        False,
+        description="Also measure, on the held-out split, nDCG@10 and Recall@100 against bytes and tokens per "
+        "document for pool factors 1-3 and nbits 2 and 4 (six more index builds): metrics.json, the card, "
+        "final-model/footprint.png.",
+    )
     embeddings: bool = Field(
         False,
         description="Also store the corpus token embeddings (float32) beside the index, for `serve --exact`: "
@@ -213,6 +228,29 @@ class IndexConfig(Strict):
 def _destination(value: str) -> str:
     parse_destination(value)
     return value
+
+
+def _vector_destination(value: str) -> str:
+    parse_vector_url(value)
+    return value
+
+
+class VectorDbConfig(Strict):
+    """The vector database the corpus goes into after training, encoded by the model (``trainer/vectordb.py``)."""
+
+    destination: Annotated[str, AfterValidator(_vector_destination)] = Field(
+        description=f"{VECTOR_FORMS}. The corpus (index.corpus, else data.eval_beir) is encoded and written "
+        "there, one multi-vector point per document; a key comes from the environment (QDRANT_API_KEY).",
+        json_schema_extra={"pattern": VECTOR_PATTERN},
+    )
+    replace: bool = Field(
+        False,
+        description="A collection this export did not write (none of colbert-k8s's, or another model's, pooling "
+        "or corpus) is dropped and written anew; without it, such a collection is refused.",
+    )
+    chunk_size: int = Field(
+        512, ge=1, le=65536, description="Documents encoded and written at once: memory is bounded by a chunk."
+    )
 
 
 class ExportConfig(Strict):
@@ -363,6 +401,9 @@ class TrainConfig(Strict):
     export: ExportConfig | None = Field(
         None, description="Upload the final model, its card and metrics.json when the job ends (S3, GCS, Azure, Hub)."
     )
+    vectordb: VectorDbConfig | None = Field(
+        None, description="Write the corpus, encoded by the trained model, into a vector database (Qdrant, LanceDB)."
+    )
     registration: RegisterConfig | None = Field(  # `register` in YAML: the field name would shadow BaseModel's
         None,
         alias="register",
@@ -385,6 +426,8 @@ class TrainConfig(Strict):
             raise ValueError("evaluation.every_steps needs data.eval_beir")
         if self.index is not None and not (self.index.corpus or self.data.eval_beir):
             raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
+        if self.vectordb is not None and not ((self.index and self.index.corpus) or self.data.eval_beir):
+            raise ValueError("vectordb needs a corpus: index.corpus or data.eval_beir (a BEIR directory)")
         if self.training.global_batch_size is not None and self.training.gradient_accumulation_steps != 1:
             raise ValueError(
                 "training.global_batch_size derives the accumulation steps itself: remove "

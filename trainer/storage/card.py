@@ -226,6 +226,36 @@ def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
     )
 
 
+def _vectordb_section(metrics: dict) -> str:
+    """Where the encoded corpus went (``vectordb:``) and how the database's search compares with exact MaxSim."""
+    v = metrics.get("vectordb")
+    if not v:
+        return ""
+    db, _, rest = v["destination"].partition("://")
+    local = "local" in db or v["destination"].startswith("lancedb:///")  # a path of the job's machine: not shown
+    where = f"`{db}` ({v['destination'].rsplit('=', 1)[-1]})" if local else f"`{v['destination']}`"
+    text = (
+        f"\n## In a vector database\n\nThe corpus, {v['documents']} documents encoded by this model at pool factor "
+        f"{v['pool_factor']} ({v['tokens_per_document']} token vectors and {v['vector_bytes_per_document']:,} bytes "
+        f"of float32 a document on average), was written to {where}.\n"
+    )
+    p = v.get("parity")
+    if not p:
+        return text
+    rows = [
+        ("nDCG@10", f"{p['ndcg@10_database']:.4f}", f"{p['ndcg@10_exact']:.4f}"),
+        ("top 10 shared with exact MaxSim", f"{p['overlap@10']:.1%}", "100%"),
+        ("queries answered in the same order", f"{p['same_order']:.1%}", "100%"),
+    ]
+    table = "| | the database's search | exact MaxSim |\n|---|---|---|\n" + "\n".join(
+        f"| {a} | {b} | {c} |" for a, b, c in rows
+    )
+    return (
+        f"{text}\nIts search of the {p['queries']} held-out queries against exact MaxSim over the same vectors "
+        f"(largest score difference {p['max_score_difference']:g}):\n\n{table}\n"
+    )
+
+
 def _sweep_section(metrics: dict) -> str:
     """Which sweep chose this model (``colbert-k8s tune``): the trial, its values, and the space they came from."""
     sweep = metrics.get("sweep")
@@ -294,7 +324,7 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 ## Evaluation
 
 {_evaluation_table(cfg, metrics)}
-{_sweep_section(metrics)}
+{_vectordb_section(metrics)}{_sweep_section(metrics)}
 
 ## Use
 
