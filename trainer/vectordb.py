@@ -36,7 +36,7 @@ from trainer.destinations.vectors import VectorTarget, database, parse_vector_ur
 from trainer.evaluate import load_queries, retrieval_metrics
 from trainer.retrieval.search import TopK
 
-__all__ = ["PARITY_K", "corpus_chunks", "export_corpus", "fingerprint", "for_job"]
+__all__ = ["PARITY_K", "corpus_chunks", "export_corpus", "export_index", "fingerprint", "for_job"]
 
 log = logging.getLogger("trainer")
 
@@ -210,4 +210,66 @@ def for_job(model_dir: str, cfg) -> dict:
         replace=cfg.vectordb.replace,
         chunk_size=cfg.vectordb.chunk_size,
         batch_size=cfg.evaluation.batch_size,
+    )
+
+
+def _chosen_pool_factor(model_dir: Path) -> int:
+    """The pool factor the job chose (``index.pool_factor``, in its ``metrics.json`` beside the model), else 1."""
+    import json
+
+    for where in (model_dir / "metrics.json", model_dir.parent / "metrics.json"):
+        try:
+            found = json.loads(where.read_text()).get("index", {}).get("pool_factor")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(found, int) and found >= 1:
+            return found
+    return 1
+
+
+def export_index(
+    uri: str,
+    corpus: Path,
+    to: str,
+    *,
+    queries: Path | None = None,
+    split: str = "test",
+    pool_factor: int | None = None,
+    replace: bool = False,
+    chunk_size: int = 512,
+    batch_size: int = 32,
+    device: str | None = None,
+    cache_dir: str = ".cache/colbert-k8s",
+) -> dict:
+    """``colbert-k8s export-index``: a model already exported (a directory, a job's ``output_dir``, or an export
+    on ``s3://``/``gs://``/``az://``, checked against its manifest as ``serve`` checks it) encodes ``corpus`` (a
+    BEIR directory or its ``corpus.jsonl``) into ``to``. ``queries``: a BEIR directory whose judged queries
+    check the database against exact MaxSim (default: the corpus's directory when it holds queries and qrels).
+    ``pool_factor``: default the job's ``index.pool_factor`` (its ``metrics.json``), else 1."""
+    from pylate import models
+
+    from trainer.serve.engine import locate
+
+    target = parse_vector_url(to)
+    corpus = Path(corpus)
+    corpus_file = corpus / "corpus.jsonl" if corpus.is_dir() else corpus
+    if not corpus_file.is_file():
+        raise ExportError(f"--corpus {corpus}: no corpus.jsonl there; give a BEIR directory or its corpus.jsonl")
+    beside = corpus_file.parent
+    if queries is None and (beside / "queries.jsonl").is_file() and (beside / "qrels" / f"{split}.tsv").is_file():
+        queries = beside
+    model_dir, _ = locate(uri, cache_dir)
+    pool_factor = pool_factor or _chosen_pool_factor(model_dir)
+    model = models.ColBERT(str(model_dir), device=device)
+    return export_corpus(
+        model,
+        corpus_file,
+        target,
+        fingerprint(model_dir),
+        queries=queries,
+        split=split,
+        pool_factor=pool_factor,
+        replace=replace,
+        chunk_size=chunk_size,
+        batch_size=batch_size,
     )

@@ -49,11 +49,26 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _VECTOR_SCHEMES = {k: s for k, s in DESTINATIONS.items() if s.kind == "vectors"}
 _DEFAULT_PORT = {"qdrant": 6333}
 
-VECTOR_FORMS = (
-    "qdrant://HOST[:PORT]/COLLECTION (qdrant+http:// without TLS), qdrant+local:///ABS/PATH?collection=NAME, "
-    "lancedb:///ABS/PATH?table=NAME or lancedb+s3://BUCKET/PREFIX?table=NAME (gs, az alike)"
-)
-"""``vectordb.destination``'s forms, for its description and the refusal of another."""
+_FORM = {
+    "https": "{s}://HOST[:PORT]/{C}",
+    "http": "{s}://HOST[:PORT]/{C} (no TLS)",
+    "local": "{s}:///ABS/PATH?{c}=NAME",
+    "s3": "{s}://BUCKET/PREFIX?{c}=NAME",
+}
+
+
+def _forms() -> str:
+    said = []
+    for key, scheme in _VECTOR_SCHEMES.items():
+        for form, transport in scheme.forms:
+            name, c = key + (f"+{form}" if form else ""), scheme.container
+            said.append(_FORM.get(transport, _FORM["s3"]).format(s=name, c=c, C=c.upper()))
+    return ", ".join(said)
+
+
+VECTOR_FORMS = _forms()
+"""``vectordb.destination``'s forms, for its description and the refusal of another: every form of every vector
+database of the registry, none hand-listed."""
 VECTOR_PATTERN = rf"^({'|'.join(_VECTOR_SCHEMES)})(\+[a-z0-9]+)?://[^@#\s]*$"
 """``vectordb.destination`` as the chart's schema checks it (:func:`parse_vector_url` checks more)."""
 
