@@ -1,12 +1,12 @@
 """Export the encoded corpus into a LanceDB table (``lancedb:///ABS/PATH?table=NAME``, ``lancedb+s3://...``).
 
-One row per document: ``doc_id``, ``text`` and ``title`` (the corpus row's, null when absent), ``metadata`` (the
-row's other fields, as JSON) and ``vector``, its token vectors as one multivector column (a list of
-fixed-size float32 lists). LanceDB compares a multivector query by MaxSim; with the ``dot`` distance its
-``_distance`` is ``query tokens - MaxSim``, so the score is exact MaxSim as PyLate computes it. Rows are added
-by ``merge_insert`` on ``doc_id`` (a row whose id is there already is not added again: a restart writes
-nothing twice), each call one commit of Lance's (whole or absent). The table's schema metadata carries the
-marker (``trainer/destinations/vectors.py``).
+One row per document: ``doc_id``, ``text`` and ``title`` (the corpus row's, null when absent), ``fields`` (the
+row's other fields, BEIR's ``metadata`` among them, as one JSON object) and ``vector``, its token vectors as
+one multivector column (a list of fixed-size float32 lists). LanceDB compares a multivector query by MaxSim;
+with the ``dot`` distance its ``_distance`` is ``query tokens - MaxSim``, so the score is exact MaxSim as PyLate
+computes it. Rows are added by ``merge_insert`` on ``doc_id`` (a row whose id is there already is not added
+again: a restart writes nothing twice), each call one commit of Lance's (whole or absent). The table's schema
+metadata carries the marker (``trainer/destinations/vectors.py``).
 
 An object store's credentials come from the environment as LanceDB's object store reads them
 (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT``, workload identity; the same variables as
@@ -25,7 +25,7 @@ from trainer.destinations.vectors import MARKER, VectorTarget
 __all__ = ["LanceTable"]
 
 T = TypeVar("T")
-_COLUMNS = ("text", "title")  # the corpus row's fields that get a column of their own; the rest go to metadata
+_COLUMNS = ("text", "title")  # the corpus row's fields that get a column of their own; the rest go to `fields`
 
 
 class LanceTable:
@@ -62,7 +62,7 @@ class LanceTable:
         fields = [
             pa.field("doc_id", pa.string(), nullable=False),
             *(pa.field(c, pa.string()) for c in _COLUMNS),
-            pa.field("metadata", pa.string()),
+            pa.field("fields", pa.string()),
             pa.field("vector", pa.list_(pa.list_(pa.float32(), dim))),  # (tokens, dim) per row
         ]
         return pa.schema(fields, metadata={MARKER: json.dumps(marker, sort_keys=True)})
@@ -79,7 +79,7 @@ class LanceTable:
         columns = {
             "doc_id": ids,
             **{c: [_text(f.get(c)) for f in fields] for c in _COLUMNS},
-            "metadata": [json.dumps({k: v for k, v in f.items() if k not in _COLUMNS}) for f in fields],
+            "fields": [json.dumps({k: v for k, v in f.items() if k not in _COLUMNS}) for f in fields],
             "vector": [v.tolist() for v in vectors],
         }
         rows = pa.table(columns, schema=schema)
