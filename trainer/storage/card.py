@@ -4,7 +4,8 @@ says what it is.
 YAML front matter (huggingface_hub's ``ModelCardData``): ``library_name: PyLate``, ``base_model`` (when the
 base is a Hub name), ``tags``, ``datasets`` (data with a Hub name) and a ``model-index`` of the measured
 metrics. The body: how it was trained (the config's summary, world size, steps, global batch, negatives,
-mining rounds, time, device), the evaluation before and after training and through the PLAID index, and
+mining rounds, time, device), the evaluation before and after training and through the PLAID index, the
+index's footprint (``index.footprint``) and the corpus in a vector database (``vectordb:``) where asked, and
 how to load the model and search with PyLate.
 
 It is made from ``metrics.json`` and the config (and the base model's own card, for its ``license`` when
@@ -256,6 +257,29 @@ def _vectordb_section(metrics: dict) -> str:
     )
 
 
+def _footprint_section(metrics: dict) -> str:
+    """``index.footprint``: bytes and tokens a document against quality, for pooling and each stored form."""
+    f = metrics.get("footprint")
+    if not f:
+        return ""
+    chosen = f["chosen"]
+    rows = "\n".join(
+        f"| {p['pool_factor']} | {p['storage']} | {p['tokens_per_document']:.1f} | {p['bytes_per_document']:,} | "
+        f"{p['ndcg@10']:.4f} | {p['recall@100']:.4f} |"
+        for p in f["points"]
+    )
+    lines = "".join(f"- {line}\n" for line in f["lines"])
+    picture = f"\n![nDCG@10 against bytes per document]({f['png']})\n" if f.get("png") else ""
+    return (
+        f"\n## Index footprint\n\nOn the held-out split ({f['documents']} documents, {f['queries']} queries): what a "
+        "document costs against what search finds, for token pooling and the form the vectors are stored in "
+        "(float32 as a vector database holds them, searched by exact MaxSim; PLAID's compressed codes). The final "
+        f"index is at pool factor {chosen['pool_factor']}, {chosen['storage']}.\n\n"
+        "| pool factor | stored as | tokens a document | bytes a document | nDCG@10 | Recall@100 |\n"
+        f"|---|---|---|---|---|---|\n{rows}\n\n{lines}{picture}"
+    )
+
+
 def _sweep_section(metrics: dict) -> str:
     """Which sweep chose this model (``colbert-k8s tune``): the trial, its values, and the space they came from."""
     sweep = metrics.get("sweep")
@@ -324,7 +348,7 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 ## Evaluation
 
 {_evaluation_table(cfg, metrics)}
-{_vectordb_section(metrics)}{_sweep_section(metrics)}
+{_footprint_section(metrics)}{_vectordb_section(metrics)}{_sweep_section(metrics)}
 
 ## Use
 
