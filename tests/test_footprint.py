@@ -45,6 +45,7 @@ def test_the_footprint_is_measured_recorded_and_drawn(tmp_path, tiny_model):
     assert metrics["index"]["tokens_per_document"] == tokens[1]  # the final index holds the pooled vectors
     for pool in POOL_FACTORS:
         assert at[(pool, "plaid 2-bit")]["bytes_per_document"] < at[(pool, "plaid 4-bit")]["bytes_per_document"]
+        assert all(at[(pool, s)]["disk_bytes_per_document"] >= at[(pool, s)]["bytes_per_document"] for s in storages)
         f32 = at[(pool, "float32")]  # 4 bytes x 128 dimensions a token (tokens rounded to 2 decimals)
         assert abs(f32["bytes_per_document"] - 4 * 128 * f32["tokens_per_document"]) <= 4
         assert all(0 <= at[(pool, s)]["ndcg@10"] <= 1 and 0 <= at[(pool, s)]["recall@100"] <= 1 for s in storages)

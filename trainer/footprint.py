@@ -4,8 +4,9 @@ pooling, pool factors 1, 2 and 3) and each stored form of the vectors: float32 a
 them (searched by exact MaxSim), and PLAID at 4 and 2 bits (``index.nbits``).
 
 Each PLAID point is a real index build (``trainer/retrieval/plaid.py``, seeded) in a temporary folder, its
-bytes the folder's size on disk (centroids and codes: on a small corpus the centroids weigh most); float32's
-bytes are ``4 x dim x tokens``. The figures go into ``metrics.json`` (``footprint``), the card (a table and one
+bytes those of the index (codes, residuals, centroids, inverted lists: on a small corpus the centroids weigh
+much), its bytes on disk beside them (:func:`_sizes` says what fast-plaid adds there); float32's bytes are
+``4 x dim x tokens``. The figures go into ``metrics.json`` (``footprint``), the card (a table and one
 line per trade, e.g. "at pool factor 2, 47% of the bytes for -0.004 nDCG@10") and ``footprint.png`` beside
 the model. The chosen point, ``index.pool_factor`` and ``index.nbits``, is the one the final index was built
 at; ``colbert-k8s tune --param index.pool_factor=choice(1,2)`` sweeps it.
@@ -33,8 +34,15 @@ NBITS = (4, 2)
 PNG = "footprint.png"
 
 
-def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+def _sizes(folder: Path) -> tuple[int, int]:
+    """(the index's bytes, its bytes on disk). The index: its codes, residuals, centroids, inverted lists and
+    id maps, each once. On disk fast-plaid also keeps ``embeddings.npy``, a float16 copy of every vector kept
+    while an index has under 1,000 documents (to rebuild it on an update), and ``merged_*.npy``, one file of
+    its chunks' codes and residuals made when it is loaded: neither grows with a large corpus's compression."""
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    disk = sum(p.stat().st_size for p in files)
+    extra = sum(p.stat().st_size for p in files if p.name == "embeddings.npy" or p.name.startswith("merged_"))
+    return disk - extra, disk
 
 
 @torch.no_grad()
@@ -74,17 +82,18 @@ def measure(model_dir: Path, cfg: TrainConfig) -> dict:
         docs = [torch.as_tensor(v, dtype=torch.float32) for v in vectors]  # each (its tokens, dim)
         tokens = sum(len(d) for d in docs) / n
         dim = docs[0].shape[-1]
-        runs = {"float32": (_exact(queries, docs, split.corpus_ids, split.query_ids), 4 * dim * tokens)}
+        runs = {"float32": (_exact(queries, docs, split.corpus_ids, split.query_ids), 4 * dim * tokens, None)}
         for nbits in NBITS:
             folder = Path(tempfile.mkdtemp(prefix=".tmp-footprint-", dir=cfg.output_dir))  # a kill's: removed at start
             try:
                 index = build_index(folder, "footprint", nbits, split.corpus_ids, docs, cfg.training.seed)
                 hits = search_index(index, encoded, min(TOP_K, n))
                 del index
-                runs[f"plaid {nbits}-bit"] = ({q: dict(h) for q, h in zip(split.query_ids, hits)}, _size(folder) / n)
+                size, disk = _sizes(folder)
+                runs[f"plaid {nbits}-bit"] = ({q: dict(h) for q, h in zip(split.query_ids, hits)}, size / n, disk / n)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
-        for storage, (run, size) in runs.items():
+        for storage, (run, size, disk) in runs.items():
             figures = retrieval_metrics(run, judged)
             points.append(
                 {
@@ -92,6 +101,7 @@ def measure(model_dir: Path, cfg: TrainConfig) -> dict:
                     "storage": storage,
                     "tokens_per_document": round(tokens, 2),
                     "bytes_per_document": round(size),
+                    "disk_bytes_per_document": round(disk if disk is not None else size),
                     "ndcg@10": round(figures["ndcg@10"], 4),
                     "recall@100": round(figures["recall@100"], 4),
                 }

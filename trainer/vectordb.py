@@ -193,6 +193,14 @@ def _corpus_dir(cfg) -> Path:
     return Path(cfg.index.corpus if cfg.index is not None and cfg.index.corpus else cfg.data.eval_beir)
 
 
+def _judged(root: Path, split: str) -> Path | None:
+    """``root`` when it holds judged queries of ``split`` (the parity check's), else None (no check, logged)."""
+    if (root / "queries.jsonl").is_file() and (root / "qrels" / f"{split}.tsv").is_file():
+        return root
+    log.info("vectordb: %s holds no queries.jsonl and qrels/%s.tsv: no check against exact MaxSim", root, split)
+    return None
+
+
 def for_job(model_dir: str, cfg) -> dict:
     """The job's phase (rank 0, after the index): the final model's encoding of the index's corpus."""
     from pylate import models
@@ -204,7 +212,7 @@ def for_job(model_dir: str, cfg) -> dict:
         root / "corpus.jsonl",
         parse_vector_url(cfg.vectordb.destination),
         fingerprint(Path(model_dir)),
-        queries=root,
+        queries=_judged(root, cfg.data.eval_split),
         split=cfg.data.eval_split,
         pool_factor=cfg.index.pool_factor if cfg.index is not None else 1,
         replace=cfg.vectordb.replace,
@@ -255,9 +263,7 @@ def export_index(
     corpus_file = corpus / "corpus.jsonl" if corpus.is_dir() else corpus
     if not corpus_file.is_file():
         raise ExportError(f"--corpus {corpus}: no corpus.jsonl there; give a BEIR directory or its corpus.jsonl")
-    beside = corpus_file.parent
-    if queries is None and (beside / "queries.jsonl").is_file() and (beside / "qrels" / f"{split}.tsv").is_file():
-        queries = beside
+    queries = queries if queries is not None else _judged(corpus_file.parent, split)
     model_dir, _ = locate(uri, cache_dir)
     pool_factor = pool_factor or _chosen_pool_factor(model_dir)
     model = models.ColBERT(str(model_dir), device=device)

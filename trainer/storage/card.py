@@ -269,12 +269,20 @@ def _footprint_section(metrics: dict) -> str:
         for p in f["points"]
     )
     lines = "".join(f"- {line}\n" for line in f["lines"])
+    disk = max((p["disk_bytes_per_document"] / p["bytes_per_document"] for p in f["points"]), default=1)
+    if disk > 1.05:  # fast-plaid's float16 copy under 1,000 documents, and its merged chunks
+        lines += (
+            f"- on disk, fast-plaid keeps up to {disk:.1f} times a PLAID index's bytes here (a float16 copy of the "
+            "vectors while an index has under 1,000 documents, and a merged copy of its chunks): `metrics.json`'s "
+            "`disk_bytes_per_document`\n"
+        )
     picture = f"\n![nDCG@10 against bytes per document]({f['png']})\n" if f.get("png") else ""
     return (
         f"\n## Index footprint\n\nOn the held-out split ({f['documents']} documents, {f['queries']} queries): what a "
         "document costs against what search finds, for token pooling and the form the vectors are stored in "
-        "(float32 as a vector database holds them, searched by exact MaxSim; PLAID's compressed codes). The final "
-        f"index is at pool factor {chosen['pool_factor']}, {chosen['storage']}.\n\n"
+        "(float32 as a vector database holds them, searched by exact MaxSim; PLAID's compressed codes, with its "
+        "centroids and inverted lists). The final index is at pool factor "
+        f"{chosen['pool_factor']}, {chosen['storage']}.\n\n"
         "| pool factor | stored as | tokens a document | bytes a document | nDCG@10 | Recall@100 |\n"
         f"|---|---|---|---|---|---|\n{rows}\n\n{lines}{picture}"
     )
