@@ -331,3 +331,32 @@ def test_export_index_runs_the_trainer_here_and_without_torch_names_the_extra(tm
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "needs torch, pylate" in done.stderr, done.stderr
     assert "pip install 'colbert-k8s[train,vectordb]'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_lancedb_in_an_object_store_takes_its_credentials_from_the_environment(tmp_path, beir, colbert, monkeypatch):
+    """``lancedb+s3://`` against moto's S3 server: the same write, check and resume; the credentials and the
+    endpoint only from the environment, as the object-store destinations take theirs; a missing bucket is one
+    line."""
+    from tests.helpers.stores import MOTO_SERVER, MotoS3
+
+    if not MOTO_SERVER.is_file():
+        pytest.skip(".venv-moto (moto's S3 server) is absent: scripts/setup.sh train,test creates it")
+    s3 = MotoS3()
+    try:
+        s3.bucket("vectors")
+        for key, value in {**s3.env, "AWS_ALLOW_HTTP": "true"}.items():
+            monkeypatch.setenv(key, value)
+        url = "lancedb+s3://vectors/search?table=docs"
+        result = _export(colbert, beir, url)
+        assert (result["state"], result["points"], result["parity"]["overlap@10"]) == ("created", DOCUMENTS, 1.0)
+        assert _export(colbert, beir, url)["written"] == 0
+        with pytest.raises(ExportError) as missing:
+            _export(colbert, beir, "lancedb+s3://no-such-bucket/search?table=docs")
+        said = str(missing.value)
+        gone = "lancedb+s3://no-such-bucket/search?table=docs: opening the database was refused"
+        assert said == f"{gone} (the bucket does not exist)"
+        assert "testing-secret" not in said
+    finally:
+        s3.proc.terminate()
+        s3.proc.wait()

@@ -9,7 +9,7 @@ again: a restart writes nothing twice), each call one commit of Lance's (whole o
 metadata carries the marker (``trainer/destinations/vectors.py``).
 
 An object store's credentials come from the environment as LanceDB's object store reads them
-(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT``, workload identity; the same variables as
+(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, workload identity; as
 ``export.destination``'s), never from the URL.
 """
 
