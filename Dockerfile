@@ -16,7 +16,7 @@ COPY trainer ./trainer
 COPY operator_cli ./operator_cli
 # A venv on top of the base's site-packages: torch is reused, everything else is pinned by the lock.
 RUN python -m venv --system-site-packages /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --constraint requirements.lock ".[train]"
+ && /opt/venv/bin/pip install --no-cache-dir --constraint requirements.lock ".[train,vectordb]"
 # The KServe predictor (`colbert-k8s serve`: /opt/serve/bin/python -m trainer.serve), in a venv layered on
 # /opt/venv: kserve 0.21 pins python-dateutil<3, the CLI's kubernetes client >=3. It sees its own packages
 # first, then /opt/venv's (the trainer, pylate), then the base's torch.

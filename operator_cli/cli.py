@@ -13,6 +13,7 @@
     colbert-k8s tune ... --param KEY=SPACE [--local]   colbert-k8s tune status NAME   (a sweep of jobs)
     colbert-k8s serve --local URI    colbert-k8s serve apply NAME|URI   (search and rerank, here or on KServe)
     colbert-k8s register NAME|URI    (the export as a version in the Kubeflow Model Registry)
+    colbert-k8s export-index URI --corpus DIR --to qdrant://HOST/COLL   (the corpus into a vector database)
 
 Options become a validated JobSpec, the JobSpec becomes objects (``render``), and ``submit`` sends exactly
 those objects. The commands live in :mod:`operator_cli.commands`, one module per area; this module is the
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import click
 
-from operator_cli.commands import change, job, read, register, runtime, serve, tune, upload
+from operator_cli.commands import change, export_index, job, read, register, runtime, serve, tune, upload
 from operator_cli.commands.base import Group, cluster_options
 from operator_cli.commands.job import build_spec, job_options
 
@@ -54,6 +55,7 @@ for command in (
     tune.tune_group,
     serve.serve_group,
     register.register_cmd,
+    export_index.export_index_cmd,
 ):
     cli.add_command(command)
 
@@ -64,7 +66,7 @@ cli.sections = {
     "Change it": ("resize", "suspend", "resume", "delete"),
     "Data on its claim": ("upload", "fetch"),
     "Set up a cluster": ("doctor", "runtime"),
-    "Sweeps and the model at work": ("tune", "serve", "register"),
+    "Sweeps and the model at work": ("tune", "serve", "register", "export-index"),
 }
 
 

@@ -60,6 +60,8 @@ if [[ ",${extras}," == *",train,"* ]]; then
       echo "setup: where an index offers the CPU-only build: TORCH_CPU_INDEX=URL scripts/setup.sh ${extras} --cpu"
   fi
 fi
+# the tests drive the vector databases' embedded modes (Qdrant, LanceDB): the test path installs them too
+if [[ ",${extras}," == *",test,"* && ",${extras}," != *",vectordb,"* ]]; then extras="${extras},vectordb"; fi
 echo "setup: installing colbert-k8s[${extras}] into .venv (a first install takes minutes)"
 pip_install -e ".[${extras}]"
 if [[ ",${extras}," == *",train,"* ]]; then

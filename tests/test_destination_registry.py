@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_each_scheme_parses_and_finds_its_uploader():
     for key, scheme in DESTINATIONS.items():
+        if scheme.kind == "vectors":
+            continue  # test_each_vector_database_scheme_parses_and_finds_its_class
         url = f"{key}://org/name" if scheme.hub else f"{key}://bucket/prefix/"
         dest = parse_destination(url)
         assert (dest.scheme, dest.hub, str(dest)) == (key, scheme.hub, url.rstrip("/") if scheme.hub else url)
@@ -29,8 +31,8 @@ def test_each_scheme_parses_and_finds_its_uploader():
         free = not scheme.credentials or () in scheme.credentials  # () or ((),): nothing to set
         assert hint is None if free else f"--secret-env {scheme.credentials[0][0]}=" in hint[1]
         assert re.fullmatch(DESTINATION_PATTERN, url) and f"{key}://" in DESTINATION_FORMS
-    assert CREDENTIALS == {k: s.credentials for k, s in DESTINATIONS.items()}
-    stores = "|".join(k for k, s in DESTINATIONS.items() if not s.hub)
+    assert CREDENTIALS == {k: s.credentials for k, s in DESTINATIONS.items() if s.kind == "files"}
+    stores = "|".join(k for k, s in DESTINATIONS.items() if not s.hub and s.kind == "files")
     assert DESTINATION_PATTERN.startswith(f"^(({stores})://") and "|hf://" in DESTINATION_PATTERN
 
 
@@ -65,3 +67,30 @@ def test_the_cli_names_missing_credentials_from_the_registry_without_the_export_
     assert "export.destination gs://b/p/ needs credentials in the pods" in said
     assert f"--secret-env {DESTINATIONS['gs'].credentials[0][0]}=SECRET/KEY" in said
     assert imported == "[]"
+
+
+def test_each_vector_database_scheme_parses_and_finds_its_class(tmp_path):
+    """A vector database is one registry line: each of its URL forms parses back to itself, its class is found
+    and opens on the embedded form, and export.destination refuses it, naming vectordb.destination."""
+    from trainer.destinations.vectors import VECTOR_FORMS, VECTOR_PATTERN, database, parse_vector_url
+
+    vectors = {k: s for k, s in DESTINATIONS.items() if s.kind == "vectors"}
+    assert set(vectors) == {"qdrant", "lancedb"} and not set(vectors) & set(CREDENTIALS)
+    for key, scheme in vectors.items():
+        for form, transport in scheme.forms:
+            name = key + (f"+{form}" if form else "")
+            if transport in ("https", "http"):
+                url = f"{name}://db.example:6333/docs"
+            elif transport == "local":
+                url = f"{name}://{tmp_path / key}?{scheme.container}=docs"
+            else:
+                url = f"{name}://bucket/pre/fix?{scheme.container}=docs"
+            target = parse_vector_url(url)
+            assert (target.db, target.transport, str(target)) == (key, transport, url)
+            assert re.fullmatch(VECTOR_PATTERN, url) and f"{name}://" in VECTOR_FORMS
+            if transport == "local":
+                db = database(target)
+                assert type(db).__name__ == scheme.cls.split(":")[1] and db.existing() is False
+                db.close()
+        with pytest.raises(ValueError, match=rf"{key}:// is a vector database: .*\(vectordb.destination\)"):
+            parse_destination(f"{key}://host/docs")

@@ -125,6 +125,10 @@ def _main(argv: list[str]) -> int:
         guard_hub()  # HF_TOKEN only to the Hub's origin, for every download and upload of this process
         if not os.environ.get(EXIT_DIR_ENV):  # once per pod: torchrun's children were checked by their launcher
             export.preflight(cfg)  # a bad destination is found now, not after hours of training
+            if cfg.vectordb is not None:  # the vector database answers, and the collection is not another's
+                from trainer.destinations.claim import preflight as vectordb_preflight
+
+                vectordb_preflight(cfg)
             if cfg.registration is not None:
                 from trainer.serve.register import preflight
 

@@ -20,7 +20,7 @@ from trainer.data import DataError, document_text, iter_jsonl, text_field
 
 TOP_K = 100
 
-__all__ = ["BeirSplit", "evaluate", "load_beir", "retrieval_metrics", "search", "trec_order"]
+__all__ = ["BeirSplit", "evaluate", "load_beir", "load_queries", "retrieval_metrics", "search", "trec_order"]
 
 
 @dataclass
@@ -58,6 +58,12 @@ def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
         texts.append(document_text(d, where))
     if not ids:
         raise DataError(f"{root / 'corpus.jsonl'}: holds no document")
+    return BeirSplit(ids, texts, *load_queries(root, split))
+
+
+def load_queries(root: str | Path, split: str = "test") -> tuple[list[str], list[str], dict[str, dict[str, int]]]:
+    """A BEIR directory's judged queries of ``split``: (ids, texts, qrels), without reading its corpus."""
+    root = Path(root)
     queries = {_id(q, where): text_field(q, "text", where) for where, q in _jsonl(root / "queries.jsonl")}
     qrels_path = root / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
@@ -66,7 +72,7 @@ def load_beir(root: str | Path, split: str = "test") -> BeirSplit:
     qids = [q for q in qrels if q in queries]
     if not qids:
         raise ConfigError(f"{qrels_path}: no query in qrels appears in queries.jsonl")
-    return BeirSplit(ids, texts, qids, [queries[q] for q in qids], qrels)
+    return qids, [queries[q] for q in qids], qrels
 
 
 def _read_qrels(path: Path) -> dict[str, dict[str, int]]:

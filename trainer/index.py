@@ -1,5 +1,6 @@
 """The job's last phase (``index:`` in the config): a PLAID index of a corpus, built with the trained
-model, and retrieval through it evaluated next to exact MaxSim.
+model (its documents pooled to about 1/``index.pool_factor`` of their tokens by PyLate's hierarchical pooling),
+and retrieval through it evaluated next to exact MaxSim.
 
 It runs on rank 0 after the process group is gone, so a long index build never holds other ranks in a
 collective (they have finished). The index is PyLate's ``PLAID`` with the ``fast-plaid`` backend, built
@@ -47,7 +48,14 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     tmp = out / f".tmp-index-{os.getpid()}"
     started = time.perf_counter()
     with whole_or_absent(tmp):  # a failed build leaves no temporary; a full disk is DiskFull's one line
-        docs = model.encode(split.corpus, is_query=False, batch_size=cfg.evaluation.batch_size, show_progress_bar=False)
+        docs = model.encode(
+            split.corpus,
+            is_query=False,
+            batch_size=cfg.evaluation.batch_size,
+            pool_factor=cfg.index.pool_factor,  # PyLate's hierarchical token pooling (1: none)
+            show_progress_bar=False,
+        )
+        tokens = sum(len(d) for d in docs)
         index = build_index(tmp, "colbert", cfg.index.nbits, split.corpus_ids, docs, cfg.training.seed)
         build_seconds = time.perf_counter() - started
         queries = model.encode(
@@ -68,6 +76,9 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
         "build_seconds": round(build_seconds, 2),
         "size_mb": _size_mb(out / "index"),
         "documents": len(split.corpus_ids),
+        "nbits": cfg.index.nbits,
+        "pool_factor": cfg.index.pool_factor,
+        "tokens_per_document": round(tokens / len(split.corpus_ids), 2),  # after pooling: what the index holds
         "path": str(out / "index"),  # as output_dir gives it: metrics.json holds no absolute local path
     }
     log.info(

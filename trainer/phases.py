@@ -59,6 +59,8 @@ def redo_from(cfg: TrainConfig) -> tuple[str | None, str]:
             return "index", f"{out / 'metrics.json'} has no index entry"
         if cfg.index.embeddings and not _has_embeddings(out / "index"):  # asked for since: the index phase again
             return "index", f"the index {out / 'index'} holds no corpus embeddings, which index.embeddings asks for"
+    if cfg.vectordb is not None and not (isinstance(metrics, dict) and "vectordb" in metrics):
+        return "vectordb", f"{out / 'metrics.json'} has no vectordb entry (the corpus is not in the vector database)"
     if not (out / DONE).is_file():
         return "done", f"{out / DONE} is missing"
     if problem := _problem(out, DONE):
@@ -93,16 +95,29 @@ def mark_done(cfg: TrainConfig) -> None:
 
 def finish(cfg: TrainConfig, metrics: dict) -> None:
     """Rank 0, once the final model and metrics.json are written: the index if asked (metrics.json gains
-    its entry), then the marker."""
-    if cfg.index is not None:
+    its entry), the corpus into the vector database if asked (its entry), then the marker. A phase whose
+    entry is there already (a restart after it) is not done again."""
+    out = Path(cfg.output_dir)
+    index_whole = "index" in metrics and not _problem(out / "index")
+    if cfg.index is not None and not (index_whole and (_has_embeddings(out / "index") or not cfg.index.embeddings)):
         from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
 
         started(cfg)  # a finished job's index built again: its old marker no longer vouches for metrics.json
-
-        remove_stale_temporaries(Path(cfg.output_dir))  # a killed build's .tmp-index-*
+        remove_stale_temporaries(out)  # a killed build's .tmp-index-*
         metrics["index"] = build_and_evaluate(metrics["model_dir"], cfg)
+        if cfg.index.footprint:  # bytes per document against nDCG@10, on the held-out split (six more builds)
+            from trainer.footprint import measure
+
+            metrics["footprint"] = measure(Path(metrics["model_dir"]), cfg)
         card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the figures through the index
-        write_text(Path(cfg.output_dir) / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    if cfg.vectordb is not None and "vectordb" not in metrics:
+        from trainer.vectordb import for_job  # the database's client: loaded only when one is asked for
+
+        metrics["vectordb"] = for_job(metrics["model_dir"], cfg)
+        card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the parity with exact MaxSim
+        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     mark_done(cfg)
     index = f"; PLAID index at {metrics['index']['path']}" if "index" in metrics else ""
+    index += f"; corpus in {metrics['vectordb']['destination']}" if "vectordb" in metrics else ""
     log.info("done: model at %s%s", metrics["model_dir"], index)  # last: after the index, not before it

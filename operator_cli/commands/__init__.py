@@ -7,5 +7,6 @@
 * :mod:`.read`: ``status``, ``logs``, ``list``, ``doctor`` and ``fetch``;
 * :mod:`.change`: ``resize``, ``delete``, ``suspend`` and ``resume``;
 * :mod:`.runtime`: ``runtime render|install``;
-* :mod:`.upload`: ``upload``, local data onto a job's claim.
+* :mod:`.upload`: ``upload``, local data onto a job's claim;
+* :mod:`.export_index`: ``export-index``, an exported model's corpus into a vector database.
 """

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from trainer.destinations import DESTINATIONS
+from trainer.destinations import DESTINATIONS, FILE_SCHEMES
 
 __all__ = [
     "DESTINATION_FORMS",
@@ -109,8 +109,8 @@ class Strict(BaseModel):
 
 
 # export.destination's schemes, from the destinations' registry (trainer/destinations/__init__.py)
-_STORE_SCHEMES = tuple(k for k, s in DESTINATIONS.items() if not s.hub)  # BUCKET/PREFIX/
-_HUB_SCHEMES = tuple(k for k, s in DESTINATIONS.items() if s.hub)  # ORG/NAME
+_STORE_SCHEMES = tuple(k for k in FILE_SCHEMES if not DESTINATIONS[k].hub)  # BUCKET/PREFIX/
+_HUB_SCHEMES = tuple(k for k in FILE_SCHEMES if DESTINATIONS[k].hub)  # ORG/NAME
 _HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
@@ -168,6 +168,12 @@ def parse_destination(value: str) -> Destination:
         raise ValueError(f"is not a valid URL ({e})") from None
     if parts.username or parts.password or "@" in parts.netloc:
         raise ValueError("holds credentials; pass them as environment variables from a Secret (--secret-env)")
+    base = DESTINATIONS.get(parts.scheme.split("+")[0])
+    if base is not None and base.kind == "vectors":
+        raise ValueError(
+            f"{parts.scheme}:// is a vector database: it takes the corpus the model encodes "
+            f"(vectordb.destination), not the model; use {_USE}"
+        )
     if parts.query or parts.fragment:
         raise ValueError("has a query or fragment; give s3://BUCKET/PREFIX/ or hf://ORG/NAME alone")
     if parts.scheme in _HUB_SCHEMES:

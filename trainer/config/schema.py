@@ -2,7 +2,8 @@
 
 This module imports only pydantic, never torch, because ``colbert-k8s submit`` validates ``--config``
 before anything reaches the cluster, and the chart's ``values.schema.json`` embeds :func:`json_schema`
-(a test fails when they drift apart). The ``mine:`` section is ``trainer/config/mine.py``; what sections
+(a test fails when they drift apart). The ``mine:`` section is ``trainer/config/mine.py``; ``index:``,
+``vectordb:``, ``export:`` and ``register:`` are ``trainer/config/outputs.py``; what sections
 are built of (strict models, source URLs, export destinations) ``trainer/config/base.py``; reading a YAML
 file into this schema ``trainer/config/load.py``; the batch arithmetic ``trainer/scale.py``.
 
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, Location, Strict, parse_destination
+from trainer.config.base import Location, Strict, parse_destination
 from trainer.config.mine import MineConfig
 from trainer.config.model import ModelConfig
+from trainer.config.outputs import ExportConfig, IndexConfig, RegisterConfig, VectorDbConfig
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
@@ -45,6 +47,7 @@ __all__ = [
     "CheckpointConfig",
     "EvalConfig",
     "IndexConfig",
+    "VectorDbConfig",
     "ExportConfig",
     "RegisterConfig",
     "TrackingConfig",
@@ -187,74 +190,6 @@ class EvalConfig(Strict):
     batch_size: int = Field(32, ge=1)
 
 
-class IndexConfig(Strict):
-    corpus: str | None = Field(None, description="A BEIR directory to index (default data.eval_beir).")
-    nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits.")
-    embeddings: bool = Field(
-        False,
-        description="Also store the corpus token embeddings (float32) beside the index, for `serve --exact`: "
-        "exact MaxSim as the evaluation scores it, at 4 x dim bytes a token (PLAID's 4 bits: about an eighth).",
-    )
-
-
-def _destination(value: str) -> str:
-    parse_destination(value)
-    return value
-
-
-class ExportConfig(Strict):
-    """Where the trained model goes when the job ends (``trainer/storage/export.py``)."""
-
-    destination: Annotated[str, AfterValidator(_destination)] = Field(
-        description=f"{DESTINATION_FORMS}. The final model (with its card), metrics.json and a manifest go there; "
-        "credentials come from the environment.",
-        json_schema_extra={"pattern": DESTINATION_PATTERN},
-    )
-    include: list[Literal["best-model", "index", "checkpoint"]] = Field(
-        default_factory=list, description="Also export these: best-model, the PLAID index, the last checkpoint."
-    )
-    revision: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$", description="hf:// only: the branch to commit to."
-    )
-    private: bool = Field(False, description="hf:// only: create the repository private when it does not exist.")
-    replace: bool = Field(
-        False,
-        description="hf:// only: a repository that holds files but no colbert-k8s-export.json is replaced whole "
-        "(its files removed); without it, such a repository is refused at start.",
-    )
-    allow_regression: bool = Field(
-        False,
-        description="Export (and register) a trained model that scores below the base model as it ships on the "
-        "held-out split; without it such a model stays in output_dir and the job fails with both figures.",
-    )
-
-
-class RegisterConfig(Strict):
-    """The Kubeflow Model Registry entry the export becomes (``trainer/serve/register.py``), once, after it."""
-
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[\x20-\x7E]+$", description="The registered model.")
-    version: str | None = Field(
-        None,
-        min_length=1,
-        max_length=200,
-        pattern=r"^[\x20-\x7E]+$",
-        description="The version's name (default: the job's name and the first 8 hex of the export manifest's sha256).",
-    )
-    description: str | None = Field(None, max_length=2000, description="The version's description.")
-    labels: list[str] = Field(default_factory=list, description="Labels on the version (the registry UI's labels).")
-    url: str | None = Field(
-        None,
-        pattern=r"^https?://[^@\s]+$",
-        description="The registry's REST endpoint (default: $MODEL_REGISTRY_URL); a token, if any, comes from "
-        "$MODEL_REGISTRY_TOKEN (--secret-env), never from here.",
-    )
-    storage_key: str | None = Field(
-        None,
-        description="The storage Secret's name a KServe deployment fetches the export with (the artifact's "
-        "storageKey).",
-    )
-
-
 class TrackingConfig(Strict):
     report_to: list[Literal["jsonl", "tensorboard", "mlflow", "wandb"]] = Field(
         default_factory=lambda: ["jsonl", "tensorboard"],
@@ -350,6 +285,9 @@ class TrainConfig(Strict):
     export: ExportConfig | None = Field(
         None, description="Upload the final model, its card and metrics.json when the job ends (S3, GCS, Azure, Hub)."
     )
+    vectordb: VectorDbConfig | None = Field(
+        None, description="Write the corpus, encoded by the trained model, into a vector database (Qdrant, LanceDB)."
+    )
     registration: RegisterConfig | None = Field(  # `register` in YAML: the field name would shadow BaseModel's
         None,
         alias="register",
@@ -367,6 +305,8 @@ class TrainConfig(Strict):
             raise ValueError("evaluation.every_steps needs data.eval_beir")
         if self.index is not None and not (self.index.corpus or self.data.eval_beir):
             raise ValueError("index needs index.corpus or data.eval_beir (a BEIR directory)")
+        if self.vectordb is not None and not ((self.index and self.index.corpus) or self.data.eval_beir):
+            raise ValueError("vectordb needs a corpus: index.corpus or data.eval_beir (a BEIR directory)")
         if self.training.global_batch_size is not None and self.training.gradient_accumulation_steps != 1:
             raise ValueError(
                 "training.global_batch_size derives the accumulation steps itself: remove "

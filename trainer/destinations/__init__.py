@@ -1,27 +1,34 @@
-"""Export destinations: every place a trained model can be exported to, by its URL scheme (``export.destination``).
+"""Export destinations: every place a trained model, or its encoded corpus, can be exported to, by URL scheme.
 
-This module is light (standard library only): the config's URL check (``trainer/config/base.py``), the chart's
-pattern, ``colbert-k8s submit``'s "these credentials are missing" line and the chart's credential helper all
-read :data:`DESTINATIONS`. Each :class:`Scheme` names its uploader class, imported only when an export runs
-(``trainer/storage/export.py``: :func:`uploader`):
+This module is light (standard library only): the config's URL checks (``trainer/config/base.py``,
+``trainer/destinations/vectors.py``), the chart's pattern, ``colbert-k8s submit``'s "these credentials are
+missing" line and the chart's credential helper all read :data:`DESTINATIONS`. Each :class:`Scheme` names its
+class, imported only when an export runs (:func:`uploader`, :func:`trainer.destinations.vectors.database`).
+A ``files`` scheme takes the model's files (``export.destination``); a ``vectors`` scheme is a vector
+database that takes the corpus encoded by the model, one multi-vector point per document
+(``vectordb.destination``, ``colbert-k8s export-index``):
 
-=====  ===========  ================================================================================
-key    layout       uploader
-=====  ===========  ================================================================================
-s3     BUCKET/PFX/  an object store through obstore: probe object, resumable journal, manifest last
-gs     BUCKET/PFX/  the same
-az     BUCKET/PFX/  the same (the container is the bucket)
-hf     ORG/NAME     a Hugging Face Hub model repository: write probe, one commit, manifest included
-=====  ===========  ================================================================================
+=======  =======  ===========  ========================================================================
+key      kind     layout       class
+=======  =======  ===========  ========================================================================
+s3       files    BUCKET/PFX/  an object store through obstore: probe object, resumable journal, manifest last
+gs       files    BUCKET/PFX/  the same
+az       files    BUCKET/PFX/  the same (the container is the bucket)
+hf       files    ORG/NAME     a Hugging Face Hub model repository: write probe, one commit, manifest included
+qdrant   vectors  HOST/COLL    Qdrant (qdrant-client; ``qdrant+local://`` its embedded mode): MAX_SIM multivectors
+lancedb  vectors  PATH?table=  LanceDB (a directory, or ``lancedb+s3://``): a multivector column, dot MaxSim
+=======  =======  ===========  ========================================================================
 
 An uploader (:class:`Uploader`) has ``preflight(cfg, dest, hint)`` (at start: the destination takes a write)
-and ``upload(cfg, dest, plan, manifest, done)`` (manifest last). A new destination is one module (its
-uploader) and one line here.
+and ``upload(cfg, dest, plan, manifest, done)`` (manifest last); a vector database's class is
+:class:`trainer.destinations.vectors.VectorDatabase`. A new destination is one module and one line here.
 
 >>> {"s3", "gs", "az", "hf"} <= set(DESTINATIONS)
 True
 >>> [k for k, s in DESTINATIONS.items() if s.hub]
 ['hf']
+>>> [k for k, s in DESTINATIONS.items() if s.kind == "vectors"]
+['qdrant', 'lancedb']
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ import importlib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-__all__ = ["CREDENTIALS", "DESTINATIONS", "Scheme", "Uploader", "credential_hint", "uploader"]
+__all__ = ["CREDENTIALS", "DESTINATIONS", "FILE_SCHEMES", "Scheme", "Uploader", "credential_hint", "uploader"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,17 @@ class Scheme:
     """A Hub model repository (``ORG/NAME``, with ``export.revision``, ``private`` and ``replace``), not
     ``BUCKET/PREFIX/``."""
     needs: str = "needs credentials"  # the missing-credentials line's words
+    kind: Literal["files", "vectors"] = "files"
+    """``files``: ``export.destination`` (the model's files); ``vectors``: a vector database
+    (``vectordb.destination``), whose URL forms are ``forms``."""
+    forms: tuple[tuple[str, str], ...] = ()
+    """A vector database's URL forms: (what follows ``KEY+`` in the scheme, the transport it means); ``""`` is
+    the bare ``KEY://``. Transports: ``https``/``http`` (a server), ``local`` (an embedded database at an
+    absolute path), ``s3``/``gs``/``az`` (a database in an object store)."""
+    container: str = "collection"  # what the database calls the set of points a URL names
+    secret: str | None = None
+    """The environment variable that holds a vector database's key, if it takes one (optional: a server
+    without authentication takes none); read from the environment only, never from the URL."""
 
     def hint(self, env: Collection[str]) -> tuple[str, str] | None:
         """(what is missing, the flags that pass it) when ``env`` holds none of the credential sets; else None.
@@ -92,11 +110,30 @@ DESTINATIONS: dict[str, Scheme] = {
         Scheme(
             "hf", (("HF_TOKEN",),), "hub:HubRepository", hub=True, needs="needs HF_TOKEN (a token with write access)"
         ),
+        Scheme(
+            "qdrant",
+            (),
+            "qdrant:QdrantCollection",
+            kind="vectors",
+            forms=(("", "https"), ("http", "http"), ("local", "local")),
+            secret="QDRANT_API_KEY",
+        ),
+        Scheme(
+            "lancedb",
+            (),
+            "lance:LanceTable",
+            kind="vectors",
+            forms=(("", "local"), ("s3", "s3"), ("gs", "gs"), ("az", "az")),
+            container="table",
+        ),
     )
 }
 
-CREDENTIALS = {key: scheme.credentials for key, scheme in DESTINATIONS.items()}
-"""Each scheme's credential sets, as the chart's helper lists them (``tests/test_chart_usage.py``)."""
+FILE_SCHEMES = tuple(k for k, s in DESTINATIONS.items() if s.kind == "files")
+"""The schemes ``export.destination`` takes (the model's files)."""
+CREDENTIALS = {key: DESTINATIONS[key].credentials for key in FILE_SCHEMES}
+"""Each ``export.destination`` scheme's credential sets, as the chart's helper lists them
+(``tests/test_chart_usage.py``)."""
 
 
 class _Where(Protocol):

@@ -4,7 +4,8 @@ says what it is.
 YAML front matter (huggingface_hub's ``ModelCardData``): ``library_name: PyLate``, ``base_model`` (when the
 base is a Hub name), ``tags``, ``datasets`` (data with a Hub name) and a ``model-index`` of the measured
 metrics. The body: how it was trained (the config's summary, world size, steps, global batch, negatives,
-mining rounds, time, device), the evaluation before and after training and through the PLAID index, and
+mining rounds, time, device), the evaluation before and after training and through the PLAID index, the
+index's footprint (``index.footprint``) and the corpus in a vector database (``vectordb:``) where asked, and
 how to load the model and search with PyLate.
 
 It is made from ``metrics.json`` and the config (and the base model's own card, for its ``license`` when
@@ -235,6 +236,67 @@ def _evaluation_table(cfg: TrainConfig, metrics: dict) -> str:
     )
 
 
+def _vectordb_section(metrics: dict) -> str:
+    """Where the encoded corpus went (``vectordb:``) and how the database's search compares with exact MaxSim."""
+    v = metrics.get("vectordb")
+    if not v:
+        return ""
+    db, _, rest = v["destination"].partition("://")
+    local = "local" in db or v["destination"].startswith("lancedb:///")  # a path of the job's machine: not shown
+    where = f"`{db}` ({v['destination'].rsplit('=', 1)[-1]})" if local else f"`{v['destination']}`"
+    text = (
+        f"\n## In a vector database\n\nThe corpus, {v['documents']} documents encoded by this model at pool factor "
+        f"{v['pool_factor']} ({v['tokens_per_document']} token vectors and {v['vector_bytes_per_document']:,} bytes "
+        f"of float32 a document on average), was written to {where}.\n"
+    )
+    p = v.get("parity")
+    if not p:
+        return text
+    rows = [
+        ("nDCG@10", f"{p['ndcg@10_database']:.4f}", f"{p['ndcg@10_exact']:.4f}"),
+        ("top 10 shared with exact MaxSim", f"{p['overlap@10']:.1%}", "100%"),
+        ("queries answered in the same order", f"{p['same_order']:.1%}", "100%"),
+    ]
+    table = "| | the database's search | exact MaxSim |\n|---|---|---|\n" + "\n".join(
+        f"| {a} | {b} | {c} |" for a, b, c in rows
+    )
+    return (
+        f"{text}\nIts search of the {p['queries']} held-out queries against exact MaxSim over the same vectors "
+        f"(largest score difference {p['max_score_difference']:g}):\n\n{table}\n"
+    )
+
+
+def _footprint_section(metrics: dict) -> str:
+    """``index.footprint``: bytes and tokens a document against quality, for pooling and each stored form."""
+    f = metrics.get("footprint")
+    if not f:
+        return ""
+    chosen = f["chosen"]
+    rows = "\n".join(
+        f"| {p['pool_factor']} | {p['storage']} | {p['tokens_per_document']:.1f} | {p['bytes_per_document']:,} | "
+        f"{p['ndcg@10']:.4f} | {p['recall@100']:.4f} |"
+        for p in f["points"]
+    )
+    lines = "".join(f"- {line}\n" for line in f["lines"])
+    disk = max((p["disk_bytes_per_document"] / p["bytes_per_document"] for p in f["points"]), default=1)
+    if disk > 1.05:  # fast-plaid's float16 copy under 1,000 documents, and its merged chunks
+        lines += (
+            f"- on disk, fast-plaid keeps up to {disk:.1f} times a PLAID index's bytes here (a float16 copy of the "
+            "vectors while an index has under 1,000 documents, and a merged copy of its chunks): `metrics.json`'s "
+            "`disk_bytes_per_document`\n"
+        )
+    picture = f"\n![nDCG@10 against bytes per document]({f['png']})\n" if f.get("png") else ""
+    return (
+        f"\n## Index footprint\n\nOn the held-out split ({f['documents']} documents, {f['queries']} queries): what a "
+        "document costs against what search finds, for token pooling and the form the vectors are stored in "
+        "(float32 as a vector database holds them, searched by exact MaxSim; PLAID's compressed codes, with its "
+        "centroids and inverted lists). The final index is at pool factor "
+        f"{chosen['pool_factor']}, {chosen['storage']}.\n\n"
+        "| pool factor | stored as | tokens a document | bytes a document | nDCG@10 | Recall@100 |\n"
+        f"|---|---|---|---|---|---|\n{rows}\n\n{lines}{picture}"
+    )
+
+
 def _sweep_section(metrics: dict) -> str:
     """Which sweep chose this model (``colbert-k8s tune``): the trial, its values, and the space they came from."""
     sweep = metrics.get("sweep")
@@ -303,7 +365,7 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 ## Evaluation
 
 {_evaluation_table(cfg, metrics)}
-{_sweep_section(metrics)}
+{_footprint_section(metrics)}{_vectordb_section(metrics)}{_sweep_section(metrics)}
 
 ## Use
 

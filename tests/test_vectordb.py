@@ -1,0 +1,362 @@
+"""The corpus into a vector database (``trainer/vectordb.py``, ``trainer/destinations/{qdrant,lance,claim}.py``,
+``colbert-k8s export-index``), against the real embedded databases: Qdrant's local mode and LanceDB on disk.
+
+Written, searched and held to exact MaxSim computed here with numpy; killed after a partial write and resumed
+with no point twice; a collection this tool did not make refused, and replaced only when told; a bad URL, a key
+that would travel in clear, a refused key and a redirect each one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from operator_cli.cli import cli
+from tests.helpers import ROOT
+from tests.helpers.vectordb import Answering, exact_top, save_colbert, write_corpus
+
+pytest.importorskip("qdrant_client", reason="the vectordb extra: scripts/setup.sh train,test installs it")
+pytest.importorskip("lancedb", reason="the vectordb extra: scripts/setup.sh train,test installs it")
+
+from trainer.destinations.base import ExportError  # noqa: E402
+from trainer.destinations.vectors import database, parse_vector_url  # noqa: E402
+
+URLS = {"qdrant": "qdrant+local://{root}/qdrant?collection={name}", "lancedb": "lancedb://{root}/lance?table={name}"}
+DOCUMENTS, CHUNK = 40, 16
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("beir"), DOCUMENTS)
+
+
+@pytest.fixture(scope="module")
+def colbert(tiny_model, tmp_path_factory):
+    from pylate import models
+
+    path = save_colbert(tiny_model, tmp_path_factory.mktemp("colbert") / "model")
+    return path, models.ColBERT(str(path))
+
+
+def _url(db: str, root: Path, name: str = "docs") -> str:
+    return URLS[db].format(root=root, name=name)
+
+
+def _export(colbert, beir: Path, url: str, **options) -> dict:
+    from trainer.vectordb import export_corpus, fingerprint
+
+    path, model = colbert
+    target = parse_vector_url(url)
+    return export_corpus(
+        model, beir / "corpus.jsonl", target, fingerprint(path), queries=beir, chunk_size=CHUNK, **options
+    )
+
+
+def _searched(colbert, beir: Path, url: str) -> list[list[str]]:
+    """Each judged query's top 10 as the database answers it, asked here, not through the export's own check."""
+    _, model = colbert
+    queries = [json.loads(line)["text"] for line in (beir / "queries.jsonl").read_text().splitlines()]
+    db = database(parse_vector_url(url))
+    try:
+        db.existing()
+        return [[d for d, _ in db.search(q, 10)] for q in model.encode(queries, is_query=True, show_progress_bar=False)]
+    finally:
+        db.close()
+
+
+def _rows(url: str) -> list[dict]:
+    """Every point the collection holds, as (doc_id and the fields written), read with the database's client."""
+    target = parse_vector_url(url)
+    if target.db == "qdrant":
+        from qdrant_client import QdrantClient
+
+        client = QdrantClient(path=target.path)
+        try:
+            points, _ = client.scroll(target.collection, limit=10_000, with_payload=True)
+            return [p.payload for p in points]
+        finally:
+            client.close()
+    import lancedb
+
+    table = lancedb.connect(target.path).open_table(target.collection)
+    return table.to_arrow().drop_columns(["vector"]).to_pylist()
+
+
+@pytest.mark.parametrize("db", list(URLS))
+def test_the_corpus_is_written_searched_and_held_to_exact_maxsim(tmp_path, beir, colbert, db):
+    url = _url(db, tmp_path)
+    result = _export(colbert, beir, url)
+    assert (result["state"], result["documents"], result["written"], result["points"]) == ("created", 40, 40, 40)
+    parity = result["parity"]
+    assert parity["queries"] == 8 and parity["overlap@10"] == 1.0 and parity["same_order"] == 1.0
+    assert parity["ndcg@10_database"] == parity["ndcg@10_exact"] and parity["max_score_difference"] < 1e-3
+    assert _searched(colbert, beir, url) == exact_top(colbert[1], beir)  # numpy's MaxSim, not the export's
+    rows = {r["doc_id"]: r for r in _rows(url)}
+    first = json.loads((beir / "corpus.jsonl").read_text().splitlines()[0])
+    assert len(rows) == 40 and rows[first["_id"]]["title"] == "title 0"
+    row = rows[first["_id"]]
+    other = json.loads(row["fields"]) if db == "lancedb" else row  # LanceDB: the other fields as one JSON column
+    assert other["metadata"] == first["metadata"]
+
+
+@pytest.mark.parametrize("db", list(URLS))
+def test_pooled_vectors_are_fewer_and_still_searched_as_exact_maxsim(tmp_path, beir, colbert, db):
+    whole = _export(colbert, beir, _url(db, tmp_path, "whole"))
+    url = _url(db, tmp_path, "pooled")
+    pooled = _export(colbert, beir, url, pool_factor=2)
+    assert pooled["tokens_per_document"] < 0.75 * whole["tokens_per_document"]
+    assert pooled["vector_bytes_per_document"] < whole["vector_bytes_per_document"]
+    assert pooled["parity"]["overlap@10"] == 1.0
+    assert _searched(colbert, beir, url) == exact_top(colbert[1], beir, pool_factor=2)
+
+
+def _interrupt_after_first_write(monkeypatch, db: str) -> None:
+    """The database's own write runs once, whole; then the run is interrupted, as a kill would stop it."""
+    from trainer.destinations.lance import LanceTable
+    from trainer.destinations.qdrant import QdrantCollection
+
+    cls = {"qdrant": QdrantCollection, "lancedb": LanceTable}[db]
+    real = cls.write
+
+    def write_then_stop(self, *args):
+        real(self, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cls, "write", write_then_stop)
+
+
+@pytest.mark.parametrize("db", list(URLS))
+def test_an_interrupted_write_resumes_without_writing_a_point_twice(tmp_path, beir, colbert, db, monkeypatch):
+    url = _url(db, tmp_path)
+    with monkeypatch.context() as m:
+        _interrupt_after_first_write(m, db)
+        with pytest.raises(KeyboardInterrupt):
+            _export(colbert, beir, url)
+    assert len(_rows(url)) == CHUNK
+    result = _export(colbert, beir, url)
+    assert (result["state"], result["written"], result["already_there"], result["points"]) == (
+        "resumed",
+        DOCUMENTS - CHUNK,
+        CHUNK,
+        DOCUMENTS,
+    )
+    ids = [r["doc_id"] for r in _rows(url)]
+    assert len(ids) == len(set(ids)) == DOCUMENTS
+    again = _export(colbert, beir, url)
+    assert (again["written"], again["points"]) == (0, DOCUMENTS)
+
+
+_KILLED = """
+import os, signal, sys
+from pathlib import Path
+from pylate import models
+from trainer.destinations.lance import LanceTable
+from trainer.destinations.qdrant import QdrantCollection
+from trainer.destinations.vectors import parse_vector_url
+from trainer.vectordb import export_corpus, fingerprint
+
+model_dir, beir, url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+for cls in (LanceTable, QdrantCollection):
+    real = cls.write
+    def write_then_die(self, *args, real=real):
+        real(self, *args)
+        os.kill(os.getpid(), signal.SIGKILL)  # no finally, no close: the embedded database's lock is left as is
+    cls.write = write_then_die
+export_corpus(models.ColBERT(str(model_dir)), beir / "corpus.jsonl", parse_vector_url(url), fingerprint(model_dir),
+              chunk_size=16)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", list(URLS))
+def test_a_killed_process_leaves_what_it_wrote_and_the_rerun_completes_it(tmp_path, beir, colbert, db):
+    """SIGKILL after the first chunk's write: the database holds that chunk whole, and a new process (the
+    embedded database's lock released with the killed one) writes the rest, nothing twice."""
+    url = _url(db, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED, str(colbert[0]), str(beir), url], env=env, capture_output=True, timeout=600
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    assert len(_rows(url)) == CHUNK
+    result = _export(colbert, beir, url)
+    assert (result["state"], result["written"], result["points"]) == ("resumed", DOCUMENTS - CHUNK, DOCUMENTS)
+    ids = [r["doc_id"] for r in _rows(url)]
+    assert len(ids) == len(set(ids)) == DOCUMENTS
+
+
+def _foreign(db: str, url: str) -> None:
+    """A collection another program made, with one point of its own (no colbert-k8s marker)."""
+    target = parse_vector_url(url)
+    if db == "qdrant":
+        from qdrant_client import QdrantClient, models
+
+        client = QdrantClient(path=target.path)
+        client.create_collection(target.collection, vectors_config=models.VectorParams(size=4, distance="Cosine"))
+        client.upsert(target.collection, [models.PointStruct(id=1, vector=[1, 0, 0, 0], payload={"doc_id": "theirs"})])
+        client.close()
+        return
+    import lancedb
+
+    lancedb.connect(target.path).create_table(target.collection, data=[{"doc_id": "theirs", "vector": [1.0, 0.0]}])
+
+
+@pytest.mark.parametrize("db", list(URLS))
+def test_a_collection_this_tool_did_not_make_is_refused_unless_replace(tmp_path, beir, colbert, db):
+    url = _url(db, tmp_path)
+    _foreign(db, url)
+    with pytest.raises(ExportError) as refused:
+        _export(colbert, beir, url)
+    said = str(refused.value)
+    assert "exists and was not made by colbert-k8s" in said and "replace" in said and "\n" not in said
+    assert [r["doc_id"] for r in _rows(url)] == ["theirs"]  # untouched
+    result = _export(colbert, beir, url, replace=True)
+    assert (result["state"], result["points"]) == ("replaced", DOCUMENTS)
+    assert "theirs" not in {r["doc_id"] for r in _rows(url)}
+    with pytest.raises(ExportError, match=r"holds another export \(pool_factor 1\); name a new"):
+        _export(colbert, beir, url, pool_factor=2)  # this tool's, but of other vectors: not mixed in
+    assert _export(colbert, beir, url, replace=True)["state"] == "resumed"  # its own: resumed, never dropped
+
+
+def _job(tmp_path: Path, beir: Path, url: str, replace: bool = False):
+    from trainer.config.load import parse_config
+
+    return parse_config(
+        {
+            "data": {"train": {"path": "t.jsonl"}, "eval_beir": str(beir)},
+            "training": {"max_steps": 1},
+            "vectordb": {"destination": url, "replace": replace, "chunk_size": CHUNK},
+            "output_dir": str(tmp_path / "output"),
+        }
+    )
+
+
+def test_the_job_checks_the_collection_at_start_and_writes_it_after_training(tmp_path, beir, colbert):
+    """preflight: a collection that exists before the job trained is not its own (refused, one line); the phase
+    writes the corpus, metrics.json and the card record the check; once trained, a restart's preflight passes."""
+    from trainer import phases
+    from trainer.destinations.claim import preflight
+    from trainer.run.checkpoint import write_manifest
+
+    url = _url("qdrant", tmp_path)
+    cfg = _job(tmp_path, beir, url)
+    preflight(cfg)  # nothing there yet
+    _export(colbert, beir, url)  # an earlier job's export into the same collection
+    with pytest.raises(ExportError, match="holds an export this job did not write; name a new collection, or set"):
+        preflight(cfg)
+    preflight(_job(tmp_path, beir, url, replace=True))
+    url = _url("qdrant", tmp_path, "job")
+    cfg = _job(tmp_path, beir, url)
+    out = Path(cfg.output_dir)
+    from shutil import copytree
+
+    copytree(colbert[0], out / "final-model")
+    write_manifest(out / "final-model")
+    (out / "metrics.json").write_text(json.dumps({"steps": 1, "model_dir": str(out / "final-model")}))
+    assert phases.redo_from(cfg)[0] == "vectordb"
+    phases.finish(cfg, json.loads((out / "metrics.json").read_text()))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["vectordb"]["points"] == DOCUMENTS and metrics["vectordb"]["parity"]["overlap@10"] == 1.0
+    card = (out / "final-model" / "README.md").read_text()
+    assert "## In a vector database" in card and "| nDCG@10 |" in card and str(tmp_path) not in card
+    assert phases.redo_from(cfg) == (None, "")
+    preflight(cfg)  # the restart of a trained job: its own collection
+
+
+@pytest.mark.parametrize(
+    "url,said",
+    [
+        ("qdrant://key:s3cret@db.example/docs", "holds credentials (not shown)"),
+        ("qdrant://db.example/docs?api_key=s3cret", "takes no api_key in its query"),
+        ("qdrant+local://relative/dir?collection=docs", "needs an absolute path"),
+        ("lancedb:///srv/lance", "names no table: add ?table=NAME"),
+        ("qdrant://db.example/a/b", "must name one collection"),
+        ("milvus://db.example/docs", "milvus:// is not a vector database destination"),
+    ],
+    ids=["userinfo", "key-in-query", "relative-path", "no-table", "two-names", "unknown-scheme"],
+)
+def test_a_bad_url_is_one_line_naming_the_fix_and_never_the_secret(tmp_path, url, said):
+    res = CliRunner().invoke(cli, ["export-index", str(tmp_path), "--corpus", str(tmp_path), "--to", url])
+    assert res.exit_code == 2 and said in res.output and "s3cret" not in res.output, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) <= 2  # error: and hint:
+
+
+def test_a_key_never_travels_in_clear_and_a_refused_key_is_one_line(tmp_path, monkeypatch):
+    """QDRANT_API_KEY over plain HTTP is refused before any request; a server that refuses the key (HTTP 401),
+    or answers with a redirect (never followed: the key would go elsewhere), is one line."""
+    from trainer.destinations.qdrant import QdrantCollection
+
+    server = Answering(401)
+    try:
+        url = f"qdrant+http://127.0.0.1:{server.port}/docs"
+        monkeypatch.setenv("QDRANT_API_KEY", "k3y")
+        with pytest.raises(ExportError, match="QDRANT_API_KEY would travel in clear over plain HTTP"):
+            QdrantCollection(parse_vector_url(url))
+        assert server.keys == []
+        monkeypatch.delenv("QDRANT_API_KEY")
+        with pytest.raises(ExportError, match=r"answered HTTP 401 at listing collections: it needs QDRANT_API_KEY"):
+            QdrantCollection(parse_vector_url(url)).existing()
+    finally:
+        server.close()
+    server = Answering(302, location="https://login.example/")
+    try:
+        db = QdrantCollection(parse_vector_url(f"qdrant+http://127.0.0.1:{server.port}/docs"))
+        with pytest.raises(ExportError, match=r"a redirect \(HTTP 302 to https://login.example/\).*no redirect is"):
+            db.existing()
+        assert len(server.keys) == 1  # asked once, not followed
+    finally:
+        server.close()
+
+
+def test_export_index_runs_the_trainer_here_and_without_torch_names_the_extra(tmp_path, beir, colbert):
+    url = _url("lancedb", tmp_path)
+    res = CliRunner().invoke(cli, ["export-index", str(colbert[0]), "--corpus", str(beir), "--to", url])
+    assert res.exit_code == 0, res.output
+    assert "40 documents in lancedb://" in res.output and "top 10 shared with exact MaxSim 100.0%" in res.output
+    res = CliRunner().invoke(cli, ["export-index", str(colbert[0]), "--corpus", str(beir), "--to", url])
+    assert res.exit_code == 0 and "(0 written, resumed)" in res.output
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = sys.modules['pylate'] = None\n"  # as where the train extra is not installed
+        "from operator_cli.cli import main\n"
+        f"sys.argv = ['colbert-k8s', 'export-index', 'm', '--corpus', 'c', '--to', {url!r}]\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "needs torch, pylate" in done.stderr, done.stderr
+    assert "pip install 'colbert-k8s[train,vectordb]'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_lancedb_in_an_object_store_takes_its_credentials_from_the_environment(tmp_path, beir, colbert, monkeypatch):
+    """``lancedb+s3://`` against moto's S3 server: the same write, check and resume; the credentials and the
+    endpoint only from the environment, as the object-store destinations take theirs; a missing bucket is one
+    line."""
+    from tests.helpers.stores import MOTO_SERVER, MotoS3
+
+    if not MOTO_SERVER.is_file():
+        pytest.skip(".venv-moto (moto's S3 server) is absent: scripts/setup.sh train,test creates it")
+    s3 = MotoS3()
+    try:
+        s3.bucket("vectors")
+        for key, value in {**s3.env, "AWS_ALLOW_HTTP": "true"}.items():
+            monkeypatch.setenv(key, value)
+        url = "lancedb+s3://vectors/search?table=docs"
+        result = _export(colbert, beir, url)
+        assert (result["state"], result["points"], result["parity"]["overlap@10"]) == ("created", DOCUMENTS, 1.0)
+        assert _export(colbert, beir, url)["written"] == 0
+        with pytest.raises(ExportError) as missing:
+            _export(colbert, beir, "lancedb+s3://no-such-bucket/search?table=docs")
+        said = str(missing.value)
+        gone = "lancedb+s3://no-such-bucket/search?table=docs: opening the database was refused"
+        assert said == f"{gone} (the bucket does not exist)"
+        assert "testing-secret" not in said
+    finally:
+        s3.proc.terminate()
+        s3.proc.wait()
