@@ -169,20 +169,31 @@ def _tiny_bi_encoder(tiny_model: Path, out: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_two_ranks_measure_the_base_model_as_one_process_does_and_log_the_loss_curve(
-    tmp_path, tiny_model, unused_tcp_port
-):
+def test_two_ranks_measure_the_base_model_as_one_process_does_and_log_the_loss_curve(tmp_path, tiny_model):
     """The base figure is sharded like every search: 2 ranks give one process's figures; metrics.json keeps
     the share of easy rows at every log step, and the card the share still teaching at the end."""
+    import yaml
+
     from tests.helpers import write_triplets
-    from tests.test_trainer_run import _config, _train
+    from tests.helpers.mining import run_trainer
 
     base = _tiny_bi_encoder(tiny_model, tmp_path / "bi")
     beir = _beir(tmp_path / "beir", docs=40, queries=12)
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    over = {"data.eval_beir": str(beir), "data.eval_split": "test", "evaluation": {"before_training": True}}
-    res = _train(_config(tmp_path, base, data, over), 2, unused_tcp_port)
-    assert res.returncode == 0, res.stderr[-3000:]
+    config = {
+        "model": {"name_or_path": str(base), "query_length": 16, "document_length": 48},
+        "data": {
+            "train": {"path": str(write_triplets(tmp_path / "t.jsonl", 48))},
+            "eval_beir": str(beir),
+            "eval_split": "test",
+        },
+        "loss": {"name": "contrastive"},
+        "training": {"per_device_batch_size": 4, "max_steps": 6, "learning_rate": 1e-3, "log_every": 2},
+        "evaluation": {"before_training": True, "after_training": False},
+        "output_dir": str(tmp_path / "out"),
+    }
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(config))
+    res = run_trainer(tmp_path / "train.yaml", tmp_path, world=2)
+    assert res.returncode == 0, res.stdout[-3000:]
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     alone = evaluate_base(str(base), load_beir(beir, "test"), batch_size=32, device="cpu")
     assert {k: v for k, v in metrics["base"].items() if k != "seconds"} == pytest.approx(

@@ -596,7 +596,8 @@ def test_rank_range_auto_follows_where_the_retriever_ranks_the_labelled_positive
 ):
     """Where a plain sort of each query's scores puts its labelled positive decides the window; the choice is
     written beside the parts, and a query's other labelled positives never count as documents above it."""
-    from trainer.mine import _AUTO, Pairs, _choose_rank_range
+    from trainer.mine import Pairs
+    from trainer.rank_window import CHOSEN, choose
 
     cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], rank_range="auto", top_k=100, negatives=1)
     n = 20
@@ -613,7 +614,7 @@ def test_rank_range_auto_follows_where_the_retriever_ranks_the_labelled_positive
         scores.append({i: pos_score, 100 + i: 2.0})
     pairs = Pairs(queries=queries, corpus=corpus, rows=[(i, i) for i in range(n)], positives=positives)
     retriever = _Ranked(found, scores)
-    chosen = _choose_rank_range(cfg, pairs, {i: [i] for i in range(n)}, retriever, tmp_path, writes=True)
+    chosen = choose(cfg, pairs, {i: [i] for i in range(n)}, retriever, tmp_path, writes=True)
 
     def plain_rank(i: int) -> int:  # a plain sort: the row's positive among the documents not labelled
         order = [d for d, _ in sorted(found[i], key=lambda c: -c[1]) if d == i or d not in positives[i]]
@@ -622,7 +623,7 @@ def test_rank_range_auto_follows_where_the_retriever_ranks_the_labelled_positive
     plain = sorted(plain_rank(i) for i in range(n))
     assert plain[n // 2] == positive_at  # the stand-in puts the positive where the case says
     assert chosen.rank_range == window
-    saved = json.loads((tmp_path / _AUTO).read_text())
+    saved = json.loads((tmp_path / CHOSEN).read_text())
     assert saved["rank_range"] == window and saved["why"]["labels"] == labels
     assert saved["why"]["median_positive_rank"] == positive_at and saved["why"]["rows_sampled"] == n
 

@@ -29,7 +29,7 @@ import time
 
 from trainer.errors import JobVerdict
 
-__all__ = ["BelowBase", "base_kind", "check_not_below_base", "evaluate_base"]
+__all__ = ["BelowBase", "base_kind", "check_not_below_base", "evaluate_base", "figures", "measure_base"]
 
 log = logging.getLogger("trainer")
 
@@ -75,6 +75,32 @@ def evaluate_base(name_or_path: str, split, batch_size: int, device) -> dict[str
     run = {qid: {split.corpus_ids[d]: s for d, s in top} for qid, top in zip(split.query_ids, found)}
     result = retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids})
     return {**result, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def measure_base(cfg, split, device, is_main: bool) -> tuple[dict | None, str | None]:
+    """The base model's figures when the job is held to them (the evaluation before training asked for, or an
+    export to hold back), and the base model's kind. Measuring draws nothing from the run's RNG streams (a model
+    being loaded may): the run trains as it would without it."""
+    import torch
+
+    if not (cfg.evaluation.before_training or cfg.export is not None):
+        return None, None
+    kind = base_kind(cfg.model.name_or_path)
+    if kind != "bi-encoder":
+        return None, kind
+    with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else []):
+        base = evaluate_base(cfg.model.name_or_path, split, cfg.evaluation.batch_size, device)
+    if is_main:
+        log.info("eval of the base model as it ships (a bi-encoder): %s", figures(base))
+    return base, kind
+
+
+def figures(result: dict) -> str:
+    """
+    >>> figures({"ndcg@10": 0.5, "mrr@10": 0.25})
+    'ndcg@10=0.5000 mrr@10=0.2500'
+    """
+    return " ".join(f"{k}={v:.4f}" for k, v in result.items())
 
 
 def check_not_below_base(metrics: dict, metric: str, allow_regression: bool) -> None:

@@ -28,19 +28,13 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from trainer import distributed as D
+from trainer import rank_window
 from trainer.atomic import replacing, write_text
 from trainer.config.schema import Columns, DataSource, TrainConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
 from trainer.env import Layout
 from trainer.errors import JobVerdict
-from trainer.negatives import (
-    Dropped,
-    auto_rank_range,
-    choose_negatives,
-    explain_drops,
-    positive_rank,
-    row_negatives,
-)
+from trainer.negatives import Dropped, choose_negatives, explain_drops, row_negatives
 from trainer.reporting.progress import Progress
 from trainer.reporting.tracking import flatten
 from trainer.retrieval import RETRIEVERS, round_retriever
@@ -68,8 +62,6 @@ TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores") 
 _DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
 _FALLBACK_KEY = "colbert_k8s.fallback"  # and rows it kept with random negatives (mine.fallback), by reason
 _FINGERPRINT = "fingerprint.json"  # what the parts beside it were mined from (mining_fingerprint)
-_AUTO = "rank_range.json"  # mine.rank_range: auto, as chosen for the parts beside it, and why
-AUTO_SAMPLE = 512  # queries whose labelled positives' ranks choose mine.rank_range: auto
 
 
 class MiningError(DataError, JobVerdict):
@@ -206,7 +198,7 @@ def mine(
         work = [(i, chunks[i], parts[i]) for i in todo]
         _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key, stop or StopRequest())
     shutil.rmtree(out_dir / f".plaid-{layout.rank}", ignore_errors=True)  # also one a killed run left behind
-    mcfg = _chosen(mcfg, out_dir)  # rank_range: auto, as the parts were mined with it
+    mcfg = rank_window.chosen(mcfg, out_dir)  # rank_range: auto, as the parts were mined with it
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
         raise MiningError(
@@ -215,20 +207,24 @@ def mine(
             f"mine.positive_within; widen the range, raise positive_within or add documents"
         )
     if layout.is_main:
-        stats.update(rows_in=len(pairs.rows), seconds=round(time.perf_counter() - started, 1))
-        if cfg.mine.rank_range == "auto":
-            stats["rank_range"] = {"auto": mcfg.rank_range, **json.loads((out_dir / _AUTO).read_text())["why"]}
-        write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
-        log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
-        explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
-        if drawn := sum(stats["random_negatives"].values()):
-            log.info(
-                "mine: %d of %d rows kept with random negatives: the retriever left them too few candidates "
-                "(mine.fallback: drop drops them instead)",
-                drawn,
-                len(pairs.rows),
-            )
+        _report(stats, pairs, mcfg, out_dir, final, time.perf_counter() - started)
     return final
+
+
+def _report(stats: dict, pairs: Pairs, mcfg, out_dir: Path, final: Path, seconds: float) -> None:
+    """What mining did, on rank 0: mining.json (rows kept, dropped and drawn at random by reason, the window
+    ``rank_range: auto`` chose), one line, and a line per reason rows were dropped or drawn."""
+    stats.update(rows_in=len(pairs.rows), seconds=round(seconds, 1), **rank_window.stats(out_dir))
+    write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
+    log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
+    explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
+    if drawn := sum(stats["random_negatives"].values()):
+        log.info(
+            "mine: %d of %d rows kept with random negatives: the retriever left them too few candidates "
+            "(mine.fallback: drop drops them instead)",
+            drawn,
+            len(pairs.rows),
+        )
 
 
 def _mine_parts(
@@ -255,7 +251,7 @@ def _mine_parts(
     progress.advance("encode", None)
     rows_of = _rows_by_query(pairs)
     if mcfg.rank_range == "auto":
-        chosen = _choose_rank_range(cfg, pairs, rows_of, retriever, plaid_dir.parent, writes)
+        chosen = rank_window.choose(cfg, pairs, rows_of, retriever, plaid_dir.parent, writes)
         cfg = cfg.model_copy(update={"mine": chosen})
         mcfg = cfg.mine
     teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
@@ -276,48 +272,6 @@ def _mine_parts(
                 with replacing(part, table.nbytes) as tmp:
                     pq.write_table(table, tmp)
             stop.honour(f"after writing mined part {part} ({i + 1} of {total})")
-
-
-def _choose_rank_range(cfg: TrainConfig, pairs: Pairs, rows_of: dict, retriever, out_dir: Path, writes: bool):
-    """``mine.rank_range: auto`` made concrete (trainer/negatives.py: auto_rank_range) from where ``retriever``
-    ranks the labelled positives of a seeded sample of queries: the same choice on any world size and on every
-    restart (the search is), written beside the parts for the log, mining.json and a later join."""
-    queries = sorted(
-        random.Random(f"auto-{cfg.training.seed}").sample(
-            range(len(pairs.queries)), min(AUTO_SAMPLE, len(pairs.queries))
-        )
-    )
-    found, scores = retriever.search(
-        [pairs.queries[q] for q in queries], [pairs.positives[q] for q in queries], cfg.mine.top_k
-    )
-    ranks = [
-        positive_rank(cands, pairs.positives[q], score.get(pairs.rows[row][1], 0.0))
-        for q, cands, score in zip(queries, found, scores)
-        for row in rows_of[q]
-    ]
-    window, why = auto_rank_range(ranks)
-    if D.rank() == 0:
-        log.info(
-            "mine: rank_range auto -> %s: the retriever ranks the labelled positive %g in the median (%.0f%% in "
-            "its top 3, %d rows of %d queries): labels look %s, so negatives come from ranks %d-%d",
-            window,
-            why["median_positive_rank"],
-            100 * why["share_positive_in_top_3"],
-            len(ranks),
-            len(queries),
-            why["labels"],
-            *window,
-        )
-    if writes:
-        write_text(out_dir / _AUTO, json.dumps({"rank_range": window, "why": why}, indent=2) + "\n")
-    return cfg.mine.model_copy(update={"rank_range": window})
-
-
-def _chosen(mcfg, out_dir: Path):
-    """``mcfg`` with ``rank_range: auto`` replaced by the window the parts in ``out_dir`` were mined with."""
-    if mcfg.rank_range != "auto":
-        return mcfg
-    return mcfg.model_copy(update={"rank_range": json.loads((out_dir / _AUTO).read_text())["rank_range"]})
 
 
 def mining_fingerprint(cfg: TrainConfig, retriever: str) -> dict:
@@ -385,7 +339,7 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     for p in found:
         p.unlink(missing_ok=True)  # a pod sharing the volume may have removed it first
     (out_dir / "mining.json").unlink(missing_ok=True)
-    (out_dir / _AUTO).unlink(missing_ok=True)
+    (out_dir / rank_window.CHOSEN).unlink(missing_ok=True)
 
 
 def _forget_unreadable(files: list[Path], again: str = "mining it again") -> None:

@@ -13,22 +13,12 @@ from __future__ import annotations
 
 import logging
 import random
-import statistics
 from enum import Enum
 
-from trainer.config.mine import AUTO_WINDOWS, COMPLETE_AT, MineConfig
+from trainer.config.mine import MineConfig
 from trainer.retrieval.search import Candidates
 
-__all__ = [
-    "FALLS_BACK",
-    "Dropped",
-    "auto_rank_range",
-    "choose_negatives",
-    "explain_drops",
-    "positive_rank",
-    "random_negatives",
-    "row_negatives",
-]
+__all__ = ["FALLS_BACK", "Dropped", "choose_negatives", "explain_drops", "random_negatives", "row_negatives"]
 
 log = logging.getLogger("trainer")
 
@@ -173,39 +163,3 @@ def explain_drops(dropped: dict[str, int], rows: int, documents: int, cfg: MineC
             rows,
             cfg.positive_within,
         )
-
-
-def positive_rank(candidates: Candidates | None, positives: set[int], positive_score: float) -> int:
-    """Where the retriever ranks a labelled positive among the documents not labelled for its query: 1 + the
-    candidates scoring above it (beyond the top_k: one past them all).
-
-    >>> positive_rank([(7, 0.9), (0, 0.8), (5, 0.7)], {0}, 0.8)
-    2
-    """
-    return 1 + sum(s > positive_score for d, s in candidates or [] if d not in positives)
-
-
-def auto_rank_range(ranks: list[int]) -> tuple[list[int], dict]:
-    """``mine.rank_range: auto``: the window negatives come from, chosen by where the retriever ranks the
-    labelled positives (:func:`positive_rank` over a sample of rows), and why.
-
-    A labelled positive the retriever usually ranks first means labels that look complete (about one relevant
-    document per query, labelled): the documents just below it are true hard negatives. A labelled positive
-    usually ranked deep means many unlabelled relevant documents rank above it (incomplete labels): shallow
-    "negatives" are often positives, and deeper ranks teach instead.
-
-    >>> auto_rank_range([1, 1, 2, 9])[0]
-    [3, 30]
-    >>> window, why = auto_rank_range([40, 160, 3, 900])
-    >>> window, why["median_positive_rank"], why["labels"]
-    ([30, 100], 100.0, 'incomplete')
-    """
-    median = float(statistics.median(ranks))
-    labels = "complete" if median <= COMPLETE_AT else "incomplete"
-    why = {
-        "labels": labels,
-        "median_positive_rank": median,
-        "share_positive_in_top_3": round(sum(r <= 3 for r in ranks) / len(ranks), 3),
-        "rows_sampled": len(ranks),
-    }
-    return list(AUTO_WINDOWS[labels]), why

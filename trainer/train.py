@@ -28,7 +28,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from trainer import distributed as D
 from trainer import grad_sync, phases
 from trainer.atomic import replace_dir, whole_or_absent, write_text
-from trainer.baseline import base_kind, evaluate_base
+from trainer.baseline import figures, measure_base
 from trainer.config.schema import DataSource, TrainConfig
 from trainer.data import Rows, StreamingData, TokenizedData, batches, load_rows
 from trainer.data.labelled import labelled_pairs
@@ -222,25 +222,17 @@ def _resume(t: TrainState) -> None:
 
 
 def _evaluate_before(t: TrainState) -> None:
-    """The untrained ColBERT ("before") and the base model as it ships ("base", trainer/baseline.py), once, at
-    step 0: "base" whenever the evaluation before training is asked for or the model will be exported (the
-    export is held to it); a ColBERT base is its own start, so its "base" is the "before" figures."""
+    """The untrained ColBERT ("before") and the base model as it ships ("base", trainer/baseline.py), at step 0;
+    a ColBERT base is its own start, so its "base" is the "before" figures."""
     cfg = t.cfg
     t.split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
     if not t.split or t.step > 0:
         return
-    held_to_base = cfg.evaluation.before_training or cfg.export is not None
-    kind = base_kind(cfg.model.name_or_path) if held_to_base else None
-    if kind == "bi-encoder":
-        # loading a model may draw from torch's streams: the run's own draws stay as they were without this figure
-        with torch.random.fork_rng(devices=[t.device] if t.device.type == "cuda" else []):
-            t.metrics["base"] = evaluate_base(cfg.model.name_or_path, t.split, cfg.evaluation.batch_size, t.device)
-        if t.layout.is_main:
-            log.info("eval of the base model as it ships (a bi-encoder): %s", _figures(t.metrics["base"]))
+    base, kind = measure_base(cfg, t.split, t.device, t.layout.is_main)
     if cfg.evaluation.before_training or kind == "colbert":
         t.metrics["before"] = _evaluate(t, "before training")
-    if kind == "colbert":
-        t.metrics["base"] = t.metrics["before"]
+    if base or kind == "colbert":
+        t.metrics["base"] = base or t.metrics["before"]
 
 
 def _loop(t: TrainState) -> tuple[float, int]:
@@ -286,15 +278,11 @@ def _evaluate(t: TrainState, when: str) -> dict:
     """Every rank evaluates its shard of the corpus; rank 0 logs and reports the (shared) result."""
     result = evaluate(t.model, t.split, t.cfg.evaluation.batch_size)
     if t.layout.is_main:
-        log.info("eval %s: %s", when, _figures(result))
+        log.info("eval %s: %s", when, figures(result))
     t.tracker.log(t.step, result, prefix="eval/")
     if t.progress is not None:  # None only where a test drives the phases without run()
         t.progress.evaluated(t.step, t.cfg.evaluation.metric, result)
     return result
-
-
-def _figures(result: dict) -> str:
-    return " ".join(f"{k}={v:.4f}" for k, v in result.items())
 
 
 def _report_intermediate(t: TrainState, result: dict) -> dict:

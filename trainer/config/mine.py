@@ -17,7 +17,7 @@ from trainer.retrieval import RETRIEVERS
 
 __all__ = ["AUTO_WINDOWS", "COMPLETE_AT", "MineConfig", "TeacherConfig"]
 
-# ``rank_range: auto`` (trainer/negatives.py: auto_rank_range): the window under labels that look complete (the
+# ``rank_range: auto`` (trainer/rank_window.py): the window under labels that look complete (the
 # labelled positive is the retriever's first choice, so the documents just below it are true negatives), and the
 # window under labels that look incomplete (many unlabelled relevant documents rank above the labelled one, so
 # shallow "negatives" are often positives). The two windows are the ones measured best in each regime
