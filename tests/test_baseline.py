@@ -4,6 +4,7 @@ trained model, and a trained model below it kept from the export."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -123,6 +124,10 @@ def test_the_trainer_ends_a_job_below_the_base_model_with_one_line_and_exit_2(mo
         raise BelowBase("the trained model scores ndcg@10 0.3028 ..., below the base model as it ships (0.3167)")
 
     monkeypatch.setattr(rounds, "run", below)
+    # the trainer's CLI points the root logger at this test's captured stderr; later tests must not write there
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
     (tmp_path / "t.jsonl").write_text(json.dumps({"query": "q", "positive": "p", "negative": "n"}) + "\n")
     config = tmp_path / "c.yaml"
     config.write_text(f"data: {{train: {{path: {tmp_path}/t.jsonl}}}}\ntraining: {{max_steps: 1}}\n")
