@@ -218,6 +218,24 @@ positive ranked too low were dropped; the score filter came after the ranks), ev
 {cell_tables(cells)}"""
 
 
+def two_regimes_section() -> str:
+    cells = nfcorpus_runs(study("two-regimes"))
+    tables = "\n".join(
+        f"### SciFact ({labels} labels), {split}, {steps} steps\n\n"
+        f"{table(summarize({a: arms[a] for a in _ordered(arms)}, AGAINST), AGAINST)}\n"
+        for (labels, split, steps), arms in cells.items()
+    )
+    return f"""## Two labelling regimes: SciFact beside NFCorpus
+
+[lab/two-regimes](../lab/two-regimes/): `bench/nfcorpus.py` on BEIR SciFact's training claims (about one relevant
+document a query, labelled), trained on `train`, scored on `dev` by exact MaxSim over the whole corpus, with the
+arms of [lab/two-regimes/arms.yaml](../lab/two-regimes/arms.yaml) beside the runner's four. Where the base model
+ranks the labelled positives on each set, and what `mine.rank_range: auto` chose, is in
+[its log](../lab/two-regimes/log.md).
+
+{tables}"""
+
+
 # --- docstring benchmarks ------------------------------------------------------------------------------------
 
 
@@ -519,6 +537,7 @@ its arms, its results, its log; lab/README.md says how to rerun each). Nothing h
 - [The quickstart](#the-quickstart)
 - [The domain-adaptation recipe on NFCorpus](#the-domain-adaptation-recipe-on-nfcorpus)
 - [Which miner, on NFCorpus with every label](#which-miner-on-nfcorpus-with-every-label)
+- [Two labelling regimes: SciFact beside NFCorpus](#two-labelling-regimes-scifact-beside-nfcorpus)
 - [Mining on docstrings](#mining-on-docstrings-the-quickstart-and-the-packages-benchmark)
 - [Is any offline teacher stronger than the student?](#is-any-offline-teacher-stronger-than-the-student)
 - [Benchmarks](#benchmarks): speed, memory, scale, faults, serving, mining's cost
@@ -533,6 +552,7 @@ The record: [lab/quickstart](../lab/quickstart/).
 
 {nfcorpus_recipe_section()}
 {nfcorpus_miners_section()}
+{two_regimes_section()}
 {mining_quality_section()}
 {teachers_section()}
 ## Benchmarks
