@@ -427,6 +427,24 @@ def serving_table() -> str:
     return f"{r['date']}, commit `{r['commit']}`, {r['machine']}, {r['documents']} documents.\n\n" + "\n".join(lines)
 
 
+def footprint_table() -> str:
+    r = bench("footprint")
+    lines = [
+        "| pool factor | stored as | tokens / document | bytes / document (searched) | on disk | nDCG@10 | R@100 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for x in r["points"]:
+        lines.append(
+            f"| {x['pool_factor']} | {x['storage']} | {x['tokens_per_document']:.1f} | {x['bytes_per_document']:,} "
+            f"| {x['disk_bytes_per_document']:,} | {x['ndcg@10']:.4f} | {x['recall@100']:.4f} |"
+        )
+    trades = "".join(f"\n- {line}" for line in r["lines"])
+    return (
+        f"{r['date']}, commit `{r['commit']}`, {r['model']}, its held-out split ({r['documents']} documents, "
+        f"{r['queries']} queries), {r['machine']}.\n\n" + "\n".join(lines) + "\n" + trades
+    )
+
+
 def mining_cost_table() -> str:
     r = bench("mine")
     m = r["model_scaled"]
@@ -505,6 +523,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "peer-death": peer_death_table,
     "progress-overhead": progress_table,
     "serving": serving_table,
+    "footprint": footprint_table,
     "mining-cost": mining_cost_table,
     "plaid-recall": plaid_recall_table,
     "elastic": elastic_summary,
@@ -522,6 +541,7 @@ def page() -> str:
             ("A peer dies or freezes", "peer-death"),
             ("Progress reporting against a stalled endpoint", "progress-overhead"),
             ("Serving", "serving"),
+            ("The index's footprint on the quickstart model", "footprint"),
             ("What mining costs", "mining-cost"),
             ("PLAID against exact MaxSim", "plaid-recall"),
             ("An elastic resume", "elastic"),
