@@ -230,8 +230,8 @@ def two_regimes_section() -> str:
 [lab/two-regimes](../lab/two-regimes/): `bench/nfcorpus.py` on BEIR SciFact's training claims (about one relevant
 document a query, labelled), trained on `train`, scored on `dev` by exact MaxSim over the whole corpus, with the
 arms of [lab/two-regimes/arms.yaml](../lab/two-regimes/arms.yaml) beside the runner's four. Where the base model
-ranks the labelled positives on each set, and what `mine.rank_range: auto` chose, is in
-[its log](../lab/two-regimes/log.md).
+ranks the labelled positives on each set, the window that signal chose (`recipe-auto`), and what the runs say,
+is in [its log](../lab/two-regimes/log.md).
 
 {tables}"""
 

@@ -181,7 +181,7 @@ def _choose(*args):
     "mine,needle",
     [
         ({"top_k": 20, "rank_range": [3, 30]}, "mine.rank_range ends at rank 30 but mine.top_k retrieves only 20"),
-        ({"rank_range": [5, 6], "negatives": 3}, "holds [5, 6], 2 ranks, fewer than mine.negatives (3)"),
+        ({"rank_range": [5, 6], "negatives": 3}, "holds 2 ranks, fewer than mine.negatives (3)"),
         ({"rank_range": [0, 6]}, "1 <= low <= high"),
         ({"retriever": "splade"}, "mine.retriever"),
         (
@@ -189,9 +189,6 @@ def _choose(*args):
             "mine.positive_within 60 is beyond mine.top_k 50",
         ),
         ({"retriever": "bm25", "model": "m"}, "mine.model m is set but mine.retriever is bm25"),
-        ({"rank_range": "auto", "top_k": 50}, "mine.rank_range auto may choose ranks up to 100 but mine.top_k"),
-        ({"rank_range": "auto", "negatives": 30}, "auto may choose [3, 30], 28 ranks, fewer than mine.negatives"),
-        ({"rank_range": "deep"}, "mine.rank_range must be [low, high] or auto (got 'deep')"),
     ],
 )
 def test_bad_mining_configs_are_one_line(mine, needle, tmp_path):
@@ -571,78 +568,3 @@ def test_a_peer_frozen_while_mining_is_noticed_by_the_heartbeat(tmp_path, tiny_m
         for p in procs:
             p.kill()
             p.wait()
-
-
-class _Ranked:
-    """A retriever stand-in with fixed candidates and positive scores per query (the interface every retriever
-    of trainer/retrieval answers)."""
-
-    def __init__(self, found, scores):
-        self.found, self.scores, self.asked = found, scores, []
-
-    def search(self, queries, positives, k):
-        self.asked.append(list(queries))
-        idx = [int(q[1:]) for q in queries]
-        return [self.found[i] for i in idx], [self.scores[i] for i in idx]
-
-
-@pytest.mark.parametrize(
-    "positive_at, window, labels",
-    [(1, [3, 30], "complete"), (2, [3, 30], "complete"), (40, [30, 100], "incomplete")],
-    ids=["positive-first", "positive-second", "positive-deep"],
-)
-def test_rank_range_auto_follows_where_the_retriever_ranks_the_labelled_positives(
-    tmp_path, positive_at, window, labels
-):
-    """Where a plain sort of each query's scores puts its labelled positive decides the window; the choice is
-    written beside the parts, and a query's other labelled positives never count as documents above it."""
-    from trainer.mine import Pairs
-    from trainer.rank_window import CHOSEN, choose
-
-    cfg = pairs_config(tmp_path, [{"query": "q", "positive": "p"}], rank_range="auto", top_k=100, negatives=1)
-    n = 20
-    queries = [f"q{i}" for i in range(n)]
-    corpus = [f"d{i}" for i in range(200)]
-    # query i's labelled positives: document i (its row's) and document 100 + i (labelled, not the row's)
-    positives = [{i, 100 + i} for i in range(n)]
-    found, scores = [], []
-    for i in range(n):
-        others = [d for d in range(200) if d not in positives[i]]
-        ranked = [(d, 1.0 - r / 1000) for r, d in enumerate(others[:120])]
-        pos_score = 1.0 - (positive_at - 1.5) / 1000  # between the (positive_at - 1)th and positive_at-th others
-        found.append(sorted([(100 + i, 2.0), *ranked, (i, pos_score)], key=lambda c: -c[1]))
-        scores.append({i: pos_score, 100 + i: 2.0})
-    pairs = Pairs(queries=queries, corpus=corpus, rows=[(i, i) for i in range(n)], positives=positives)
-    retriever = _Ranked(found, scores)
-    chosen = choose(cfg, pairs, {i: [i] for i in range(n)}, retriever, tmp_path, writes=True)
-
-    def plain_rank(i: int) -> int:  # a plain sort: the row's positive among the documents not labelled
-        order = [d for d, _ in sorted(found[i], key=lambda c: -c[1]) if d == i or d not in positives[i]]
-        return order.index(i) + 1
-
-    plain = sorted(plain_rank(i) for i in range(n))
-    assert plain[n // 2] == positive_at  # the stand-in puts the positive where the case says
-    assert chosen.rank_range == window
-    saved = json.loads((tmp_path / CHOSEN).read_text())
-    assert saved["rank_range"] == window and saved["why"]["labels"] == labels
-    assert saved["why"]["median_positive_rank"] == positive_at and saved["why"]["rows_sampled"] == n
-
-
-@pytest.mark.slow
-def test_rank_range_auto_chooses_alike_on_any_world_size_and_says_so(tmp_path, tiny_model):
-    """The choice is made from a search that is the same on 1 rank or 2, so the mined rows are too; mining.json
-    and the log say which window and why."""
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    tables, choices = [], []
-    for world in (1, 2):
-        ws = tmp_path / f"w{world}"
-        ws.mkdir()
-        config = mining_job(ws, tiny_model, data, rank_range="auto", top_k=100, negatives=1)
-        res = run_trainer(config, ws, world)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-        mined = ws / "out" / "mined" / "round-1"
-        tables.append(pq.read_table(mined / "train.parquet"))
-        choices.append(json.loads((mined / "mining.json").read_text())["rank_range"])
-        assert "mine: rank_range auto -> " in res.stdout
-    assert tables[0].equals(tables[1]) and choices[0] == choices[1]
-    assert choices[0]["auto"] in ([3, 30], [30, 100]) and choices[0]["rows_sampled"] == 48

@@ -28,7 +28,6 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from trainer import distributed as D
-from trainer import rank_window
 from trainer.atomic import replacing, write_text
 from trainer.config.schema import Columns, DataSource, TrainConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
@@ -198,7 +197,6 @@ def mine(
         work = [(i, chunks[i], parts[i]) for i in todo]
         _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key, stop or StopRequest())
     shutil.rmtree(out_dir / f".plaid-{layout.rank}", ignore_errors=True)  # also one a killed run left behind
-    mcfg = rank_window.chosen(mcfg, out_dir)  # rank_range: auto, as the parts were mined with it
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
         raise MiningError(
@@ -212,9 +210,9 @@ def mine(
 
 
 def _report(stats: dict, pairs: Pairs, mcfg, out_dir: Path, final: Path, seconds: float) -> None:
-    """What mining did, on rank 0: mining.json (rows kept, dropped and drawn at random by reason, the window
-    ``rank_range: auto`` chose), one line, and a line per reason rows were dropped or drawn."""
-    stats.update(rows_in=len(pairs.rows), seconds=round(seconds, 1), **rank_window.stats(out_dir))
+    """What mining did, on rank 0: mining.json (rows kept, dropped and drawn at random, by reason), one line, and
+    a line per reason rows were dropped or drawn."""
+    stats.update(rows_in=len(pairs.rows), seconds=round(seconds, 1))
     write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
     log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
     explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
@@ -250,10 +248,6 @@ def _mine_parts(
     retriever = build_retriever(key, load_model(), pairs.corpus, mcfg, show, plaid_dir, on_chunk)
     progress.advance("encode", None)
     rows_of = _rows_by_query(pairs)
-    if mcfg.rank_range == "auto":
-        chosen = rank_window.choose(cfg, pairs, rows_of, retriever, plaid_dir.parent, writes)
-        cfg = cfg.model_copy(update={"mine": chosen})
-        mcfg = cfg.mine
     teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
     with tqdm(todo, desc="mine: queries", disable=not show, unit="part") as bar:  # closed on every way out
         for i, queries, part in bar:
@@ -339,7 +333,6 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     for p in found:
         p.unlink(missing_ok=True)  # a pod sharing the volume may have removed it first
     (out_dir / "mining.json").unlink(missing_ok=True)
-    (out_dir / rank_window.CHOSEN).unlink(missing_ok=True)
 
 
 def _forget_unreadable(files: list[Path], again: str = "mining it again") -> None:

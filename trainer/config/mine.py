@@ -8,22 +8,14 @@ them, docs/results.md has the figures behind them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from trainer.config.base import Location, Strict
 from trainer.retrieval import RETRIEVERS
 
-__all__ = ["AUTO_WINDOWS", "COMPLETE_AT", "MineConfig", "TeacherConfig"]
-
-# ``rank_range: auto`` (trainer/rank_window.py): the window under labels that look complete (the
-# labelled positive is the retriever's first choice, so the documents just below it are true negatives), and the
-# window under labels that look incomplete (many unlabelled relevant documents rank above the labelled one, so
-# shallow "negatives" are often positives). The two windows are the ones measured best in each regime
-# (docs/results.md).
-AUTO_WINDOWS = {"complete": (3, 30), "incomplete": (30, 100)}
-COMPLETE_AT = 3  # the median rank of a labelled positive at or above which labels look complete
+__all__ = ["MineConfig", "TeacherConfig"]
 
 
 class TeacherConfig(Strict):
@@ -72,14 +64,13 @@ class MineConfig(Strict):
     )
     nbits: int = Field(4, ge=1, le=8, description="PLAID residual compression bits (retriever: plaid).")
     top_k: int = Field(100, ge=1, le=1000, description="Documents retrieved per query.")
-    rank_range: Annotated[list[int], Field(min_length=2, max_length=2)] | Literal["auto"] = Field(
+    rank_range: list[int] = Field(
         default_factory=lambda: [3, 30],
+        min_length=2,
+        max_length=2,
         description="Sample negatives from these ranks (1-based, inclusive) of the top_k, counted after the "
         "query's positives and the candidates above max_score_ratio are removed: the first few left are still "
-        "often unlabelled positives. auto: chosen from the data by where the retriever ranks the labelled "
-        f"positives: ranks {AUTO_WINDOWS['complete']} when the median labelled positive is in the top "
-        f"{COMPLETE_AT} (labels look complete), else {AUTO_WINDOWS['incomplete']} (many unlabelled relevant "
-        "documents rank above the labelled one); mining.json and the log say which and why.",
+        "often unlabelled positives.",
     )
     max_score_ratio: float = Field(
         0.95,
@@ -141,22 +132,14 @@ class MineConfig(Strict):
     )
     query_chunk: int = Field(2048, ge=1, description="Queries per resumable part of the mined rows.")
 
-    @field_validator("rank_range", mode="before")
-    @classmethod
-    def _range_or_auto(cls, value):
-        if isinstance(value, str) and value != "auto":
-            raise ValueError("mine.rank_range must be [low, high] or auto")
-        return value
-
     @model_validator(mode="after")
     def _check(self) -> MineConfig:
-        low, high = self.window_bounds()
+        low, high = self.rank_range
         if not 1 <= low <= high:
             raise ValueError(f"mine.rank_range must be [low, high] with 1 <= low <= high, got [{low}, {high}]")
         if high > self.top_k:
-            what = f"auto may choose ranks up to {high}" if self.rank_range == "auto" else f"ends at rank {high}"
             raise ValueError(
-                f"mine.rank_range {what} but mine.top_k retrieves only {self.top_k} documents; "
+                f"mine.rank_range ends at rank {high} but mine.top_k retrieves only {self.top_k} documents; "
                 f"raise mine.top_k to at least {high} or lower the range"
             )
         if self.model is not None and not RETRIEVERS[self.retriever].needs_model:
@@ -169,21 +152,9 @@ class MineConfig(Strict):
                 f"mine.positive_within {self.positive_within} is beyond mine.top_k {self.top_k}: the retriever "
                 f"ranks only that many; raise mine.top_k or lower mine.positive_within"
             )
-        narrowest = min(AUTO_WINDOWS.values(), key=lambda w: w[1] - w[0]) if self.rank_range == "auto" else (low, high)
-        if narrowest[1] - narrowest[0] + 1 < self.negatives:
-            what = "auto may choose" if self.rank_range == "auto" else "holds"
+        if high - low + 1 < self.negatives:
             raise ValueError(
-                f"mine.rank_range {what} [{narrowest[0]}, {narrowest[1]}], {narrowest[1] - narrowest[0] + 1} "
-                f"ranks, fewer than mine.negatives ({self.negatives}); widen the range or ask for fewer negatives"
+                f"mine.rank_range [{low}, {high}] holds {high - low + 1} ranks, fewer than mine.negatives "
+                f"({self.negatives}); widen the range or ask for fewer negatives"
             )
         return self
-
-    def window_bounds(self) -> tuple[int, int]:
-        """The lowest and highest rank negatives may come from: the range, or every window auto may choose.
-
-        >>> MineConfig(rank_range="auto").window_bounds()
-        (3, 100)
-        """
-        if self.rank_range == "auto":
-            return min(a for a, _ in AUTO_WINDOWS.values()), max(b for _, b in AUTO_WINDOWS.values())
-        return self.rank_range[0], self.rank_range[1]

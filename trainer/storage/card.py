@@ -161,7 +161,7 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         rows.append(
             (
                 "negatives",
-                f"{m.negatives} mined per row by {by}, {_ranks(m.rank_range)}, "
+                f"{m.negatives} mined per row by {by}, ranks {m.rank_range[0]}-{m.rank_range[1]}, "
                 f"{m.rounds} round(s)" + (", teacher-scored" if m.teacher else ""),
             )
         )
@@ -182,16 +182,6 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
-
-
-def _ranks(rank_range) -> str:
-    """
-    >>> _ranks([30, 100]), _ranks("auto")
-    ('ranks 30-100', 'ranks chosen from the data (mine.rank_range: auto; mining.json says which)')
-    """
-    if rank_range == "auto":
-        return "ranks chosen from the data (mine.rank_range: auto; mining.json says which)"
-    return f"ranks {rank_range[0]}-{rank_range[1]}"
 
 
 def _where_trained(metrics: dict) -> str:
