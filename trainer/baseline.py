@@ -63,7 +63,7 @@ def evaluate_base(name_or_path: str, split, batch_size: int, device) -> dict[str
     None for a ColBERT base (the evaluation before training measures it as itself) or a model of neither kind."""
     if base_kind(name_or_path) != "bi-encoder":
         return None
-    from trainer.evaluate import TOP_K, retrieval_metrics
+    from trainer.evaluate import TOP_K, retrieval_metrics, run_of
     from trainer.retrieval.dense import DenseRetriever, load_bi_encoder
 
     started = time.perf_counter()
@@ -72,8 +72,7 @@ def evaluate_base(name_or_path: str, split, batch_size: int, device) -> dict[str
         split.queries, [set() for _ in split.queries], TOP_K
     )
     del model
-    run = {qid: {split.corpus_ids[d]: s for d, s in top} for qid, top in zip(split.query_ids, found)}
-    result = retrieval_metrics(run, {q: split.qrels[q] for q in split.query_ids})
+    result = retrieval_metrics(run_of(split, found), {q: split.qrels[q] for q in split.query_ids})
     return {**result, "seconds": round(time.perf_counter() - started, 2)}
 
 

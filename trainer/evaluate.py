@@ -147,4 +147,9 @@ def search(model, split: BeirSplit, batch_size: int = 32) -> dict[str, dict[str,
         found, _ = retriever.search(split.queries, [set() for _ in split.queries], TOP_K)
     finally:
         model.train(was_training)
+    return run_of(split, found)
+
+
+def run_of(split: BeirSplit, found: list) -> dict[str, dict[str, float]]:
+    """A retriever's candidates for ``split``'s queries, in order, as a run: {query id: {document id: score}}."""
     return {qid: {split.corpus_ids[d]: s for d, s in top} for qid, top in zip(split.query_ids, found)}
