@@ -113,7 +113,7 @@ class OnnxEncoder:
         """The token embeddings ``(n, tokens, dim)``, L2-normalised, of a tokenized batch."""
         feed = {name: np.ascontiguousarray(features[name].cpu().numpy(), dtype=np.int64) for name in self.inputs}
         (out,) = self.session.run(["output"], feed)
-        return {**features, "token_embeddings": torch.from_numpy(out)}
+        return {**features, "token_embeddings": torch.from_numpy(out).to(features["input_ids"].device)}
 
     def encode(self, texts: list[str], is_query: bool, batch_size: int = 32, **_) -> list[np.ndarray]:
         """PyLate's ``encode``: each text's token embeddings ``(tokens, dim)``, float32; a document's padding and
