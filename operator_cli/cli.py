@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import click
 
-from operator_cli.commands import change, export_index, job, read, register, runtime, serve, tune, upload
+from operator_cli.commands import change, export_index, export_onnx, job, read, register, runtime, serve, tune, upload
 from operator_cli.commands.base import Group, cluster_options
 from operator_cli.commands.job import build_spec, job_options
 
@@ -56,6 +56,7 @@ for command in (
     serve.serve_group,
     register.register_cmd,
     export_index.export_index_cmd,
+    export_onnx.export_onnx_cmd,
 ):
     cli.add_command(command)
 
@@ -66,7 +67,7 @@ cli.sections = {
     "Change it": ("resize", "suspend", "resume", "delete"),
     "Data on its claim": ("upload", "fetch"),
     "Set up a cluster": ("doctor", "runtime"),
-    "Sweeps and the model at work": ("tune", "serve", "register", "export-index"),
+    "Sweeps and the model at work": ("tune", "serve", "register", "export-index", "export-onnx"),
 }
 
 

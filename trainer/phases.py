@@ -61,6 +61,8 @@ def redo_from(cfg: TrainConfig) -> tuple[str | None, str]:
             return "index", f"the index {out / 'index'} holds no corpus embeddings, which index.embeddings asks for"
     if cfg.vectordb is not None and not (isinstance(metrics, dict) and "vectordb" in metrics):
         return "vectordb", f"{out / 'metrics.json'} has no vectordb entry (the corpus is not in the vector database)"
+    if cfg.onnx is not None and not (isinstance(metrics, dict) and "onnx" in metrics):
+        return "onnx", f"{out / 'metrics.json'} has no onnx entry (the encoder is not exported to ONNX)"
     if not (out / DONE).is_file():
         return "done", f"{out / DONE} is missing"
     if problem := _problem(out, DONE):
@@ -72,6 +74,15 @@ def _has_embeddings(index: Path) -> bool:
     from trainer.serve.corpus import EMBEDDINGS  # serve --exact's file, written by the index phase
 
     return (index / EMBEDDINGS).is_file()
+
+
+def _onnx(model_dir: Path, cfg: TrainConfig) -> dict:
+    """The encoder in ONNX beside the final model, checked on the held-out split when the config has one."""
+    from trainer.evaluate import load_beir
+    from trainer.onnx_export import export  # torch.onnx and onnxruntime: loaded only when onnx: is asked for
+
+    split = load_beir(cfg.data.eval_beir, cfg.data.eval_split) if cfg.data.eval_beir else None
+    return export(model_dir, split, cfg.onnx.max_int8_loss, cfg.evaluation.batch_size)
 
 
 def _marked(cfg: TrainConfig) -> list[str]:
@@ -116,6 +127,10 @@ def finish(cfg: TrainConfig, metrics: dict) -> None:
 
         metrics["vectordb"] = for_job(metrics["model_dir"], cfg)
         card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the parity with exact MaxSim
+        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    if cfg.onnx is not None and "onnx" not in metrics:
+        metrics["onnx"] = _onnx(Path(metrics["model_dir"]), cfg)
+        card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the parity; the manifest lists onnx/
         write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     mark_done(cfg)
     index = f"; PLAID index at {metrics['index']['path']}" if "index" in metrics else ""

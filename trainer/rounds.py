@@ -166,8 +166,12 @@ def _trained_before(cfg: TrainConfig, layout: Layout, what: str) -> bool:
     if phase is None:
         again = "not trained again, and config changes since are not applied; to train again, use a new output_dir"
         log.info("%s: done before (%s verifies): %s", what, (out / phases.DONE).absolute(), again)  # where it is
-    elif phase in ("index", "vectordb", "done"):
-        then = {"index": "building the index again", "vectordb": "writing the corpus into the vector database"}
+    elif phase in ("index", "vectordb", "onnx", "done"):
+        then = {
+            "index": "building the index again",
+            "vectordb": "writing the corpus into the vector database",
+            "onnx": "exporting the encoder to ONNX",
+        }
         log.warning("%s: trained before, but %s: %s", what, why, then.get(phase, "the rest verified, marking it done"))
         if layout.is_main and phase in then:
             phases.finish(cfg, json.loads((out / "metrics.json").read_text()))

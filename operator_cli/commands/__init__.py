@@ -8,5 +8,6 @@
 * :mod:`.change`: ``resize``, ``delete``, ``suspend`` and ``resume``;
 * :mod:`.runtime`: ``runtime render|install``;
 * :mod:`.upload`: ``upload``, local data onto a job's claim;
-* :mod:`.export_index`: ``export-index``, an exported model's corpus into a vector database.
+* :mod:`.export_index`: ``export-index``, an exported model's corpus into a vector database;
+* :mod:`.export_onnx`: ``export-onnx``, a model's encoder in ONNX beside it, checked against PyTorch.
 """

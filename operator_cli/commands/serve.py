@@ -1,6 +1,6 @@
 """``serve``: a trained model answers search and rerank requests, on this machine or on KServe.
 
-    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--host 127.0.0.1] [--exact]   (the predictor, here)
+    colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--host 127.0.0.1] [--exact] [--onnx [int8]]
     colbert-k8s serve render NAME|URI [-o yaml|json]    colbert-k8s serve apply NAME|URI
     colbert-k8s serve list                              colbert-k8s serve delete NAME
 
@@ -66,11 +66,30 @@ def serve_python() -> str:
 )
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="With --local.")
 @click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings, not PLAID.")
+@click.option(
+    "--onnx",
+    type=click.Choice(["fp32", "int8"]),
+    is_flag=False,
+    flag_value="fp32",
+    help="With --local: encode with the model's ONNX export (colbert-k8s export-onnx) on the CPU; alone: fp32.",
+)
+@click.option("--allow-int8-loss", is_flag=True, help="Serve --onnx int8 though it loses more nDCG@10 than allowed.")
 @click.option("--model-name", default="colbert", show_default=True, help="The model's name in the URLs.")
 @click.pass_context
-def serve_group(ctx: click.Context, uri: str | None, host: str, port: int, exact: bool, model_name: str) -> None:
+def serve_group(
+    ctx: click.Context,
+    uri: str | None,
+    host: str,
+    port: int,
+    exact: bool,
+    onnx: str | None,
+    allow_int8_loss: bool,
+    model_name: str,
+) -> None:
     """Serve a trained model: search (top-k ids) and rerank (MaxSim scores), KServe v1 and v2 protocols."""
     if ctx.invoked_subcommand is not None:
+        if onnx or allow_int8_loss:
+            raise CliError("--onnx and --allow-int8-loss go with --local", hint="serve --local URI --onnx [fp32|int8]")
         if uri:
             raise CliError(
                 "--local serves here; it does not go with a subcommand", hint="drop --local or the subcommand"
@@ -84,7 +103,9 @@ def serve_group(ctx: click.Context, uri: str | None, host: str, port: int, exact
     python = serve_python()
     cmd = [python, "-m", "trainer.serve", uri, "--host", host, "--http-port", str(port), "--model-name", model_name]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
-    os.execve(python, cmd + (["--exact"] if exact else []), env)  # the server is this process: Ctrl-C stops it
+    cmd += (["--exact"] if exact else []) + (["--onnx", onnx] if onnx else [])
+    cmd += ["--allow-int8-loss"] if allow_int8_loss else []
+    os.execve(python, cmd, env)  # the server is this process: Ctrl-C stops it
 
 
 def _check_host(host: str) -> None:

@@ -1,6 +1,7 @@
 """The sections of what a job makes after training: the PLAID index (``index:``), the corpus in a vector
-database (``vectordb:``), the export (``export:``) and its registration (``register:``). Pydantic and the
-light destination registry only; :mod:`trainer.config.schema` puts them into the whole config."""
+database (``vectordb:``), the encoder in ONNX (``onnx:``), the export (``export:``) and its registration
+(``register:``). Pydantic and the light destination registry only; :mod:`trainer.config.schema` puts them into
+the whole config."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from pydantic import AfterValidator, Field
 from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, Strict, parse_destination
 from trainer.destinations.vectors import VECTOR_FORMS, VECTOR_PATTERN, parse_vector_url
 
-__all__ = ["ExportConfig", "IndexConfig", "RegisterConfig", "VectorDbConfig"]
+__all__ = ["MAX_INT8_LOSS", "ExportConfig", "IndexConfig", "OnnxConfig", "RegisterConfig", "VectorDbConfig"]
+
+MAX_INT8_LOSS = 0.01
+"""nDCG@10 the int8 ONNX encoder may lose against the PyTorch model on the held-out split by default. A hundredth
+is about the spread of one training seed's result to the next on the quickstart split (docs/results.md): a loss
+inside it cannot be told from noise, a larger one is a change in quality a user should choose knowingly."""
 
 
 class IndexConfig(Strict):
@@ -34,6 +40,18 @@ class IndexConfig(Strict):
         False,
         description="Also store the corpus token embeddings (float32) beside the index, for `serve --exact`: "
         "exact MaxSim as the evaluation scores it, at 4 x dim bytes a token (PLAID's 4 bits: about an eighth).",
+    )
+
+
+class OnnxConfig(Strict):
+    """The encoder in ONNX beside the final model (``trainer/onnx_export.py``), for ``serve --onnx``."""
+
+    max_int8_loss: float = Field(
+        MAX_INT8_LOSS,
+        ge=0,
+        le=1,
+        description="nDCG@10 on the held-out split that the int8 form may lose against the PyTorch model; more, "
+        "and the card says so and `serve --onnx int8` refuses it without --allow-int8-loss.",
     )
 
 

@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field, model_validator
 from trainer.config.base import Location, Strict, parse_destination
 from trainer.config.mine import MineConfig
 from trainer.config.model import ModelConfig
-from trainer.config.outputs import ExportConfig, IndexConfig, RegisterConfig, VectorDbConfig
+from trainer.config.outputs import ExportConfig, IndexConfig, OnnxConfig, RegisterConfig, VectorDbConfig
 from trainer.losses import LOSSES
 from trainer.losses.sections import CachedContrastiveLoss, ContrastiveLoss, DistillationLoss
 from trainer.retrieval import RETRIEVERS
@@ -47,6 +47,7 @@ __all__ = [
     "CheckpointConfig",
     "EvalConfig",
     "IndexConfig",
+    "OnnxConfig",
     "VectorDbConfig",
     "ExportConfig",
     "RegisterConfig",
@@ -287,6 +288,11 @@ class TrainConfig(Strict):
     )
     vectordb: VectorDbConfig | None = Field(
         None, description="Write the corpus, encoded by the trained model, into a vector database (Qdrant, LanceDB)."
+    )
+    onnx: OnnxConfig | None = Field(
+        None,
+        description="Write the encoder in ONNX (float32 and int8) beside the final model, with its parity against "
+        "PyTorch on the held-out split, for `serve --onnx`.",
     )
     registration: RegisterConfig | None = Field(  # `register` in YAML: the field name would shadow BaseModel's
         None,

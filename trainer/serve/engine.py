@@ -10,6 +10,10 @@ against their own manifests). :class:`Engine` answers
   corpus embeddings stored beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
 * **rerank**: one query's MaxSim (PyLate's ``colbert_scores``) against each text, over its own tokens.
 
+Queries and reranked texts are encoded by the PyTorch model, or, with ``onnx`` (``fp32`` or ``int8``), by its ONNX
+export beside it (``onnx/``, ``trainer/onnx_export.py``) in ONNX Runtime: checked against its manifest, and int8
+refused where its parity says it lost more nDCG@10 than allowed, unless ``allow_int8_loss``.
+
 :meth:`Engine.answer` answers a batch of concurrent requests (``trainer/serve/batcher.py``) with one encode and
 one search, and gives each request what it would get alone.
 """
@@ -28,7 +32,7 @@ from trainer.serve.corpus import EMBEDDINGS, load_corpus
 from trainer.serve.plaid import PlaidIndex
 from trainer.serve.requests import BadRequest, Rerank, Search
 
-__all__ = ["Engine", "ServeError", "locate", "texts_of"]
+__all__ = ["Engine", "ServeError", "locate", "onnx_encoder", "texts_of"]
 
 log = logging.getLogger("trainer.serve")
 
@@ -100,14 +104,50 @@ def locate(uri: str, cache_dir: str | Path) -> tuple[Path, Path | None]:
     return model, index
 
 
+def onnx_encoder(model_dir: Path, form: str, allow_int8_loss: bool = False):
+    """The ONNX export of ``form`` beside the model, checked whole, and int8 only where its parity allows it."""
+    from trainer.onnx_export import FORMS, ONNX_DIR, PARITY, OnnxEncoder
+
+    folder = model_dir / ONNX_DIR
+    if not (folder / FORMS[form]).is_file():
+        raise ServeError(
+            f"{model_dir} has no ONNX export ({ONNX_DIR}/{FORMS[form]}); write it with `colbert-k8s export-onnx "
+            f"{model_dir}` (or the job's onnx: section), or serve without --onnx"
+        )
+    _check_whole(folder, "the ONNX export")
+    parity = json.loads((folder / PARITY).read_text())
+    if form == "int8" and not parity["int8_ok"] and not allow_int8_loss:
+        loss = (
+            f"loses {parity['int8_loss']:.4f} nDCG@10 against PyTorch, more than the {parity['max_int8_loss']} allowed"
+            if "int8_loss" in parity
+            else "was not measured on a held-out split"
+        )
+        raise ServeError(
+            f"the int8 ONNX encoder {loss} ({folder / PARITY}); serve --onnx fp32, or --onnx int8 --allow-int8-loss"
+        )
+    return OnnxEncoder(folder, form)
+
+
 class Engine:
     """A PyLate ColBERT model and the corpus it searches (PLAID, or exact MaxSim over stored embeddings)."""
 
-    def __init__(self, model_dir: Path, index_dir: Path | None, exact: bool, device: str, batch_size: int = 32):
+    def __init__(
+        self,
+        model_dir: Path,
+        index_dir: Path | None,
+        exact: bool,
+        device: str,
+        batch_size: int = 32,
+        onnx: str | None = None,
+        allow_int8_loss: bool = False,
+    ):
         from pylate import models
 
-        self.device, self.exact, self.batch_size = torch.device(device), exact, batch_size
-        self.model = models.ColBERT(str(model_dir), device=device)
+        self.device, self.exact, self.batch_size, self.onnx = torch.device(device), exact, batch_size, onnx
+        if onnx:  # ONNX Runtime on the CPU; the search itself stays where ``device`` says
+            self.model = onnx_encoder(model_dir, onnx, allow_int8_loss)
+        else:
+            self.model = models.ColBERT(str(model_dir), device=device)
         self.model.eval()
         self.index = self.corpus = None
         self.documents = 0
@@ -128,7 +168,8 @@ class Engine:
     def describe(self) -> str:
         """One line: what the engine searches with, for the log and ``serve``'s start-up line."""
         how = "exact MaxSim" if self.exact else "the PLAID index" if self.index is not None else None
-        return f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
+        what = f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
+        return what + (f"; encoder: ONNX {self.onnx}" if self.onnx else "")
 
     def answer(self, requests: list[Search | Rerank]) -> list:
         """Each request's answer, or the :class:`BadRequest` that refuses it: the searches of the batch in one

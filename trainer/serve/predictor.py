@@ -1,6 +1,7 @@
 """The KServe predictor: :class:`trainer.serve.engine.Engine` behind KServe's Python model server.
 
-``python -m trainer.serve URI [--model-name colbert] [--host 0.0.0.0] [--http-port 8080] [--exact]`` (what
+``python -m trainer.serve URI [--model-name colbert] [--host 0.0.0.0] [--http-port 8080] [--exact]
+[--onnx fp32|int8 [--allow-int8-loss]]`` (what
 ``colbert-k8s serve --local`` runs, on 127.0.0.1, and the InferenceService's container). The model and its
 index are loaded before the server listens, so ``GET /v1/models/NAME`` (the readiness probe) answers 200 only
 once both are in memory.
@@ -350,6 +351,20 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("COLBERT_SERVE_EXACT") == "1",
         help="search by exact MaxSim over the stored corpus embeddings (or COLBERT_SERVE_EXACT=1)",
     )
+    p.add_argument(
+        "--onnx",
+        nargs="?",
+        const="fp32",
+        choices=["fp32", "int8"],
+        default=os.environ.get("COLBERT_SERVE_ONNX") or None,
+        help="encode with the model's ONNX export (onnx/, colbert-k8s export-onnx) in ONNX Runtime on the CPU: "
+        "fp32 (the default form) or int8 (or COLBERT_SERVE_ONNX)",
+    )
+    p.add_argument(
+        "--allow-int8-loss",
+        action="store_true",
+        help="serve --onnx int8 even where its parity says it loses more nDCG@10 than allowed",
+    )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when a GPU is visible)")
     p.add_argument(
         "--cache-dir",
@@ -371,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         batching = batch_options(args)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model_dir, index_dir = locate(args.uri, args.cache_dir)  # before the server: a bad URI is one line
-        engine = Engine(model_dir, index_dir, args.exact, device)
+        engine = Engine(model_dir, index_dir, args.exact, device, onnx=args.onnx, allow_int8_loss=args.allow_int8_loss)
         _import_kserve()
     except ConfigError as e:  # a bad URI, an export that does not verify, --exact without embeddings
         print(f"serve: error: {e}", file=sys.stderr)

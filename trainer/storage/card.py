@@ -5,7 +5,8 @@ YAML front matter (huggingface_hub's ``ModelCardData``): ``library_name: PyLate`
 base is a Hub name), ``tags``, ``datasets`` (data with a Hub name) and a ``model-index`` of the measured
 metrics. The body: how it was trained (the config's summary, world size, steps, global batch, negatives,
 mining rounds, time, device), the evaluation before and after training and through the PLAID index, the
-index's footprint (``index.footprint``) and the corpus in a vector database (``vectordb:``) where asked, and
+index's footprint (``index.footprint``), the corpus in a vector database (``vectordb:``) and the encoder in
+ONNX with its parity (``onnx:``) where asked, and
 how to load the model and search with PyLate.
 
 It is made from ``metrics.json`` and the config (and the base model's own card, for its ``license`` when
@@ -287,6 +288,39 @@ def _footprint_section(metrics: dict) -> str:
     )
 
 
+def _onnx_section(metrics: dict) -> str:
+    """``onnx:``: the encoder in ONNX beside the model, and how close each form is to the PyTorch model."""
+    o = metrics.get("onnx")
+    if not o:
+        return ""
+    forms = [
+        ("PyTorch", "torch", None),
+        ("ONNX float32", "fp32", "model.onnx"),
+        ("ONNX int8", "int8", "model_int8.onnx"),
+    ]
+    rows = "\n".join(
+        f"| {name} | {f'`onnx/{file}`' if file else 'the model'} | "
+        f"{'' if key == 'torch' else format(o[f'max_token_error_{key}'], '.2g')} | "
+        f"{format(o[f'ndcg@10_{key}'], '.4f') if f'ndcg@10_{key}' in o else 'not measured'} |"
+        for name, key, file in forms
+    )
+    if "int8_loss" not in o:
+        verdict = "int8's nDCG@10 was not measured (no held-out split): `serve --onnx int8` needs --allow-int8-loss."
+    elif o["int8_ok"]:
+        verdict = f"int8 loses {o['int8_loss']:.4f} nDCG@10, within the {o['max_int8_loss']} allowed."
+    else:
+        verdict = (
+            f"**int8 loses {o['int8_loss']:.4f} nDCG@10, more than the {o['max_int8_loss']} allowed**: "
+            "`serve --onnx int8` refuses it without --allow-int8-loss; float32 serves as the PyTorch model does."
+        )
+    return (
+        "\n## ONNX\n\nThe query and document encoder in ONNX, for ONNX Runtime on a CPU (`colbert-k8s serve --onnx`), "
+        f"checked against the PyTorch model: the largest difference of any token embedding over {o['sample']} "
+        "texts, and nDCG@10 on the held-out split by exact MaxSim.\n\n"
+        f"| encoder | file | largest token error | nDCG@10 |\n|---|---|---|---|\n{rows}\n\n{verdict}\n"
+    )
+
+
 def _sweep_section(metrics: dict) -> str:
     """Which sweep chose this model (``colbert-k8s tune``): the trial, its values, and the space they came from."""
     sweep = metrics.get("sweep")
@@ -355,7 +389,7 @@ A [PyLate](https://github.com/lightonai/pylate) ColBERT (late-interaction) retri
 ## Evaluation
 
 {_evaluation_table(cfg, metrics)}
-{_footprint_section(metrics)}{_vectordb_section(metrics)}{_sweep_section(metrics)}
+{_footprint_section(metrics)}{_vectordb_section(metrics)}{_onnx_section(metrics)}{_sweep_section(metrics)}
 
 ## Use
 
