@@ -16,7 +16,7 @@ __all__ = ["MAX_INT8_LOSS", "ExportConfig", "IndexConfig", "OnnxConfig", "Regist
 
 MAX_INT8_LOSS = 0.01
 """nDCG@10 the int8 ONNX encoder may lose against the PyTorch model on the held-out split by default. A hundredth
-is about the spread of one training seed's result to the next on the quickstart split (docs/results.md): a loss
+is about twice the seed-to-seed standard deviation of the quickstart's trained models (docs/results.md): a loss
 inside it cannot be told from noise, a larger one is a change in quality a user should choose knowingly."""
 
 
