@@ -155,6 +155,20 @@ def test_the_shipped_recipe_is_the_arm_its_figures_come_from(monkeypatch):
         assert {k: arm[section].get(k) for k in keys} == {k: shipped[section][k] for k in keys}, section
 
 
+def test_the_shipped_arm_resolves_on_each_studys_data_to_the_arm_whose_figures_the_page_gives():
+    """The recipe's ``loss.temperature: auto`` is one fixed value on each study's data (its labels' structure,
+    lab/two-regimes/log.md): with that value, the runner's shipped arm is exactly the arm the page quotes there, so
+    a change to any other key of the recipe fails here until it is measured."""
+    import bench.nfcorpus as nf
+    from lab.record import SHIPPED_AS
+    from trainer.labels import TEMPERATURES
+
+    for name, (arm, labels) in SHIPPED_AS.items():
+        shipped = nf.ARMS[nf.SHIPPED_ARM]
+        resolved = {**shipped, "loss": {**shipped["loss"], "temperature": TEMPERATURES[labels]}}
+        assert nf.load_arms(ROOT / "lab" / name / "arms.yaml")[arm] == resolved, (name, arm)
+
+
 def test_the_runners_arms_are_the_studys_and_the_page_names_the_same_shipped_arm():
     """bench/nfcorpus.py keeps four arms; the study's record (lab/nfcorpus-recipe/arms.yaml) holds them too, the
     same, so a figure in docs/results.md is the arm the runner runs. The page's headline arm is SHIPPED_ARM."""
@@ -163,7 +177,7 @@ def test_the_runners_arms_are_the_studys_and_the_page_names_the_same_shipped_arm
 
     study = nf.load_arms(ROOT / "lab" / "nfcorpus-recipe" / "arms.yaml")  # refuses an arm of this name that differs
     assert set(nf.ARMS) <= set(study) and len(study) > 40  # every arm that has results is there
-    assert lab.results.SHIPPED_ARM == nf.SHIPPED_ARM and nf.SHIPPED_ARM in study
+    assert nf.SHIPPED_ARM in nf.ARMS and lab.results.SHIPPED_ARM in study
     for name in ("nfcorpus-recipe", "nfcorpus-miners"):  # every arm with a result has its settings in its study
         recorded = {r["arm"] for r in lab.results.read(ROOT / "lab" / name / "results.jsonl") if "arm" in r}
         made_by_interpolation = {a for a in recorded if "-wise" in a}

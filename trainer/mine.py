@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from trainer import distributed as D
+from trainer import labels
 from trainer.atomic import replacing, write_text
 from trainer.config.schema import Columns, DataSource, TrainConfig
 from trainer.data import DataError, document_text, iter_jsonl, load_rows
@@ -61,6 +62,7 @@ TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores") 
 _DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
 _FALLBACK_KEY = "colbert_k8s.fallback"  # and rows it kept with random negatives (mine.fallback), by reason
 _FINGERPRINT = "fingerprint.json"  # what the parts beside it were mined from (mining_fingerprint)
+LABELS = "labels.json"  # how complete the labels look to the first round's retriever (trainer/labels.py)
 
 
 class MiningError(DataError, JobVerdict):
@@ -195,7 +197,8 @@ def mine(
     else:
         key = round_retriever(mcfg.retriever, 2 if retriever.startswith("round") else 1)
         work = [(i, chunks[i], parts[i]) for i in todo]
-        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key, stop or StopRequest())
+        first = not retriever.startswith("round")
+        _mine_parts(cfg, layout, pairs, work, len(parts), load_model, progress, key, stop or StopRequest(), first)
     shutil.rmtree(out_dir / f".plaid-{layout.rank}", ignore_errors=True)  # also one a killed run left behind
     stats = _join(parts, final) if writes else {}
     if not D.broadcast_object(stats.get("rows") if layout.is_main else None):
@@ -213,6 +216,9 @@ def _report(stats: dict, pairs: Pairs, mcfg, out_dir: Path, final: Path, seconds
     """What mining did, on rank 0: mining.json (rows kept, dropped and drawn at random, by reason), one line, and
     a line per reason rows were dropped or drawn."""
     stats.update(rows_in=len(pairs.rows), seconds=round(seconds, 1))
+    if (out_dir / LABELS).is_file():
+        stats["labels"] = json.loads((out_dir / LABELS).read_text())
+        log.info("mine: %s", labels.explain(stats["labels"]).split(": ", 1)[1])
     write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
     log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
     explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
@@ -235,11 +241,13 @@ def _mine_parts(
     progress,
     key: str,
     stop: StopRequest,
+    first_round: bool = True,
 ) -> None:
     """Retrieve, choose and (with ``mine.teacher``) score each of ``todo``'s (part number, queries, path);
     each node's first process writes the part whole, then every rank honours a SIGTERM (a restart mines only
     the parts not written). The model is loaded here, only when some part is to do; ``key`` names the
-    retriever (trainer/retrieval/)."""
+    retriever (trainer/retrieval/). In the first round, before any part, how complete the labels look
+    (trainer/labels.py) is written beside the parts."""
     mcfg, show, writes = cfg.mine, layout.is_main, layout.local_rank == 0
     plaid_dir = todo[0][2].parent / f".plaid-{layout.rank}"  # this rank's index of its share (retriever: plaid)
     before = total - len(todo)  # parts an earlier run wrote
@@ -248,6 +256,10 @@ def _mine_parts(
     retriever = build_retriever(key, load_model(), pairs.corpus, mcfg, show, plaid_dir, on_chunk)
     progress.advance("encode", None)
     rows_of = _rows_by_query(pairs)
+    if first_round:
+        structure = labels.measure(retriever, pairs, rows_of, cfg.training.seed, mcfg.top_k)
+        if writes:
+            write_text(todo[0][2].parent / LABELS, json.dumps(structure, indent=2) + "\n")
     teacher = Teacher(mcfg.teacher, cfg.model, D.device_for(layout)) if mcfg.teacher else None
     with tqdm(todo, desc="mine: queries", disable=not show, unit="part") as bar:  # closed on every way out
         for i, queries, part in bar:
@@ -333,6 +345,7 @@ def _forget_other_inputs(out_dir: Path, fingerprint: dict) -> None:
     for p in found:
         p.unlink(missing_ok=True)  # a pod sharing the volume may have removed it first
     (out_dir / "mining.json").unlink(missing_ok=True)
+    (out_dir / LABELS).unlink(missing_ok=True)
 
 
 def _forget_unreadable(files: list[Path], again: str = "mining it again") -> None:

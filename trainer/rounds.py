@@ -30,12 +30,13 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer import phases, train
+from trainer import labels, phases, train
 from trainer.baseline import BelowBase, check_not_below_base
 from trainer.config.schema import ConfigError, TrainConfig
 from trainer.data import DataError
 from trainer.env import Layout
 from trainer.mine import (
+    LABELS,
     MiningError,
     changed_inputs,
     load_pairs,
@@ -111,10 +112,33 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, stop: StopRequ
             rcfg = rcfg.model_copy(
                 update={"data": rcfg.data.model_copy(update={"train": mined_source(mined, cfg.loss.scored)})}
             )
+            rcfg = _resolved_temperature(rcfg, layout, Path(cfg.output_dir) / "mined" / "round-1")
             pairs = cfg.data.train.pairs()
             metrics = _train(rcfg, layout, stop, what, pairs, progress, metrics_file=metrics_file)
         previous = out / "final-model"
     return metrics
+
+
+def _resolved_temperature(cfg: TrainConfig, layout: Layout, mined: Path) -> TrainConfig:
+    """``cfg`` with ``loss.temperature: auto`` replaced by the value the labels' structure gives (trainer/labels.py),
+    as the first round's retriever saw it (every round alike); rank 0 reads it, since only its pod may hold it."""
+    if getattr(cfg.loss, "temperature", None) != "auto":
+        return cfg
+    structure, problem = None, None
+    if layout.is_main:
+        try:
+            structure = json.loads((mined / LABELS).read_text())
+        except (OSError, ValueError) as e:
+            problem = (
+                f"loss.temperature: auto reads {mined / LABELS}, which the mining of these rows did not write "
+                f"({type(e).__name__}); use a new output_dir to mine again, or set loss.temperature to a number"
+            )
+    structure, problem = D.broadcast_object((structure, problem))
+    if problem:
+        raise MiningError(problem)
+    if layout.is_main:
+        log.info("loss: %s", labels.explain(structure))
+    return cfg.model_copy(update={"loss": cfg.loss.model_copy(update={"temperature": labels.temperature_for(structure)})})
 
 
 def _train(cfg: TrainConfig, layout: Layout, stop: StopRequest, what: str, *args, **kwargs) -> dict:

@@ -328,6 +328,11 @@ class TrainConfig(Strict):
                 "in-batch negatives from its own rank only, so the loss changes with the world size; remove "
                 "training.gather_across_devices, or unset global_batch_size"
             )
+        if getattr(self.loss, "temperature", None) == "auto" and self.mine is None:
+            raise ValueError(
+                "loss.temperature: auto is chosen from how the mining retriever ranks the labelled positives; "
+                "add a mine: section, or set a number (PyLate's default is 1)"
+            )
         if self.mine is not None and self.mine.teacher is None and self.loss.scored:
             raise ValueError(f"loss {self.loss.name} with mine needs mine.teacher to score the mined documents")
         if self.mine is not None and self.mine.teacher is not None and not self.loss.scored:

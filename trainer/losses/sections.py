@@ -3,7 +3,7 @@ names the objective its own module computes (``contrastive.py``, ``cached_contra
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -12,9 +12,23 @@ from trainer.losses.loss import Loss
 __all__ = ["CachedContrastiveLoss", "ContrastiveLoss", "DistillationLoss"]
 
 
+TEMPERATURE = (
+    "Scores are divided by this before the softmax. auto (with mine:): chosen from how complete the labels look "
+    "to the mining retriever, 1 where the labelled positive usually ranks first, 0.25 where it usually ranks "
+    "below unlabelled relevant documents (trainer/labels.py); the log, mining.json and the card say which."
+)
+
+
+def _check_temperature(loss: Any) -> dict[str, Any]:
+    """The loss's arguments need a number: ``auto`` is replaced by the job before training (trainer/rounds.py)."""
+    if loss.temperature == "auto":
+        raise ValueError("loss.temperature: auto must be resolved from the mined rows' labels.json before training")
+    return {"temperature": loss.temperature}
+
+
 class ContrastiveLoss(Loss):
     name: Literal["contrastive"] = "contrastive"
-    temperature: float = Field(1.0, gt=0, description="Scores are divided by this before the softmax.")
+    temperature: Annotated[float, Field(gt=0)] | Literal["auto"] = Field(1.0, description=TEMPERATURE)
     mask_labelled_positives: bool = Field(
         False,
         description="Leave out of each query's in-batch negatives every document data.train labels relevant to "
@@ -24,17 +38,17 @@ class ContrastiveLoss(Loss):
     objective: ClassVar[str] = "contrastive:Contrastive"
 
     def arguments(self, gather: bool, labelled: frozenset | None) -> dict[str, Any]:
-        return {"temperature": self.temperature, "gather": gather, "labelled": labelled}
+        return {**_check_temperature(self), "gather": gather, "labelled": labelled}
 
 
 class CachedContrastiveLoss(Loss):
     name: Literal["cached-contrastive"]
-    temperature: float = Field(1.0, gt=0)
+    temperature: Annotated[float, Field(gt=0)] | Literal["auto"] = Field(1.0, description=TEMPERATURE)
     mini_batch_size: int = Field(8, ge=1, description="Texts encoded at once; bounds activation memory.")
     objective: ClassVar[str] = "cached_contrastive:CachedContrastive"
 
     def arguments(self, gather: bool, labelled: frozenset | None) -> dict[str, Any]:
-        return {"temperature": self.temperature, "gather": gather, "mini_batch_size": self.mini_batch_size}
+        return {**_check_temperature(self), "gather": gather, "mini_batch_size": self.mini_batch_size}
 
 
 class DistillationLoss(Loss):

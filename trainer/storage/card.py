@@ -150,7 +150,7 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     rows = [
         ("base model", f"`{origin(cfg.model.name_or_path)}`"),
         ("training data", f"`{metrics.get('train_data') or origin(cfg.data.train.path)}`"),
-        ("loss", cfg.loss.name),
+        ("loss", _loss(cfg)),
         ("steps", f"{metrics.get('steps')} optimizer steps, global batch {metrics.get('global_batch')}"),
         ("world size", _where_trained(metrics)),
         ("learning rate", f"{t.learning_rate:g} ({t.lr_scheduler}, warm-up {t.warmup_ratio:g})"),
@@ -183,6 +183,29 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _loss(cfg: TrainConfig) -> str:
+    """The loss and its temperature; ``auto`` as the job chose it (trainer/labels.py: the first round's labels.json).
+
+    >>> from trainer.config.schema import TrainConfig
+    >>> loss = {"name": "contrastive", "temperature": 0.25}
+    >>> _loss(TrainConfig.model_validate({"data": {"train": {"path": "t.jsonl"}}, "loss": loss}))
+    'contrastive, temperature 0.25'
+    """
+    temperature = getattr(cfg.loss, "temperature", None)
+    if temperature is None:
+        return cfg.loss.name
+    if temperature != "auto":
+        return f"{cfg.loss.name}, temperature {temperature:g}"
+    from trainer import labels
+    from trainer.mine import LABELS
+
+    try:
+        structure = json.loads((Path(cfg.output_dir) / "mined" / "round-1" / LABELS).read_text())
+    except (OSError, ValueError):
+        return f"{cfg.loss.name}, temperature auto (not recorded)"
+    return f"{cfg.loss.name}, {labels.explain(structure)}"
 
 
 def _where_trained(metrics: dict) -> str:
