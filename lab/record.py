@@ -199,11 +199,12 @@ def summarize(runs: dict[str, dict[int, dict]], against: tuple[str, ...]) -> dic
     for arm, by_seed in runs.items():
         values = [r["ndcg@10"] for r in by_seed.values()]
         walls = [r["wall_seconds"] for r in by_seed.values() if r.get("wall_seconds") is not None]
+        recalls = [r["recall@100"] for r in by_seed.values() if r.get("recall@100") is not None]
         out[arm] = {
             "seeds": len(values),
             "mean": statistics.mean(values),
             "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "recall@100": statistics.mean(r.get("recall@100") or 0 for r in by_seed.values()),
+            "recall@100": statistics.mean(recalls) if recalls else None,
             "wall_seconds": statistics.mean(walls) if walls else None,
             "rows": sorted({r["rows"] for r in by_seed.values() if r.get("rows") is not None}),
             "paired": {b: paired(by_seed, runs[b]) for b in against if b in runs and b != arm},
@@ -224,20 +225,22 @@ def gain(v: dict | None) -> str:
 
 
 def table(summary: dict, against: tuple[str, ...]) -> str:
-    """One row per arm: its mean, and its paired gain over each of ``against`` that ran (worst seed, 95%
-    interval)."""
+    """One row per arm: its mean, and its paired gain over each of ``against`` that ran (worst seed, and the
+    95% interval where the runs have per-query figures)."""
     against = tuple(b for b in against if b in summary)
+    interval = any(p["low"] is not None for s in summary.values() for p in s["paired"].values())
     lines = [
         "| arm | seeds | nDCG@10 mean ± std | "
-        + "".join(f"over {b} (worst seed) [95% interval] | " for b in against)
+        + "".join(f"over {b} (worst seed){' [95% interval]' if interval else ''} | " for b in against)
         + "Recall@100 | rows trained from | wall s (mine + train) |",
         "|---|---|---|" + "---|" * len(against) + "---|---|---|",
     ]
     for arm, s in summary.items():
         gains = "".join(f"{gain(s['paired'].get(b))} | " for b in against)
         wall = "-" if s["wall_seconds"] is None else f"{s['wall_seconds']:.0f}"
+        recall = "-" if s["recall@100"] is None else f"{s['recall@100']:.3f}"
         lines.append(
-            f"| {arm} | {s['seeds']} | {s['mean']:.4f} ± {s['std']:.4f} | {gains}{s['recall@100']:.3f} "
+            f"| {arm} | {s['seeds']} | {s['mean']:.4f} ± {s['std']:.4f} | {gains}{recall} "
             f"| {', '.join(map(str, s['rows'])) or '-'} | {wall} |"
         )
     return "\n".join(lines)
@@ -270,7 +273,8 @@ def mining_quality_runs(path: Path) -> dict[str, tuple[dict, dict[str, dict[int,
         if "arm" not in r:
             out[r["protocol"]] = (r, {})
             continue
-        run = {k: v for k, v in r.items() if k not in ("protocol", "arm", "seed")}
+        run = {k: v for k, v in r.items() if k not in ("protocol", "arm", "seed", "rows_trained_on")}
+        run["rows"] = r.get("rows_trained_on")  # the name ``summarize`` reads, as in an nfcorpus study
         out[r["protocol"]][1].setdefault(r["arm"], {})[r["seed"]] = run
     return out
 

@@ -249,28 +249,8 @@ def mining_quality_section() -> str:
     for protocol, (head, runs) in mining_protocols():
         limit = f", the first {head['limit']:,} pairs" if head["limit"] else ""
         out.append(f"### {protocol}: {head['data']}, {head['steps']} steps{limit} (commit `{head['commit']}`)\n")
-        against = [b for b in head["baselines"] if b in runs]
-        lines = [
-            "| arm | seeds | nDCG@10 mean ± std | "
-            + "".join(f"over {b} (paired mean, worst seed) | " for b in against)
-            + "per seed | rows trained on | wall s |",
-            "|---|---|---|" + "---|" * len(against) + "---|---|---|",
-        ]
-        for arm, by_seed in runs.items():
-            values = [r["ndcg@10"] for r in by_seed.values()]
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
-            gains = ""
-            for b in against:
-                diffs = [by_seed[s]["ndcg@10"] - runs[b][s]["ndcg@10"] for s in by_seed if s in runs[b]]
-                gains += "baseline | " if arm == b else f"{statistics.mean(diffs):+.4f} ({min(diffs):+.4f}) | "
-            rows = sorted({r["rows_trained_on"] for r in by_seed.values() if r.get("rows_trained_on") is not None})
-            walls = [r["wall_seconds"] for r in by_seed.values() if r.get("wall_seconds")]
-            lines.append(
-                f"| {arm} | {len(values)} | {statistics.mean(values):.4f} ± {std:.4f} | {gains}"
-                f"{', '.join(f'{v:.4f}' for v in values)} | {', '.join(map(str, rows)) or '-'} "
-                f"| {f'{statistics.mean(walls):.0f}' if walls else '-'} |"
-            )
-        out.append("\n".join(lines) + "\n")
+        against = tuple(b for b in head["baselines"] if b in runs)
+        out.append(table(summarize(runs, against), against) + "\n")
     out.append("![held-out nDCG@10 per arm, a dot per seed](mining_quality.png)\n")
     return "\n".join(out)
 

@@ -295,6 +295,16 @@ def test_every_module_imports_alone(package):
     assert {m: e for m, e in errors.items() if e} == {}
 
 
+# Trainer modules that report a bad config, a bad data row or a model's kind before any model is built: they
+# must stay torch-free, so that the fresh-interpreter check above keeps choosing (and importing) them.
+LIGHT = ("trainer.cli", "trainer.config", "trainer.data", "trainer.data.rows", "trainer.evaluate")
+LIGHT += ("trainer.baseline", "trainer.model_kind")
+
+
+def test_the_light_trainer_modules_stay_torch_free():
+    assert sorted(set(LIGHT) - torch_free(_modules("trainer"))) == []
+
+
 def _ruff() -> str:
     """The ruff of this interpreter's environment (a test extra), else the one on PATH."""
     here = Path(sys.executable).with_name("ruff")

@@ -112,11 +112,11 @@ class _Faults:
         self.bad, self.kill, self.step = bad, kill, 0
 
     def install(self, monkeypatch) -> None:
-        import trainer.data
         import trainer.losses
         import trainer.train as train
+        from trainer.data.batches import batches as real_batches
 
-        real_batches, real_loss = trainer.data.batches, trainer.losses.build_loss  # not an earlier install's
+        real_loss = trainer.losses.build_loss  # not an earlier install's
 
         def batches(data, start, total, *rest):
             inner = real_batches(data, start, total, *rest)

@@ -153,3 +153,36 @@ def test_the_records_examples_run():
     for module in (record, results, lab.plots):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried and not failed, module.__name__
+
+
+@pytest.mark.parametrize(
+    "run, header, row",
+    [
+        pytest.param(
+            {"recall@100": 0.3, "rows_trained_on": 9, "per_query": {"q": 0.5, "r": 0.7}},
+            "| over base (worst seed) [95% interval] | Recall@100 |",
+            "| +0.1000 (+0.1000) [+0.1000, +0.1000] | 0.300 | 9 |",
+            id="recall and per-query figures",
+        ),
+        pytest.param(
+            {"rows_trained_on": 9},
+            "| over base (worst seed) | Recall@100 |",
+            "| +0.1000 (+0.1000) | - | 9 |",
+            id="neither (the docstring benchmark)",
+        ),
+    ],
+)
+def test_one_arm_table_for_every_study_shows_only_the_figures_its_runs_have(tmp_path, run, header, row):
+    """The NFCorpus studies and the docstring benchmark share one table: a figure a run lacks is ``-``, never a
+    0 it did not score, and the 95% interval is named only where per-query figures make one."""
+    base = {k: (v if k != "per_query" else {q: s - 0.1 for q, s in v.items()}) for k, v in run.items()}
+    lines = [
+        {"kind": "mining-quality"},
+        {"protocol": "p", "commit": "c", "baselines": ["base"], "data": "d", "limit": None, "steps": 1},
+        {"protocol": "p", "arm": "base", "seed": 1, "ndcg@10": 0.5, "wall_seconds": 1.0, **base},
+        {"protocol": "p", "arm": "new", "seed": 1, "ndcg@10": 0.6, "wall_seconds": 1.0, **run},
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (_, runs), *_ = record.mining_quality_runs(tmp_path / "results.jsonl").values()
+    text = record.table(record.summarize(runs, ("base",)), ("base",))
+    assert header in text and f"| new | 1 | 0.6000 ± 0.0000 {row}" in text

@@ -149,7 +149,7 @@ def test_bad_data_is_one_line_and_not_cached(tmp_path, name, content, fname, mes
 
 
 def test_too_small_for_one_global_batch(tmp_path, tiny_model):
-    from trainer.data import StreamingData
+    from trainer.data.batches import StreamingData
     from trainer.model import build_model
 
     data = write_triplets(tmp_path / "t.jsonl", 3)
@@ -168,7 +168,7 @@ def test_streaming_batches_equal_pretokenized_batches(tmp_path, tiny_model):
     """Lazy per-rank tokenisation builds exactly the tensors the up-front path builds."""
     import torch
 
-    from trainer.data import StreamingData, TokenizedData, batches
+    from trainer.data.batches import StreamingData, TokenizedData, batches
     from trainer.model import build_model
 
     rows = load_rows(DataSource(path=str(write_triplets(tmp_path / "t.jsonl", 40))), False, tmp_path / "cache")
@@ -204,7 +204,7 @@ class _Labels:
 def test_a_step_holds_each_rows_documents_in_order_and_splits_as_one_batch(tmp_path, pretokenize):
     """Against the rows' own texts: a step holds each row's positive, then its negatives in the row's order; 2
     ranks x 2 rows take exactly the queries and documents 1 rank x 4 takes, into the next epoch."""
-    from trainer.data import StreamingData, TokenizedData
+    from trainer.data.batches import StreamingData, TokenizedData
 
     path = tmp_path / "pool.jsonl"
     rows_in = [

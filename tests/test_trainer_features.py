@@ -33,7 +33,7 @@ def _distill_rows(path: Path, n: int) -> Path:
 def _step_gradient(model: Path, data: Path, per_device: int, accumulation: int, tmp: Path) -> torch.Tensor:
     """One step's gradient through the trainer's own ``build`` and ``accumulate_gradients`` (1 process)."""
     from trainer.config.schema import TrainConfig
-    from trainer.data import batches
+    from trainer.data.batches import batches
     from trainer.env import Layout
     from trainer.step import accumulate_gradients
     from trainer.train import build

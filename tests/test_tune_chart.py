@@ -10,12 +10,14 @@ import pytest
 import yaml
 
 from operator_cli.kube.kinds import SWEEPS
+from operator_cli.kube.kinds.katib import katib_parameter
 from operator_cli.spec import JobSpec
 from operator_cli.tune.space import parse_space
 from operator_cli.tune.spec import SweepSpec, without_export
 from tests.helpers.chart import CHART
 from tests.helpers.schemas import validate_all
 from trainer.config.load import load_yaml
+from trainer.config.overrides import parse_override
 
 CONFIG = {
     "data": {"train": {"path": "data/train.jsonl"}, "eval_beir": "data/beir", "eval_split": "dev"},
@@ -100,6 +102,7 @@ REFUSED = [
     ("test-split", {"config": {**CONFIG, "data": {**CONFIG["data"], "eval_split": "test"}}}, "eval_split"),
     ("no-params", {"tune": {"enabled": True, "params": []}}, "tune.params is empty"),
     ("trainjob", {"api": "trainjob"}, "api: pytorchjob"),
+    ("quote", {"tune": {"enabled": True, "params": [{"key": "mine.negatives", "space": 'choice(a"b,1)'}]}}, "quote"),
 ]
 
 
@@ -108,3 +111,57 @@ def test_chart_refuses_what_tune_refuses(values, needle):
     tune = {"enabled": True, "params": [{"key": "mine.negatives", "space": "choice(1,3)"}]}
     with pytest.raises(Exception, match=needle):
         _helm({"gpusPerNode": 0, "tune": tune, **values})
+
+
+# Spaces whose values the chart and the CLI may spell differently (~ and null, on and true, +1 and 1); what
+# counts is what a trial's --set reads from each spelling, and the parameter type Katib samples by.
+SPACES = [
+    "choice(1.0,2)",  # a float with nothing after the point: 1.0, never the integer 1
+    "choice(1.,2.5)",
+    "choice(1e5,3)",
+    "choice(2.0e3,1)",
+    "choice(-0.0,1)",
+    "choice(1234567.0,1)",
+    "choice(1e-5,3e-5)",
+    "choice(1e20,1)",
+    "choice(.5,1)",
+    "choice(+1,2)",
+    "choice(null,3)",
+    "choice(~,3)",
+    "choice(.inf,1)",
+    "choice(.NaN,1)",
+    "choice(true,false)",
+    "choice(on,off)",
+    "choice('3',4)",
+    "choice('a b',c)",
+    "choice(linear,cosine)",
+    "uniform(0,1)",
+    "loguniform(1,100)",
+    "int(+2,8)",
+]
+
+
+def _read_back(parameter: dict) -> tuple[str, list[tuple[str, str]]]:
+    """A Katib parameter as a trial meets it: its type, and what ``colbert-train --set`` reads from each value."""
+    space = parameter["feasibleSpace"]
+    texts = space["list"] if "list" in space else [space["min"], space["max"]]
+    read = [parse_override(f"training.learning_rate={text}")[1] for text in texts]
+    return parameter["parameterType"], [(type(v).__name__, repr(v)) for v in read]
+
+
+@pytest.mark.parametrize("space", SPACES)
+def test_a_trial_reads_the_same_values_from_the_chart_as_from_the_cli(space):
+    """Any key's values, as the chart takes them (the CLI's render also holds each value to the key's schema)."""
+    param = {"key": "training.learning_rate", "space": space}
+    tune = {"enabled": True, "params": [param], "algorithm": "random", "trials": 2, "parallel": 1, "seed": 5}
+    (chart,) = next(d for d in _helm({"gpusPerNode": 0, "tune": tune}) if d["kind"] == "Experiment")["spec"][
+        "parameters"
+    ]
+    cli = katib_parameter(parse_space(f"{param['key']}={space}"))  # what the CLI's Experiment lists
+    assert _read_back(chart) == _read_back(cli)
+
+
+def test_a_float_beyond_range_is_refused_not_read_as_zero():
+    tune = {"enabled": True, "params": [{"key": "training.learning_rate", "space": "choice(1e400,1)"}]}
+    with pytest.raises(Exception, match="1e400 is beyond a 64-bit float's range"):
+        _helm({"gpusPerNode": 0, "tune": tune})

@@ -23,7 +23,6 @@ trainer.baseline.BelowBase: the trained model scores ndcg@10 0.2900 on the held-
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -40,21 +39,11 @@ class BelowBase(JobVerdict):
 
 def base_kind(name_or_path: str) -> str | None:
     """``bi-encoder`` (a sentence-transformers model with a Pooling module), ``colbert`` (a PyLate model) or
-    None (neither, or its ``modules.json`` is not at hand without a download), read from ``modules.json``."""
-    from trainer.storage.card import model_file
+    None (neither, or its files are not at hand without a download): :func:`trainer.model_kind.model_kind`."""
+    from trainer.model_kind import model_kind
 
-    modules = model_file(name_or_path, "modules.json")
-    if modules is None:
-        return None
-    try:
-        types = [str(m.get("type", "")) for m in json.loads(modules.read_text())]
-    except (OSError, ValueError, AttributeError):
-        return None
-    if any(t.startswith("pylate") for t in types):
-        return "colbert"
-    if any(t.endswith("Pooling") for t in types):
-        return "bi-encoder"
-    return None
+    kind = model_kind(name_or_path)
+    return kind if kind in ("bi-encoder", "colbert") else None
 
 
 def evaluate_base(name_or_path: str, split, batch_size: int, device) -> dict[str, float] | None:

@@ -14,14 +14,13 @@ weights anyway (trainer/grad_sync.py), so a GPU's last-digit differences cannot 
 
 from __future__ import annotations
 
-import json
 import logging
 
 import torch
 
 from trainer.config.schema import ConfigError, ModelConfig
 from trainer.data.rows import ROWS_PER_BATCH, Rows
-from trainer.storage.card import model_file
+from trainer.model_kind import model_config, module_types
 
 __all__ = [
     "SAMPLE_DOCUMENTS",
@@ -56,20 +55,13 @@ def first_documents(rows: Rows, n: int) -> list[str]:
 def has_projection(name_or_path: str) -> bool:
     """Whether the model already has layers after its encoder (a ColBERT checkpoint, or a sentence-transformers
     model with a Dense module), read from its ``modules.json`` where that is at hand."""
-    modules = model_file(name_or_path, "modules.json")
-    return modules is not None and any(
-        str(m.get("type", "")).endswith("Dense") for m in json.loads(modules.read_text())
-    )
+    return any(t.endswith("Dense") for t in module_types(name_or_path))
 
 
 def encoder_width(name_or_path: str) -> int | None:
     """The encoder's hidden size, read from the model's ``config.json`` where that is at hand (None where it is
     not, or names no ``hidden_size``): enough to refuse a too-wide projection before mining."""
-    config = model_file(name_or_path, "config.json")
-    try:
-        width = json.loads(config.read_text()).get("hidden_size") if config else None
-    except (OSError, ValueError, AttributeError):  # unreadable, or not an object: the build checks again
-        return None
+    width = model_config(name_or_path).get("hidden_size")
     return width if isinstance(width, int) else None
 
 

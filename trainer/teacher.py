@@ -11,9 +11,8 @@ text once instead, in fixed blocks of ``BLOCK`` texts dealt the same way, and ta
 A cross-encoder must give one logit per pair: transformers' default head has two, NLI models three, and
 flattening those would hand every row its neighbours' logits. Any other count is refused in one line.
 
-What a directory holds decides the kind: a PyLate module in ``modules.json`` is ColBERT; a
-``*ForSequenceClassification`` architecture in ``config.json`` is a cross-encoder; a sentence-transformers
-``modules.json`` with a pooling module is a bi-encoder; anything else is refused with one line.
+What a directory holds decides the kind (``trainer/model_kind.py``); a directory of no kind is refused with
+one line.
 
 Why a bi-encoder teacher: a ColBERT built on a sentence-transformers model starts with a random
 projection and, on NFCorpus, stays below the bi-encoder it was built from for its first hundred-odd steps.
@@ -25,7 +24,6 @@ sentence-transformers' MultipleNegativesRankingLoss trains such models with).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -36,6 +34,7 @@ from trainer.config.schema import ModelConfig
 from trainer.data import DataError
 from trainer.encode import embed_texts
 from trainer.errors import JobVerdict
+from trainer.model_kind import Kind, model_config, model_kind
 
 __all__ = ["BLOCK", "Teacher", "TeacherError", "teacher_kind"]
 
@@ -47,24 +46,19 @@ class TeacherError(DataError, JobVerdict):
     """The teacher is missing or of a kind that cannot score (query, document) pairs: one line, exit 2."""
 
 
-def teacher_kind(path: str) -> str:
-    """``colbert`` or ``cross-encoder``, read from the model directory's files."""
+def teacher_kind(path: str) -> Kind:
+    """``colbert``, ``cross-encoder`` (one logit per pair) or ``bi-encoder``, read from the model directory's
+    files (:func:`trainer.model_kind.model_kind`); anything else is refused in one line."""
     from trainer.model import resolve_model_path
 
-    root = Path(resolve_model_path(path))
-    if not root.is_dir():
+    if not Path(resolve_model_path(path)).is_dir():
         raise TeacherError(f"mine.teacher.name_or_path {path} is not a local model directory")
-    modules = root / "modules.json"
-    if modules.is_file() and "pylate" in modules.read_text():
-        return "colbert"
-    config = root / "config.json"
-    architectures = json.loads(config.read_text()).get("architectures") or [] if config.is_file() else []
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
-        _one_logit(path, _labels(json.loads(config.read_text())))
-        return "cross-encoder"
-    if modules.is_file() and "sentence_transformers.models.Pooling" in modules.read_text():
-        return "bi-encoder"
-    found = ", ".join(architectures) or "no architectures in config.json"
+    kind = model_kind(path)
+    if kind == "cross-encoder":
+        _one_logit(path, _labels(model_config(path)))
+    if kind is not None:
+        return kind
+    found = ", ".join(map(str, model_config(path).get("architectures") or [])) or "no architectures in config.json"
     raise TeacherError(
         f"mine.teacher.name_or_path {path} is neither a cross-encoder (a *ForSequenceClassification model, "
         f"found: {found}), a sentence-transformers bi-encoder (modules.json with a Pooling module) nor a PyLate "

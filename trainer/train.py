@@ -30,7 +30,8 @@ from trainer import grad_sync, phases
 from trainer.atomic import replace_dir, whole_or_absent, write_text
 from trainer.baseline import figures, measure_base
 from trainer.config.schema import DataSource, TrainConfig
-from trainer.data import Rows, StreamingData, TokenizedData, batches, load_rows
+from trainer.data import Rows, load_rows
+from trainer.data.batches import StreamingData, TokenizedData, batches
 from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
 from trainer.errors import NO_SPACE, DiskFull

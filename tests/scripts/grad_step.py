@@ -12,7 +12,7 @@ import torch
 
 from trainer import distributed as D
 from trainer.config.schema import TrainConfig
-from trainer.data import batches
+from trainer.data.batches import batches
 from trainer.env import resolve
 from trainer.step import accumulate_gradients
 from trainer.train import build
