@@ -568,3 +568,75 @@ def test_a_peer_frozen_while_mining_is_noticed_by_the_heartbeat(tmp_path, tiny_m
         for p in procs:
             p.kill()
             p.wait()
+
+
+# ---- loss.temperature: auto ----------------------------------------------------------------------------
+
+
+class _Ranked:
+    """A retriever stand-in that puts each query's labelled positive at a given rank among its candidates."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+
+    def search(self, queries, positives, k):
+        found, scores = [], []
+        for pos in positives:
+            others = [d for d in range(1000) if d not in pos][:k]
+            cands = [(d, 1.0 - i / 1000) for i, d in enumerate(others)]
+            scores.append({p: 1.0 - (self.rank - 1.5) / 1000 for p in pos})  # between candidates rank-1 and rank
+            found.append(cands)
+        return found, scores
+
+
+@pytest.mark.parametrize(("rank", "labels", "temperature"), [(1, "complete", 1.0), (40, "incomplete", 0.25)])
+def test_the_labels_structure_follows_where_the_retriever_ranks_the_positive(rank, labels, temperature):
+    from trainer import labels as L
+    from trainer.mine import Pairs
+
+    pairs = Pairs(
+        queries=[f"q{i}" for i in range(8)],
+        corpus=[],
+        rows=[(i, 900 + i) for i in range(8)],
+        positives=[{900 + i} for i in range(8)],
+    )
+    got = L.measure(_Ranked(rank), pairs, {i: [i] for i in range(8)}, seed=1, top_k=100)
+    assert (got["labels"], got["median_positive_rank"], got["rows_sampled"]) == (labels, rank, 8)
+    assert L.temperature_for(got) == temperature
+
+
+def test_temperature_auto_needs_mining():
+    with pytest.raises(ConfigError, match="add a mine: section"):
+        parse_config({"data": {"train": {"path": "t"}}, "loss": {"name": "contrastive", "temperature": "auto"}})
+
+
+@pytest.mark.slow
+def test_temperature_auto_trains_as_the_value_it_chose_and_says_why(tmp_path, tiny_model):
+    """A job with ``loss.temperature: auto`` writes labels.json beside the first round's rows, says what it chose,
+    and trains the same bytes as a job given that value; rows mined without labels.json are one line."""
+    data = write_triplets(tmp_path / "t.jsonl", 24)
+    auto = mining_job(tmp_path, tiny_model, data, retriever="bm25")
+    cfg = yaml.safe_load(auto.read_text())
+    cfg["loss"] = {"name": "contrastive", "temperature": "auto"}
+    auto.write_text(yaml.safe_dump(cfg))
+    res = run_trainer(auto, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    mined = tmp_path / "out" / "mined" / "round-1"
+    structure = json.loads((mined / "labels.json").read_text())
+    assert json.loads((mined / "mining.json").read_text())["labels"] == structure
+    chosen = {"complete": 1.0, "incomplete": 0.25}[structure["labels"]]
+    assert f"loss: temperature {chosen:g} (auto)" in res.stdout
+    given = tmp_path / "given"
+    given.mkdir()
+    cfg.update(loss={"name": "contrastive", "temperature": chosen}, output_dir=str(given / "out"))
+    (given / "train.yaml").write_text(yaml.safe_dump(cfg))
+    assert run_trainer(given / "train.yaml", given).returncode == 0
+    weights = "final-model/model.safetensors"
+    assert (tmp_path / "out" / weights).read_bytes() == (given / "out" / weights).read_bytes()
+    for leftover in (tmp_path / "out").glob("*"):  # rows from before labels.json existed: the job says so
+        if leftover.name != "mined":
+            subprocess.run(["rm", "-rf", str(leftover)], check=True)
+    (mined / "labels.json").unlink()
+    again = run_trainer(auto, tmp_path)
+    errors = [line for line in again.stdout.splitlines() if "error:" in line]
+    assert again.returncode == 2 and len(errors) == 1 and "labels.json" in errors[0], again.stdout[-2000:]

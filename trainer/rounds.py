@@ -138,7 +138,9 @@ def _resolved_temperature(cfg: TrainConfig, layout: Layout, mined: Path) -> Trai
         raise MiningError(problem)
     if layout.is_main:
         log.info("loss: %s", labels.explain(structure))
-    return cfg.model_copy(update={"loss": cfg.loss.model_copy(update={"temperature": labels.temperature_for(structure)})})
+    return cfg.model_copy(
+        update={"loss": cfg.loss.model_copy(update={"temperature": labels.temperature_for(structure)})}
+    )
 
 
 def _train(cfg: TrainConfig, layout: Layout, stop: StopRequest, what: str, *args, **kwargs) -> dict:
