@@ -605,9 +605,13 @@ def test_the_labels_structure_follows_where_the_retriever_ranks_the_positive(ran
     assert L.temperature_for(got) == temperature
 
 
-def test_temperature_auto_needs_mining():
+def test_temperature_auto_needs_mining_and_a_bad_temperature_names_both_forms():
     with pytest.raises(ConfigError, match="add a mine: section"):
         parse_config({"data": {"train": {"path": "t"}}, "loss": {"name": "contrastive", "temperature": "auto"}})
+    with pytest.raises(
+        ConfigError, match=r"^config: 'loss.temperature': Input should be greater than 0 or 'auto' \(got -1\)$"
+    ):
+        parse_config({"data": {"train": {"path": "t"}}, "loss": {"name": "contrastive", "temperature": -1}, "mine": {}})
 
 
 @pytest.mark.slow

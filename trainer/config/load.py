@@ -37,11 +37,14 @@ MAX_INT_DIGITS = 30
 
 def _one_line(err: ValidationError, source: str) -> str:
     """Turn pydantic's report into one line naming the key and the fix."""
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-after"))
-    # drop the discriminator tag pydantic inserts into union paths
-    for tag in LOSSES:
-        loc = loc.replace(f"loss.{tag}.", "loss.")
+    errors = err.errors()
+    first = errors[0]
+    loc = _path(first)
+    # a value of a union (a number or auto) fails each member: one message naming every form it may take
+    alternatives = [e for e in errors if _path(e) == loc]
+    if len(alternatives) > 1:
+        first = {**first, "msg": " or ".join(e["msg"].removeprefix("Input should be ") for e in alternatives)}
+        first["msg"] = "Input should be " + first["msg"]
     kind = first["type"]
     if kind == "extra_forbidden" and loc in REMOVED_KEYS:
         msg = f"'{loc}' was removed in {REMOVED_KEYS[loc]}; delete the key"
@@ -60,8 +63,24 @@ def _one_line(err: ValidationError, source: str) -> str:
             given = re.sub(r"[?#].*", "?...", given, flags=re.S)
         got = "" if isinstance(given, dict) else f" (got {_clipped(repr(given))})"
         msg = f"{where}{text}{got}"
-    more = len(err.errors()) - 1
+    more = len(errors) - len(alternatives)
     return f"{source}: {msg}" + (f" (and {more} more)" if more else "")
+
+
+_UNION_MEMBER = re.compile(r"function-after|constrained-|literal\[|(float|int|str|bool)$")
+
+
+def _path(error: dict) -> str:
+    """The key an error is about, without the tags pydantic inserts into union paths (a loss's name, a member's
+    type).
+
+    >>> _path({"loc": ("loss", "contrastive", "temperature", "constrained-float")})
+    'loss.temperature'
+    """
+    loc = ".".join(str(p) for p in error["loc"] if not _UNION_MEMBER.match(str(p)))
+    for tag in LOSSES:
+        loc = loc.replace(f"loss.{tag}.", "loss.")
+    return loc
 
 
 def _clipped(text: str, limit: int = 120) -> str:
