@@ -339,43 +339,49 @@ def test_a_killed_mining_phase_redoes_only_the_missing_parts(tmp_path, tiny_mode
     assert (mined / "train.parquet").read_bytes() == whole
 
 
-@pytest.mark.slow
-def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(tmp_path, tiny_model):
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
-    res = run_trainer(config, tmp_path)
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory, tiny_model) -> tuple[Path, dict[str, bytes]]:
+    """A finished 2-round job (BM25, then round 1's model), run once: its config and the bytes of its round-2
+    rows and final model. Its output_dir is part of what round 2 was mined from, so the tests restart it where
+    it is; each restart must leave it whole, which is what they assert."""
+    tmp = tmp_path_factory.mktemp("two-rounds")
+    config = mining_job(tmp, tiny_model, write_triplets(tmp / "t.jsonl", 48), retriever="bm25", rounds=2)
+    res = run_trainer(config, tmp)
     assert res.returncode == 0, res.stdout[-3000:]
-    out = tmp_path / "out"
+    out = tmp / "out"
+    rows = (out / "mined" / "round-2" / "train.parquet").read_bytes()
+    return config, {"rows": rows, "model": (out / "final-model" / "model.safetensors").read_bytes()}
+
+
+@pytest.mark.slow
+def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(two_rounds):
+    config, _ = two_rounds
+    out = config.parent / "out"
     assert (out / "rounds" / "round-1" / "final-model").is_dir() and (out / "final-model").is_dir()
     first, second = (pq.read_table(out / "mined" / f"round-{r}" / "train.parquet") for r in (1, 2))
     assert first.column("negatives").to_pylist() != second.column("negatives").to_pylist()  # BM25, then the model
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2
-    again = run_trainer(config, tmp_path)
+    again = run_trainer(config, config.parent)
     assert again.returncode == 0 and again.stdout.count("done before") == 2
 
 
 @pytest.mark.slow
-def test_a_round_killed_while_mining_resumes_to_the_same_rows_and_model(tmp_path, tiny_model):
+def test_a_round_killed_while_mining_resumes_to_the_same_rows_and_model(two_rounds):
     """Round 2 mines with round 1's model; killed while mining round 2, the restart skips round 1 and writes
     the same bytes."""
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
-    res = run_trainer(config, tmp_path)
-    assert res.returncode == 0, res.stdout[-3000:]
-    out = tmp_path / "out"
+    config, done = two_rounds
+    out = config.parent / "out"
     mined = out / "mined" / "round-2"
-    rows = (mined / "train.parquet").read_bytes()
-    model = (out / "final-model" / "model.safetensors").read_bytes()
     (mined / "train.parquet").unlink()
     sorted(mined.glob("part-*.parquet"))[1].unlink()
     for leftover in out.glob("*"):  # round 2 not trained yet: only round 1 and round 2's mined parts remain
         if leftover.name not in ("mined", "rounds"):
             subprocess.run(["rm", "-rf", str(leftover)], check=True)
-    again = run_trainer(config, tmp_path)
+    again = run_trainer(config, config.parent)
     assert again.returncode == 0, again.stdout[-3000:]
     assert again.stdout.count("done before") == 1 and "1 of 3 parts to do" in again.stdout
-    assert (mined / "train.parquet").read_bytes() == rows
-    assert (out / "final-model" / "model.safetensors").read_bytes() == model
+    assert (mined / "train.parquet").read_bytes() == done["rows"]
+    assert (out / "final-model" / "model.safetensors").read_bytes() == done["model"]
 
 
 @pytest.mark.slow
