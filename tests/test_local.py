@@ -23,14 +23,14 @@ from tests.helpers.local import local_workdir, run_job
 CLI = [sys.executable, "-m", "operator_cli.cli"]
 
 
-def _local(workdir: Path, *extra: str, **kw):
+def _local(workdir: Path, *extra: str, name: str = "tiny"):
     cmd = [
         *CLI,
         "local",
         "--config",
         str(workdir / "train.yaml"),
         "--name",
-        "tiny",
+        name,
         "--nodes",
         "2",
         "--gpus-per-node",
@@ -399,10 +399,12 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
 
     isolated = _netns_reason() is None
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
-    before = set(Path(tempfile.gettempdir()).glob("tiny-config-*"))
+    before = set(Path(tempfile.gettempdir()).glob("reaped-config-*"))  # a name no other test's job has
     namespaces_before = _namespaces() if isolated else set()
     flags = ("--api", "trainjob", *(["--isolate-network"] if isolated else []))
-    proc = subprocess.Popen(_local(wd, *flags), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _local(wd, *flags, name="reaped"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 240
     for line in proc.stdout:  # until both replicas train
         if "INFO step 2/400" in line:
@@ -411,7 +413,7 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     descendants = psutil.Process(proc.pid).children(recursive=True)
     trainers = [p for p in descendants if "train" in " ".join(p.cmdline())]
     assert len(trainers) >= 2
-    made = set(Path(tempfile.gettempdir()).glob("tiny-config-*")) - before
+    made = set(Path(tempfile.gettempdir()).glob("reaped-config-*")) - before
     assert len(made) == 1
     namespaces_made = _namespaces() if isolated else set()
     deadline = time.time() + 60
