@@ -14,7 +14,7 @@ from tests.helpers.tune import sweep_config
 from tests.helpers.vectordb import save_colbert, write_corpus
 
 
-@pytest.mark.slow  # six PLAID builds and three exact searches (pool factors 1-3) and the final index: minutes
+@pytest.mark.slow  # six PLAID builds, three exact searches and the final index: the fast lane's longest test by far
 def test_the_footprint_is_measured_recorded_and_drawn(tmp_path, tiny_model):
     from trainer import phases
     from trainer.config.load import parse_config
