@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install with the test extras, lint, and run the test suite on the CPU.
 #
-#   scripts/test.sh                 the whole suite (CI's; about 30 minutes on 2 cores)
+#   scripts/test.sh                 the whole suite (CI's; 2 pytest workers, under 30 minutes on 2 cores)
 #   scripts/test.sh --fast          unit tests, doctests and the layout checks: every test not marked slow
 #                                   (no training run, server or trainer subprocess; a few minutes on 2 cores)
 #   scripts/test.sh [--fast] ARGS   ARGS go to pytest as they are (a file, -k EXPR, -x ...)
@@ -18,7 +18,8 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/python -m operator_cli.chart_schema --check  # the chart's values.schema.json matches the config schema
 .venv/bin/python -m lab.results --check  # docs/results.md and the docs' results blocks match the research record
 set +e
-.venv/bin/python -m pytest -q ${select[@]+"${select[@]}"} "$@"
+# two workers, a test module to each at a time: a module's shared runs and servers are made once (-n 0: one process)
+.venv/bin/python -m pytest -q -n 2 --dist loadscope ${select[@]+"${select[@]}"} "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then  # pytest's "no tests ran": a test run that tests nothing is a failure

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from operator_cli.cli import cli
@@ -13,6 +14,7 @@ from tests.helpers.tune import sweep_config
 from tests.helpers.vectordb import save_colbert, write_corpus
 
 
+@pytest.mark.slow  # six PLAID builds, three exact searches and the final index: the fast lane's longest test by far
 def test_the_footprint_is_measured_recorded_and_drawn(tmp_path, tiny_model):
     from trainer import phases
     from trainer.config.load import parse_config

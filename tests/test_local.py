@@ -23,14 +23,14 @@ from tests.helpers.local import local_workdir, run_job
 CLI = [sys.executable, "-m", "operator_cli.cli"]
 
 
-def _local(workdir: Path, *extra: str, **kw):
+def _local(workdir: Path, *extra: str, name: str = "tiny"):
     cmd = [
         *CLI,
         "local",
         "--config",
         str(workdir / "train.yaml"),
         "--name",
-        "tiny",
+        name,
         "--nodes",
         "2",
         "--gpus-per-node",
@@ -100,12 +100,18 @@ def _pod(wd: Path, replica: str) -> Path:
     return wd / "pods" / f"tiny-{replica}"
 
 
+@pytest.fixture(scope="module")
+def two_replicas(tmp_path_factory, tiny_model) -> tuple[Path, subprocess.CompletedProcess]:
+    """A 2-replica PyTorchJob of 4 steps on 32 rows, run once: its workdir and its output."""
+    wd = local_workdir(tmp_path_factory.mktemp("two-replicas"), tiny_model, 32)
+    return wd, subprocess.run(_local(wd), cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.slow
-def test_local_two_replicas_end_to_end(tmp_path, tiny_model):
+def test_local_two_replicas_end_to_end(two_replicas):
     from pylate import models
 
-    wd = local_workdir(tmp_path, tiny_model, 32)
-    res = subprocess.run(_local(wd), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    wd, res = two_replicas
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     # one line per event: rank 0's lines once (rank 1 logs the same and has nothing to warn of), progress
     # as one readable line, no bar glued to a log line; the "done" line last, the summary naming the model
@@ -359,24 +365,23 @@ def test_trainjob_replica_env_is_v2s(tmp_path):
 
 
 @pytest.mark.slow
-def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny_model):
-    """The same job through v1 and v2 launchers: same seed, same data, identical final weights."""
+def test_trainjob_replay_trains_to_the_same_weights_as_pytorchjob(tmp_path, tiny_model, two_replicas):
+    """The same job through v1 (the PyTorchJob run above) and v2 launchers: same seed, same data, identical
+    final weights."""
     import hashlib
 
-    digests = {}
-    for api in ("pytorchjob", "trainjob"):
-        wd = local_workdir(tmp_path / api, tiny_model, 32, {"training.max_steps": 4})
-        res = run_job(_local(wd, "--api", api, "-v"), cwd=ROOT)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-        master = wd / "pods" / ("tiny-master-0" if api == "pytorchjob" else "tiny-node-0-0")
+    def digest(master: Path) -> str:
         assert json.loads((master / "output" / "metrics.json").read_text())["world_size"] == 2
-        digests[api] = hashlib.sha256(
-            (master / "output" / "final-model" / "model.safetensors").read_bytes()
-        ).hexdigest()
-        if api == "trainjob":
-            assert "[node-0] [rank 0]" in res.stdout and "[node-1] [rank 1]" in res.stdout
-            assert "mode=torchrun" in res.stdout  # the trainer started torchrun from PET_* alone
-    assert digests["pytorchjob"] == digests["trainjob"]
+        return hashlib.sha256((master / "output" / "final-model" / "model.safetensors").read_bytes()).hexdigest()
+
+    pytorchjob, res = two_replicas
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    wd = local_workdir(tmp_path, tiny_model, 32)
+    res = run_job(_local(wd, "--api", "trainjob", "-v"), cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "[node-0] [rank 0]" in res.stdout and "[node-1] [rank 1]" in res.stdout
+    assert "mode=torchrun" in res.stdout  # the trainer started torchrun from PET_* alone
+    assert digest(wd / "pods" / "tiny-node-0-0") == digest(pytorchjob / "pods" / "tiny-master-0")
 
 
 @pytest.mark.slow
@@ -399,10 +404,12 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
 
     isolated = _netns_reason() is None
     wd = local_workdir(tmp_path, tiny_model, 96, {"training.max_steps": 400, "checkpoint.every_steps": 1000})
-    before = set(Path(tempfile.gettempdir()).glob("tiny-config-*"))
+    before = set(Path(tempfile.gettempdir()).glob("reaped-config-*"))  # a name no other test's job has
     namespaces_before = _namespaces() if isolated else set()
     flags = ("--api", "trainjob", *(["--isolate-network"] if isolated else []))
-    proc = subprocess.Popen(_local(wd, *flags), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _local(wd, *flags, name="reaped"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 240
     for line in proc.stdout:  # until both replicas train
         if "INFO step 2/400" in line:
@@ -411,7 +418,7 @@ def test_a_sigkilled_local_takes_its_replicas_and_temp_dir_with_it(tmp_path, tin
     descendants = psutil.Process(proc.pid).children(recursive=True)
     trainers = [p for p in descendants if "train" in " ".join(p.cmdline())]
     assert len(trainers) >= 2
-    made = set(Path(tempfile.gettempdir()).glob("tiny-config-*")) - before
+    made = set(Path(tempfile.gettempdir()).glob("reaped-config-*")) - before
     assert len(made) == 1
     namespaces_made = _namespaces() if isolated else set()
     deadline = time.time() + 60

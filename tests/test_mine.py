@@ -299,19 +299,26 @@ def test_mine_model_retrieves_in_place_of_the_base_model_and_a_bad_one_is_one_li
 # ---- the phase: sharding, resume, rounds ------------------------------------------------------------------
 
 
+def _mined(ws: Path, model: Path, world: int, **mine) -> pq.Table:
+    """The rows a 1-round job of ``mine`` settings mines from 48 triplets on ``world`` ranks."""
+    ws.mkdir()
+    res = run_trainer(mining_job(ws, model, write_triplets(ws / "t.jsonl", 48), **mine), ws, world)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert not list((ws / "out" / "mined" / "round-1").glob(".plaid-*"))  # a PLAID retriever's indexes are removed
+    return pq.read_table(ws / "out" / "mined" / "round-1" / "train.parquet")
+
+
+@pytest.fixture(scope="module")
+def exact_on_one_rank(tmp_path_factory, tiny_model) -> pq.Table:
+    """The rows exact MaxSim (retriever: model) mines on 1 rank: what 2 ranks, and PLAID, are held to."""
+    return _mined(tmp_path_factory.mktemp("exact") / "w1", tiny_model, 1)
+
+
 @pytest.mark.slow
-def test_mined_rows_do_not_depend_on_the_world_size(tmp_path, tiny_model):
+def test_mined_rows_do_not_depend_on_the_world_size(tmp_path, tiny_model, exact_on_one_rank):
     """Exact MaxSim with the corpus sharded over 2 ranks mines byte-identical rows to 1 rank: the
     merge of per-rank top-k lists and the per-row seeds make the result a function of the data only."""
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    files = []
-    for world in (1, 2):
-        ws = tmp_path / f"w{world}"
-        ws.mkdir()
-        res = run_trainer(mining_job(ws, tiny_model, data), ws, world)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-        files.append(ws / "out" / "mined" / "round-1" / "train.parquet")
-    a, b = (pq.read_table(f) for f in files)
+    a, b = exact_on_one_rank, _mined(tmp_path / "w2", tiny_model, 2)
     assert a.num_rows >= 12 and a.equals(b)
     negatives = a.column("negatives").to_pylist()
     assert all(len(n) == 2 for n in negatives)
@@ -339,43 +346,49 @@ def test_a_killed_mining_phase_redoes_only_the_missing_parts(tmp_path, tiny_mode
     assert (mined / "train.parquet").read_bytes() == whole
 
 
-@pytest.mark.slow
-def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(tmp_path, tiny_model):
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
-    res = run_trainer(config, tmp_path)
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory, tiny_model) -> tuple[Path, dict[str, bytes]]:
+    """A finished 2-round job (BM25, then round 1's model), run once: its config and the bytes of its round-2
+    rows and final model. Its output_dir is part of what round 2 was mined from, so the tests restart it where
+    it is; each restart must leave it whole, which is what they assert."""
+    tmp = tmp_path_factory.mktemp("two-rounds")
+    config = mining_job(tmp, tiny_model, write_triplets(tmp / "t.jsonl", 48), retriever="bm25", rounds=2)
+    res = run_trainer(config, tmp)
     assert res.returncode == 0, res.stdout[-3000:]
-    out = tmp_path / "out"
+    out = tmp / "out"
+    rows = (out / "mined" / "round-2" / "train.parquet").read_bytes()
+    return config, {"rows": rows, "model": (out / "final-model" / "model.safetensors").read_bytes()}
+
+
+@pytest.mark.slow
+def test_two_rounds_mine_again_with_the_trained_model_and_a_restart_skips_them(two_rounds):
+    config, _ = two_rounds
+    out = config.parent / "out"
     assert (out / "rounds" / "round-1" / "final-model").is_dir() and (out / "final-model").is_dir()
     first, second = (pq.read_table(out / "mined" / f"round-{r}" / "train.parquet") for r in (1, 2))
     assert first.column("negatives").to_pylist() != second.column("negatives").to_pylist()  # BM25, then the model
     assert json.loads((out / "metrics.json").read_text())["steps"] == 2
-    again = run_trainer(config, tmp_path)
+    again = run_trainer(config, config.parent)
     assert again.returncode == 0 and again.stdout.count("done before") == 2
 
 
 @pytest.mark.slow
-def test_a_round_killed_while_mining_resumes_to_the_same_rows_and_model(tmp_path, tiny_model):
+def test_a_round_killed_while_mining_resumes_to_the_same_rows_and_model(two_rounds):
     """Round 2 mines with round 1's model; killed while mining round 2, the restart skips round 1 and writes
     the same bytes."""
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    config = mining_job(tmp_path, tiny_model, data, retriever="bm25", rounds=2)
-    res = run_trainer(config, tmp_path)
-    assert res.returncode == 0, res.stdout[-3000:]
-    out = tmp_path / "out"
+    config, done = two_rounds
+    out = config.parent / "out"
     mined = out / "mined" / "round-2"
-    rows = (mined / "train.parquet").read_bytes()
-    model = (out / "final-model" / "model.safetensors").read_bytes()
     (mined / "train.parquet").unlink()
     sorted(mined.glob("part-*.parquet"))[1].unlink()
     for leftover in out.glob("*"):  # round 2 not trained yet: only round 1 and round 2's mined parts remain
         if leftover.name not in ("mined", "rounds"):
             subprocess.run(["rm", "-rf", str(leftover)], check=True)
-    again = run_trainer(config, tmp_path)
+    again = run_trainer(config, config.parent)
     assert again.returncode == 0, again.stdout[-3000:]
     assert again.stdout.count("done before") == 1 and "1 of 3 parts to do" in again.stdout
-    assert (mined / "train.parquet").read_bytes() == rows
-    assert (out / "final-model" / "model.safetensors").read_bytes() == model
+    assert (mined / "train.parquet").read_bytes() == done["rows"]
+    assert (out / "final-model" / "model.safetensors").read_bytes() == done["model"]
 
 
 @pytest.mark.slow
@@ -494,21 +507,15 @@ def test_a_bad_mining_corpus_is_one_line(tmp_path, content, needle):
 
 
 @pytest.mark.slow
-def test_plaid_mining_shards_the_index_over_ranks_and_finds_what_exact_maxsim_finds(tmp_path, tiny_model):
+def test_plaid_mining_shards_the_index_over_ranks_and_finds_what_exact_maxsim_finds(
+    tmp_path, tiny_model, exact_on_one_rank
+):
     """retriever: plaid (corpora beyond what exact MaxSim holds): each of 2 ranks indexes its share and the
     lists are merged. PLAID approximates MaxSim, and a random tiny model scores documents nearly alike, so
     the sampled negatives agree only in part: 27 of 56 here (rows both kept, matched by row), where two
     unrelated samples of 2 from ranks 2-12 would share about 10."""
-    data = write_triplets(tmp_path / "t.jsonl", 48)
-    tables = {}
-    for retriever, world in (("model", 1), ("plaid", 2)):
-        ws = tmp_path / retriever
-        ws.mkdir()
-        res = run_trainer(mining_job(ws, tiny_model, data, retriever=retriever, nbits=8), ws, world)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-        assert not list((ws / "out" / "mined" / "round-1").glob(".plaid-*"))  # the indexes are removed
-        tables[retriever] = pq.read_table(ws / "out" / "mined" / "round-1" / "train.parquet")
-    exact, plaid = (tables[r].to_pylist() for r in ("model", "plaid"))
+    exact = exact_on_one_rank.to_pylist()
+    plaid = _mined(tmp_path / "plaid", tiny_model, 2, retriever="plaid", nbits=8).to_pylist()
     assert len(plaid) >= 12 and all(row["positive"] not in row["negatives"] for row in plaid)
     assert all(len(row["negatives"]) == 2 for row in plaid)
     by_row = {row["row"]: row for row in exact}

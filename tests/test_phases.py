@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import yaml
 
 from tests.helpers import write_triplets
 from tests.helpers.outputs import fake_output, phases_config
+from tests.helpers.pods import run_one_pod
 
 
 def _flip(path: Path) -> None:
@@ -195,18 +195,6 @@ def _mining_job(tmp: Path, model: Path, data: Path, beir: Path, name: str) -> Pa
     return path
 
 
-def _train(config: Path, *launch: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    return subprocess.run(
-        [sys.executable, *launch, "--config", str(config)],
-        cwd=config.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -223,14 +211,14 @@ def _untimed(model_dir: Path) -> dict[str, bytes]:
 def test_a_kill_during_the_index_build_then_a_restart_ends_with_the_uninterrupted_index(tmp_path, tiny_model):
     data = write_triplets(tmp_path / "t.jsonl", 48)
     beir = _beir(tmp_path / "beir", data)
-    reference = _train(_mining_job(tmp_path, tiny_model, data, beir, "whole"), "-m", "trainer")
+    reference = run_one_pod(_mining_job(tmp_path, tiny_model, data, beir, "whole"))
     assert reference.returncode == 0, reference.stderr[-3000:]
     config = _mining_job(tmp_path, tiny_model, data, beir, "out")
-    killed = _train(config, "-c", _KILLED_IN_INDEX)
+    killed = run_one_pod(config, "-c", _KILLED_IN_INDEX)
     assert killed.returncode == -9, killed.stderr[-3000:]
     out = tmp_path / "out"
     assert "index" not in json.loads((out / "metrics.json").read_text()) and not (out / "done.json").exists()
-    again = _train(config, "-m", "trainer")
+    again = run_one_pod(config)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "trained before, but the index" in again.stderr and "building the index again" in again.stderr
     # the same final model, and the index an uninterrupted run built, with its entry in metrics.json
@@ -246,4 +234,4 @@ def test_a_kill_during_the_index_build_then_a_restart_ends_with_the_uninterrupte
     differ = [k for k in index if index[k] != whole.get(k) and not k.endswith("manifest.json")]
     assert set(index) == set(whole) and differ == [] and len(index) > 5
     assert not list(out.glob(".tmp-index-*"))  # the killed build's temporary is gone
-    assert _train(config, "-m", "trainer").stderr.count("done before") == 1  # now whole: skipped
+    assert run_one_pod(config).stderr.count("done before") == 1  # now whole: skipped

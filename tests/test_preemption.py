@@ -10,7 +10,6 @@ with the uninterrupted job's bytes (CPU training and mining are deterministic)."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import ROOT, free_port, write_triplets
+from tests.helpers import free_port, write_triplets
 from tests.helpers.mining import mining_job
-from tests.helpers.pods import pod_env
+from tests.helpers.pods import pod_env, run_one_pod
 from trainer.run.preemption import EXIT_PREEMPTED
 
 # SIGTERM_AT names the point; only the process whose RANK is SIGTERM_RANK (default 0) sends it.
@@ -76,17 +75,7 @@ def _job(tmp: Path, model: Path) -> Path:
 
 def _run(config: Path, at: str | None = None) -> subprocess.CompletedProcess:
     """The trainer as one pod would run it; ``at``: where it gets SIGTERM."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    env |= {"PYTHONPATH": str(ROOT), "SIGTERM_AT": at or ""}
-    launch = ["-c", _SIGTERM_AT] if at else ["-m", "trainer"]
-    return subprocess.run(
-        [sys.executable, *launch, "--config", str(config)],
-        cwd=config.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_one_pod(config, *(("-c", _SIGTERM_AT) if at else ()), env={"SIGTERM_AT": at or ""})
 
 
 def _pods(config: Path, world: int, at: str | None = None, rank: int = 0) -> list[subprocess.CompletedProcess]:

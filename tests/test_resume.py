@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from trainer.errors import EXIT_PEER
 from trainer.scale import job_scale
 
 STEPS = 12
+MINILM_STEPS = 8  # a step and a checkpoint of the packaged model cost many of the tiny one: 8 are enough to show it
 
 
 def _config(tmp: Path, model: Path, data: Path, **over) -> Path:
@@ -65,11 +67,12 @@ def uninterrupted(setup, tmp_path_factory):
     return _reference_run(setup, tmp_path_factory)
 
 
-def _reference_run(setup, tmp_path_factory) -> str:
-    """The uninterrupted 2-pod job: its final weights' digest. Its log states the scale the CLI states."""
+def _reference_run(setup, tmp_path_factory, steps: int = STEPS) -> str:
+    """The uninterrupted 2-pod job of ``steps``: its final weights' digest. Its log states the scale the CLI
+    states."""
     tmp, model, data = setup
     pods = [tmp_path_factory.mktemp("ref") / f"pod-{r}" for r in range(2)]
-    cfg = _config(tmp, model, data)
+    cfg = _config(tmp, model, data, training__max_steps=steps)
     codes = wait_pods(start_pods(cfg, pods, free_port()))
     assert codes == [0, 0], last_log(pods[0])[-3000:]
     assert f"scale: {job_scale(load_config(str(cfg)), 2).line()}" in last_log(pods[0])
@@ -101,22 +104,24 @@ def minilm_setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def minilm_uninterrupted(minilm_setup, tmp_path_factory):
-    return _reference_run(minilm_setup, tmp_path_factory)
+    return _reference_run(minilm_setup, tmp_path_factory, MINILM_STEPS)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_the_packaged_minilm_resumes_to_identical_weights(minilm_setup, minilm_uninterrupted, tmp_path, sig):
-    _interrupt_and_resume(minilm_setup, minilm_uninterrupted, tmp_path, sig)
+    _interrupt_and_resume(minilm_setup, minilm_uninterrupted, tmp_path, sig, MINILM_STEPS)
 
 
-def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig) -> None:
-    """Kill the worker pod after a checkpoint, restart both pods, and end on the reference's bytes."""
+def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig, steps: int = STEPS) -> None:
+    """Kill the worker pod past half-way (a checkpoint behind it, steps ahead), restart both pods, and end on
+    the reference's bytes."""
     tmp, model, data = setup
-    cfg = _config(tmp, model, data)
+    cfg = _config(tmp, model, data, training__max_steps=steps)
     pods = [tmp_path / "master-0", tmp_path / "worker-0"]
     procs = start_pods(cfg, pods, free_port())
-    _wait_for_step(pods[0], 7, procs)
+    past = steps // 2 + 1
+    _wait_for_step(pods[0], past, procs)
     procs[1].send_signal(sig)  # the worker pod is killed, or evicted with a grace period
     codes = wait_pods(procs, timeout=120)
     assert all(c != 0 for c in codes), codes
@@ -126,14 +131,14 @@ def _interrupt_and_resume(setup, reference: str, tmp_path: Path, sig) -> None:
         # every rank stopped at the same step, rank 0 wrote it, and both exit 143 for a restart
         assert codes == [143, 143], codes
         stopped = int(re.search(r"stopped by SIGTERM after step (\d+)", log0).group(1))
-        assert _steps(pods[0])[-1] == stopped >= 7
+        assert _steps(pods[0])[-1] == stopped >= past
     saved = _steps(pods[0])[-1]
 
     codes = wait_pods(start_pods(cfg, pods, free_port()))  # the operator restarts both containers
     assert codes == [0, 0], last_log(pods[0])[-3000:] + last_log(pods[1])[-3000:]
     for ws in pods:
         log = last_log(ws)
-        assert f"resumed from out/checkpoints/step-{saved:08d} at step {saved}/{STEPS}" in log
+        assert f"resumed from out/checkpoints/step-{saved:08d} at step {saved}/{steps}" in log
         assert f"weights identical on all ranks at step {saved} after start-up" in log
     assert _digest(pods[0]) == reference
 
@@ -166,16 +171,24 @@ def test_a_flipped_bit_in_the_newest_checkpoint_resumes_from_the_one_before_to_i
     assert _digest(pods[0]) == uninterrupted
 
 
-def _checkpointed_job(setup, tmp_path, **over) -> tuple[Path, list[Path]]:
-    """A 2-pod job stopped after its step-3 checkpoint (max_steps 3 leaves one at step 3 via SIGTERM)."""
+@pytest.fixture(scope="module")
+def checkpointed(setup, tmp_path_factory) -> list[Path]:
+    """The pods' workspaces of a 2-pod job stopped by SIGTERM after its step-3 checkpoint (made once: each
+    test starts from a copy)."""
     tmp, model, data = setup
-    cfg = _config(tmp, model, data, **over)
-    pods = [tmp_path / "master-0", tmp_path / "worker-0"]
-    procs = start_pods(cfg, pods, free_port())
+    pods = [tmp_path_factory.mktemp("checkpointed") / name for name in ("master-0", "worker-0")]
+    procs = start_pods(_config(tmp, model, data), pods, free_port())
     _wait_for_step(pods[0], 3, procs)
     procs[0].send_signal(signal.SIGTERM)
     assert wait_pods(procs, timeout=120) == [143, 143], last_log(pods[0])[-2000:]
-    return cfg, pods
+    return pods
+
+
+def _checkpointed_job(checkpointed: list[Path], tmp_path: Path) -> list[Path]:
+    """A copy of the checkpointed job's workspaces in ``tmp_path``."""
+    for ws in checkpointed:
+        shutil.copytree(ws, tmp_path / ws.name)
+    return [tmp_path / ws.name for ws in checkpointed]
 
 
 def _one_error(ws: Path, expected: str) -> str:
@@ -188,9 +201,9 @@ def _one_error(ws: Path, expected: str) -> str:
 
 
 @pytest.mark.slow
-def test_bad_checkpoints_are_one_line(setup, tmp_path):
+def test_bad_checkpoints_are_one_line(setup, checkpointed, tmp_path):
     tmp, model, data = setup
-    _, pods = _checkpointed_job(setup, tmp_path)
+    pods = _checkpointed_job(checkpointed, tmp_path)
     saved = _steps(pods[0])[-1]
     master = [pods[0]]
 
@@ -378,10 +391,10 @@ def test_a_changed_learning_rate_is_applied_on_resume_not_dropped():
 
 
 @pytest.mark.slow
-def test_a_checkpoint_is_refused_for_other_rows_of_data_train(setup, tmp_path):
+def test_a_checkpoint_is_refused_for_other_rows_of_data_train(setup, checkpointed, tmp_path):
     """data.train swapped for another file trained 4 steps on one and 6 on the other, without a word."""
     tmp, model, data = setup
-    _, pods = _checkpointed_job(setup, tmp_path)
+    pods = _checkpointed_job(checkpointed, tmp_path)
     other = write_triplets(tmp_path / "other.jsonl", 80)
     assert wait_pods(start_pods(_config(tmp, model, other), pods, free_port())) == [2, 2]
     _one_error(pods[0], "was trained on other rows than data.train holds now")

@@ -37,6 +37,23 @@ def pod_env(rank: int, world: int, port: int) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), **plan.launcher_env(rank, "127.0.0.1", port)}
 
 
+def run_one_pod(
+    config: Path, *launch: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """The trainer as a one-pod job runs it: no launcher variables (a single process needs none), the
+    config's directory as the working directory. ``launch``: what follows ``python`` (default ``-m trainer``:
+    a ``-c`` script wraps the trainer); ``env``: variables added to this environment."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    return subprocess.run(
+        [sys.executable, *(launch or ("-m", "trainer")), "--config", str(config)],
+        cwd=config.parent,
+        env={**base, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def start_pods(config: Path, workspaces: list[Path], port: int) -> list[subprocess.Popen]:
     procs = []
     for rank, ws in enumerate(workspaces):
