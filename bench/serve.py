@@ -87,16 +87,16 @@ def synthetic_beir(folder: Path, documents: int, queries: int = 300, seed: int =
     return folder
 
 
-def served_output(workdir: Path, beir: Path, model: str, tag: str) -> Path:
-    """A job's output_dir for ``beir`` (the model and its index with stored embeddings), built once a corpus
-    (``tag``) and model."""
+def served_output(workdir: Path, beir: Path, model: str, tag: str, embeddings: bool = True) -> Path:
+    """A job's output_dir for ``beir`` (the model and its index, with stored embeddings for ``--exact`` unless
+    ``embeddings`` is off), built once a corpus (``tag``) and model."""
     from pylate import models
 
     from trainer.config.load import parse_config
     from trainer.index import build_and_evaluate
     from trainer.run.checkpoint import write_manifest
 
-    out = workdir / f"output-{tag}-{Path(model).name}"
+    out = workdir / f"output-{tag}-{Path(model).name}{'' if embeddings else '-plaid'}"
     if not (out / "index" / "manifest.json").is_file():
         models.ColBERT(model).save(str(out / "final-model"))
         write_manifest(out / "final-model")
@@ -104,11 +104,12 @@ def served_output(workdir: Path, beir: Path, model: str, tag: str) -> Path:
             {
                 "data": {"train": {"path": "t.jsonl"}, "eval_beir": str(beir)},
                 "training": {"max_steps": 1},
-                "index": {"embeddings": True},
+                "index": {"embeddings": embeddings},
                 "output_dir": str(out),
             }
         )
-        build_and_evaluate(str(out / "final-model"), cfg)
+        metrics = build_and_evaluate(str(out / "final-model"), cfg)
+        (out / "index-metrics.json").write_text(json.dumps(metrics) + "\n")
     return out
 
 
