@@ -8,7 +8,7 @@ phase (``trainer/index.py``), and search latency in this process and through ``s
 What is real and what is not:
 
 * the corpus is synthetic (``bench/serve.py``'s ``synthetic_beir``: words of the quickstart's docstrings, 20 to
-  400 words, about 145 tokens a document once tokenized), 300 queries of 3 to 8 words from its documents;
+  400 words, about 145 tokens a document once tokenized), 60 queries of 3 to 8 words from its documents;
 * the encoder is a tiny BERT built from a config (2 layers, 32 wide, dropout 0.1) as a ColBERT with the usual
   128-dim projection: its embeddings have a real model's shape and count, so the index's bytes, the build's memory
   and fast-plaid's share of the build time are a real model's, but the encoding is far cheaper than a real
@@ -41,6 +41,7 @@ from bench.common import ENV, ROOT, git_commit, output_arguments, tiny_bert, wri
 from bench.serve import Server, _drain, served_output, synthetic_beir  # noqa: E402
 from trainer.index import ENCODE_CHUNK  # noqa: E402
 
+QUERIES = 60  # the index phase evaluates each through PyLate's PLAID search: enough to cycle through when served
 ENCODER = "tiny BERT (2 layers, 32 wide) as a ColBERT, 128-dim"
 
 
@@ -56,7 +57,7 @@ def build(workdir: Path, documents: int, chunk: int) -> dict:
     from trainer.evaluate import load_beir
 
     trainer.index.ENCODE_CHUNK = chunk
-    beir = synthetic_beir(workdir / f"synthetic-{documents}" / "beir", documents)
+    beir = synthetic_beir(workdir / f"synthetic-{documents}" / "beir", documents, queries=QUERIES)
     load_beir(beir)  # the corpus's text in memory, as the index phase holds it
     import pylate.models  # noqa: F401  (imports before the baseline)
 

@@ -138,30 +138,35 @@ class Server:
 
     def close(self) -> None:
         self.proc.terminate()
-        self.proc.wait(60)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:  # still answering a queue: stop it
+            self.proc.kill()
+            self.proc.wait(60)
         self.log.close()
 
 
-def _post(url: str, body: dict) -> float:
+def _post(url: str, body: dict, timeout: float = 300) -> float:
     data = json.dumps(body).encode()
     request = urllib.request.Request(url + ":predict", data=data, headers={"Content-Type": "application/json"})
     started = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=300) as answer:
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
         answer.read()
     return time.perf_counter() - started
 
 
-def _drain(url: str, body: dict, patience: float = 600) -> None:
-    """One request, answered once what the server holds (an earlier cell's queue) is done; 503s are retried."""
+def _drain(url: str, body: dict, patience: float = 1800) -> None:
+    """One request, answered once what the server holds (an earlier cell's queue: up to its ``max_queue`` slow
+    requests) is done; 503s and timeouts are retried until ``patience`` seconds have passed."""
     import urllib.error
 
     deadline = time.time() + patience
     while True:
         try:
-            _post(url, body)
+            _post(url, body, timeout=max(1.0, deadline - time.time()))
             return
-        except urllib.error.HTTPError as e:
-            if e.code != 503 or time.time() > deadline:
+        except (urllib.error.HTTPError, TimeoutError) as e:
+            if (isinstance(e, urllib.error.HTTPError) and e.code != 503) or time.time() > deadline:
                 raise
             time.sleep(1)
 
