@@ -453,7 +453,7 @@ def serving_table() -> str:
 def corpus_scale_table() -> str:
     r = bench("corpus-scale")
     clients = [c["clients"] for c in next(x for x in r["runs"] if not x.get("skipped"))["served"]]
-    served = " | ".join(f"served, {n} client{'s' * (n > 1)}: q/s, p50 / p99 ms" for n in clients)
+    served = " | ".join(f"served, {n} client{'s' * (n > 1)}: q/s, p50 / p99 ms, answered" for n in clients)
     lines = [
         "| documents | build s | peak RSS MiB (before the build) | index MiB | index bytes a document "
         f"| in-process p50 / p99 ms | {served} |",
@@ -466,7 +466,9 @@ def corpus_scale_table() -> str:
                 f"{x['projected_peak_gib']} GiB | | | | |" + " |" * len(clients)
             )
             continue
-        cells = " | ".join(f"{c['qps']}, {c['p50_ms']} / {c['p99_ms']}" for c in x["served"])
+        cells = " | ".join(
+            f"{c['qps']}, {c['p50_ms']} / {c['p99_ms']}, {c['ok']} of {c['requests']}" for c in x["served"]
+        )
         lines.append(
             f"| {x['documents']:,} | {x['build_seconds']} | {x['peak_rss_mb']} ({x['rss_before_mb']}) "
             f"| {x['index_mb']} "
