@@ -417,3 +417,13 @@ def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_p
     table = (tmp_path / "out" / "serve.md").read_text()
     assert "40 documents (synthetic)" in table and "| search, PLAID | 2 | 4.0 |" in table
     assert (tmp_path / "out" / "serve.png").stat().st_size > 0
+
+
+def test_a_corpus_size_past_the_limits_is_projected_from_the_last_measured_one():
+    """bench/corpus_scale.py: time scales with the corpus; memory is the baseline, the chunk's share (the growth
+    beyond the index) and the index scaled, not the whole peak scaled (which would charge the baseline 10 times)."""
+    from bench.corpus_scale import projected
+
+    last = {"documents": 10_000, "wall_seconds": 600, "rss_before_mb": 1024, "peak_rss_mb": 2048, "index_mb": 512}
+    guess = projected(last, 100_000)
+    assert guess == {"documents": 100_000, "skipped": True, "projected_minutes": 100.0, "projected_peak_gib": 6.5}
