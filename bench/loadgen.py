@@ -8,6 +8,9 @@ latency counts from the moment its request was due, not from when it left. Reque
 achieved rate is the offered one and the latencies are the server's own; past it the achieved rate is the
 capacity, and the queue shows as latency or as refusals (HTTP 503), counted per kind.
 
+:func:`saturate` is the closed loop, kept for one question only: how many answers a second ``clients`` clients get
+when each sends its next request as soon as it has its answer (the server's capacity at that concurrency).
+
 >>> schedule(clients=2, rate=2.0, duration=1.0)
 [0.0, 0.25, 0.5, 0.75]
 >>> summary([0.010, 0.020, 0.030, 0.040], {"HTTP 503": 1}, wall=2.0)
@@ -20,7 +23,7 @@ import asyncio
 import math
 from collections import Counter
 
-__all__ = ["percentile", "run", "schedule", "summary"]
+__all__ = ["percentile", "run", "saturate", "schedule", "summary"]
 
 
 def schedule(clients: int, rate: float, duration: float) -> list[float]:
@@ -101,3 +104,31 @@ def run(url: str, bodies: list[dict], clients: int, rate: float, duration: float
     seconds; :func:`summary` of what came back, with the offered rate."""
     result = asyncio.run(_run(url, bodies, clients, rate, duration, grace))
     return {"clients": clients, "offered_qps": round(clients * rate, 2), **result}
+
+
+async def _saturate(url: str, bodies: list[dict], clients: int, duration: float) -> dict:
+    import httpx
+
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors: Counter = Counter()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(duration + 60), limits=limits) as client:
+        start = loop.time()
+        last = [start]
+
+        async def one_client(c: int) -> None:
+            i = c
+            while loop.time() < start + duration:
+                sent = loop.time()
+                await _one(client, url, bodies[i % len(bodies)], sent, latencies, errors, last)
+                i += clients
+
+        await asyncio.gather(*(one_client(c) for c in range(clients)))
+    return summary(latencies, +errors, last[0] - start)
+
+
+def saturate(url: str, bodies: list[dict], clients: int, duration: float) -> dict:
+    """Closed loop: ``clients`` clients, each sending its next request when the last is answered, for
+    ``duration`` seconds; :func:`summary` of what came back (its q/s is the capacity at that concurrency)."""
+    return {"clients": clients, **asyncio.run(_saturate(url, bodies, clients, duration))}

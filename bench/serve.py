@@ -1,11 +1,15 @@
 """The predictor under load (``colbert-k8s serve --local``, over real HTTP): queries per second, p50/p95/p99 latency
 and errors of search through the PLAID index, search by exact MaxSim and rerank, at 1, 8 and 32 clients, from an
 open-loop load generator (``bench/loadgen.py``: each client sends ``--rate`` requests a second whatever the
-answers, so queueing shows); and the server's overhead at 1 client, against the same search on an engine called
-in this process.
+answers, so queueing shows); the capacity of a closed loop (PLAID search at 1 and 8 clients, rerank at 1); and the
+server's overhead at 1 client, against the same search on an engine called in this process. It judges the serving
+targets on those figures (8 clients at least 2x one client's PLAID throughput; the server at most 1.2x the
+in-process engine; a 20-document rerank at least 5x 0.36 q/s; how far from 100 q/s at p99 under 50 ms, the goal
+on a GPU) and prints each, met or not.
 
     python bench/serve.py --workdir /tmp/serve-bench [--duration 20] [--rate 1] [--clients 1,8,32] [--threads 1]
         [--data BEIR_FOLDER | --synthetic 10000] [--model PATH] [--modes plaid,exact,rerank] [--results bench/out]
+        [--record lab/benchmarks/results.jsonl]
 
 The served model is ``--model`` as a ColBERT (default all-MiniLM-L6-v2, the packaged copy, untrained projection:
 speed does not depend on training); the corpus is ``--data`` (a BEIR folder), or ``--synthetic N`` documents
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -34,7 +39,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import loadgen  # noqa: E402
-from bench.common import ENV, ROOT, free_port, git_commit, minilm, quickstart_data  # noqa: E402
+from bench.common import (  # noqa: E402
+    ENV,
+    ROOT,
+    free_port,
+    git_commit,
+    minilm,
+    output_arguments,
+    quickstart_data,
+    write_result,
+)
 
 # Threads of the server (OMP_NUM_THREADS) and of the in-process engine. 1 by default: on a shared machine a
 # thread pool wider than the cores left to it spins at every barrier (measured on the 2-core development machine
@@ -45,6 +59,9 @@ MODES = {  # name: (table label, served with --exact, what a request is)
     "exact": ("search, exact MaxSim", True, "search"),
     "rerank": ("rerank", False, "rerank"),
 }
+CAPACITY_CLIENTS = {"plaid": (1, 8), "exact": (), "rerank": (1,)}  # closed-loop cells the targets read
+RERANK_BEFORE = 0.36  # q/s of a 20-document rerank at 1 client, 343 documents, as recorded at commit c860112
+GOAL_QPS, GOAL_P99_MS = 100, 50  # the serving goal on one GPU
 
 
 def synthetic_beir(folder: Path, documents: int, queries: int = 300, seed: int = 0) -> Path:
@@ -70,16 +87,16 @@ def synthetic_beir(folder: Path, documents: int, queries: int = 300, seed: int =
     return folder
 
 
-def served_output(workdir: Path, beir: Path, model: str, tag: str) -> Path:
-    """A job's output_dir for ``beir`` (the model and its index with stored embeddings), built once a corpus
-    (``tag``) and model."""
+def served_output(workdir: Path, beir: Path, model: str, tag: str, embeddings: bool = True) -> Path:
+    """A job's output_dir for ``beir`` (the model and its index, with stored embeddings for ``--exact`` unless
+    ``embeddings`` is off), built once a corpus (``tag``) and model."""
     from pylate import models
 
     from trainer.config.load import parse_config
     from trainer.index import build_and_evaluate
     from trainer.run.checkpoint import write_manifest
 
-    out = workdir / f"output-{tag}-{Path(model).name}"
+    out = workdir / f"output-{tag}-{Path(model).name}{'' if embeddings else '-plaid'}"
     if not (out / "index" / "manifest.json").is_file():
         models.ColBERT(model).save(str(out / "final-model"))
         write_manifest(out / "final-model")
@@ -87,11 +104,12 @@ def served_output(workdir: Path, beir: Path, model: str, tag: str) -> Path:
             {
                 "data": {"train": {"path": "t.jsonl"}, "eval_beir": str(beir)},
                 "training": {"max_steps": 1},
-                "index": {"embeddings": True},
+                "index": {"embeddings": embeddings},
                 "output_dir": str(out),
             }
         )
-        build_and_evaluate(str(out / "final-model"), cfg)
+        metrics = build_and_evaluate(str(out / "final-model"), cfg)
+        (out / "index-metrics.json").write_text(json.dumps(metrics) + "\n")
     return out
 
 
@@ -120,30 +138,35 @@ class Server:
 
     def close(self) -> None:
         self.proc.terminate()
-        self.proc.wait(60)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:  # still answering a queue: stop it
+            self.proc.kill()
+            self.proc.wait(60)
         self.log.close()
 
 
-def _post(url: str, body: dict) -> float:
+def _post(url: str, body: dict, timeout: float = 300) -> float:
     data = json.dumps(body).encode()
     request = urllib.request.Request(url + ":predict", data=data, headers={"Content-Type": "application/json"})
     started = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=300) as answer:
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
         answer.read()
     return time.perf_counter() - started
 
 
-def _drain(url: str, body: dict, patience: float = 600) -> None:
-    """One request, answered once what the server holds (an earlier cell's queue) is done; 503s are retried."""
+def _drain(url: str, body: dict, patience: float = 1800) -> None:
+    """One request, answered once what the server holds (an earlier cell's queue: up to its ``max_queue`` slow
+    requests) is done; 503s and timeouts are retried until ``patience`` seconds have passed."""
     import urllib.error
 
     deadline = time.time() + patience
     while True:
         try:
-            _post(url, body)
+            _post(url, body, timeout=max(1.0, deadline - time.time()))
             return
-        except urllib.error.HTTPError as e:
-            if e.code != 503 or time.time() > deadline:
+        except (urllib.error.HTTPError, TimeoutError) as e:
+            if (isinstance(e, urllib.error.HTTPError) and e.code != 503) or time.time() > deadline:
                 raise
             time.sleep(1)
 
@@ -178,7 +201,7 @@ def tables(result: dict) -> str:
     """The Markdown the results file holds: what ran where, the load cells, the overheads."""
     lines = [
         f"{result['date']}, commit `{result['commit']}`, {result['machine']}, device {result['device']} "
-        f"(torch threads: {result['threads']}); "
+        f"(torch threads: {result['threads']}), load average {result['load']}; "
         f"{result['documents']} documents ({result['corpus']}); model {result['model']}; open loop, each client "
         f"{result['rate']} requests/s for {result['duration']} s a cell; batching: {result['batching']}.",
         "",
@@ -191,12 +214,27 @@ def tables(result: dict) -> str:
             f"| {r['mode']} | {r['clients']} | {r['offered_qps']} | {r['qps']} | {r['p50_ms']} | {r['p95_ms']} | "
             f"{r['p99_ms']} | {r['requests']} | {errors} |"
         )
+    return "\n".join(lines + capacity_lines(result)) + "\n"
+
+
+def capacity_lines(result: dict) -> list[str]:
+    """The closed-loop capacities, the server's overhead, and the targets judged on them."""
+    lines = []
+    if result.get("capacity"):
+        lines += ["", "| closed loop (next request on each answer) | clients | q/s | p50 ms | p99 ms | errors |"]
+        lines.append("|---|---|---|---|---|---|")
+        for r in result["capacity"]:
+            errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+            lines.append(f"| {r['mode']} | {r['clients']} | {r['qps']} | {r['p50_ms']} | {r['p99_ms']} | {errors} |")
     if result["overhead"]:
         lines += ["", "| search, 1 client, one at a time | in-process p50 ms | over HTTP p50 ms | server overhead |"]
         lines.append("|---|---|---|---|")
         for r in result["overhead"]:
             lines.append(f"| {r['mode']} | {r['in_process_p50_ms']} | {r['http_p50_ms']} | {r['ratio']}x |")
-    return "\n".join(lines) + "\n"
+    if result.get("targets"):
+        lines += ["", "| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |" for t in result["targets"]]
+    return lines
 
 
 def plot(result: dict, path: Path) -> None:
@@ -240,7 +278,9 @@ def main() -> None:
     parser.add_argument("--overhead-requests", type=int, default=50, help="searches of the overhead measure")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch threads of the server")
+    output_arguments(parser, "serving")
     args = parser.parse_args()
+    loaded = os.getloadavg()[0]
     modes = [m.strip() for m in args.modes.split(",")]
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"--modes: {unknown[0]!r} is not one of {', '.join(MODES)}")
@@ -266,7 +306,41 @@ def main() -> None:
         {"instances": [{"query": q, "documents": [corpus[(i * width + j) % len(corpus)] for j in range(width)]}]}
         for i, q in enumerate(split.queries)
     ]
-    rows, overheads = [], []
+    rows, overheads, capacity = measure(args, out, modes, clients, searches, reranks)
+    device = "CPU" if args.device == "cpu" else _gpu_name()
+    batching = ", ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("COLBERT_SERVE_")) or "defaults"
+    result = {
+        "date": str(date.today()),
+        "commit": git_commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load": f"{loaded:.1f} to {os.getloadavg()[0]:.1f}",
+        "device": device,
+        "threads": args.threads,
+        "documents": len(split.corpus),
+        "corpus": name,
+        "model": Path(args.model).name if args.model else "all-MiniLM-L6-v2 (packaged)",
+        "rate": args.rate,
+        "duration": args.duration,
+        "batching": batching,
+        "rerank_documents": width,
+        "rows": rows,
+        "overhead": overheads,
+        "capacity": capacity,
+    }
+    result["targets"] = targets(result)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "serve.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.results / "serve.md").write_text(tables(result))
+    plot(result, args.results / "serve.png")
+    print("\n" + tables(result) + f"\nwritten: {args.results / 'serve.md'}, serve.json, serve.png")
+    write_result(result, args)
+
+
+def measure(args, out: Path, modes: list[str], clients: list[int], searches: list, reranks: list):
+    """Every cell: the open-loop rows, the overheads at 1 client, and the closed-loop capacities the targets
+    read (PLAID search at 1 and 8 clients, rerank at 1)."""
+    rows, overheads, capacity = [], [], []
+    width = args.rerank_documents
     for exact in (False, True):
         served = [m for m in modes if MODES[m][1] == exact]
         if not served:
@@ -284,6 +358,11 @@ def main() -> None:
                     cell = loadgen.run(server.url + ":predict", bodies, n, args.rate, args.duration)
                     rows.append({"mode": label, **cell})
                     print(json.dumps(rows[-1]), flush=True)
+                for n in CAPACITY_CLIENTS[mode]:
+                    _drain(server.url, bodies[0])
+                    cell = loadgen.saturate(server.url + ":predict", bodies, n, args.duration)
+                    capacity.append({"mode": label, **cell})
+                    print(json.dumps(capacity[-1]), flush=True)
                 if kind == "search":
                     _drain(server.url, bodies[0])
                     cell = overhead(server.url, out, exact, args.device, args.threads, bodies, args.overhead_requests)
@@ -291,28 +370,50 @@ def main() -> None:
                     print(json.dumps(overheads[-1]), flush=True)
         finally:
             server.close()
-    device = "CPU" if args.device == "cpu" else _gpu_name()
-    batching = ", ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("COLBERT_SERVE_")) or "defaults"
-    result = {
-        "date": str(date.today()),
-        "commit": git_commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "device": device,
-        "threads": args.threads,
-        "documents": len(split.corpus),
-        "corpus": name,
-        "model": Path(args.model).name if args.model else "all-MiniLM-L6-v2 (packaged)",
-        "rate": args.rate,
-        "duration": args.duration,
-        "batching": batching,
-        "rows": rows,
-        "overhead": overheads,
-    }
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "serve.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.results / "serve.md").write_text(tables(result))
-    plot(result, args.results / "serve.png")
-    print("\n" + tables(result) + f"\nwritten: {args.results / 'serve.md'}, serve.json, serve.png")
+    return rows, overheads, capacity
+
+
+def targets(result: dict) -> list[dict]:
+    """The serving targets, each measured in this run: met or not, with the figures it was judged on."""
+    cap = {(c["mode"], c["clients"]): c for c in result["capacity"]}
+    rerank = f"rerank, {result['rerank_documents']} documents"
+    out = []
+    if (one := cap.get((MODES["plaid"][0], 1))) and (eight := cap.get((MODES["plaid"][0], 8))):
+        ratio = eight["qps"] / one["qps"] if one["qps"] else math.inf
+        out.append(
+            {
+                "target": "PLAID search: 8 clients at least 2x the 1-client throughput",
+                "measured": f"{eight['qps']} q/s at 8 clients, {one['qps']} at 1: {ratio:.2f}x",
+                "met": ratio >= 2,
+            }
+        )
+    for o in result["overhead"]:
+        if o["mode"] == MODES["plaid"][0]:
+            out.append(
+                {
+                    "target": "server overhead at 1 client at most 1.2x the engine called in-process",
+                    "measured": f"{o['http_p50_ms']} ms over HTTP, {o['in_process_p50_ms']} in-process: {o['ratio']}x",
+                    "met": o["ratio"] <= 1.2,
+                }
+            )
+    if (r := cap.get((rerank, 1))) and result["rerank_documents"] == 20:
+        out.append(
+            {
+                "target": f"rerank of 20 documents at 1 client at least 5x {RERANK_BEFORE} q/s",
+                "measured": f"{r['qps']} q/s: {r['qps'] / RERANK_BEFORE:.1f}x",
+                "met": r["qps"] >= 5 * RERANK_BEFORE,
+            }
+        )
+    if one := cap.get((MODES["plaid"][0], max(CAPACITY_CLIENTS["plaid"]))):
+        out.append(
+            {
+                "target": f"the GPU goal: p99 under {GOAL_P99_MS} ms at {GOAL_QPS} q/s per GPU",
+                "measured": f"{result['device']}: {one['qps']} q/s at {one['clients']} clients (p99 {one['p99_ms']} "
+                f"ms), {GOAL_QPS / one['qps'] if one['qps'] else math.inf:.0f}x short of the rate",
+                "met": one["qps"] >= GOAL_QPS and one["p99_ms"] < GOAL_P99_MS,
+            }
+        )
+    return out
 
 
 def _gpu_name() -> str:

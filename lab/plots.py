@@ -204,7 +204,62 @@ def plot_elastic(path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def plot_serving(path: Path) -> None:
+    """Answered against offered q/s, and p50/p99 latency, against clients: one line a request kind."""
+    plt = _plt()
+    r = bench("serving")
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=120)
+    for mode in dict.fromkeys(x["mode"] for x in r["rows"]):
+        rows = [x for x in r["rows"] if x["mode"] == mode]
+        clients = [x["clients"] for x in rows]
+        line = rate.plot(clients, [x["qps"] for x in rows], marker="o", label=mode)[0]
+        rate.plot(clients, [x["offered_qps"] for x in rows], ls=":", color=line.get_color())
+        latency.plot(clients, [x["p50_ms"] for x in rows], marker="o", color=line.get_color())
+        latency.plot(clients, [x["p99_ms"] for x in rows], marker="^", ls="--", color=line.get_color())
+    rate.set(xscale="log", xlabel="clients", ylabel="answered q/s (dotted: offered)")
+    latency.set(xscale="log", yscale="log", xlabel="clients", ylabel="latency ms (dashed: p99)")
+    for ax in (rate, latency):
+        ax.grid(alpha=0.3)
+    rate.legend(fontsize=7)
+    fig.suptitle(
+        f"serve --local, {r['documents']} documents, {r['device']}, open loop (commit {r['commit']})", fontsize=9
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def plot_corpus_scale(path: Path) -> None:
+    """The index phase's build seconds and peak RSS, and search latency, against the corpus's size."""
+    plt = _plt()
+    r = bench("corpus-scale")
+    runs = [x for x in r["runs"] if not x.get("skipped")]
+    docs = [x["documents"] for x in runs]
+    fig, (cost, memory, latency) = plt.subplots(1, 3, figsize=(11, 3.4), dpi=120)
+    cost.plot(docs, [x["build_seconds"] for x in runs], "o-")
+    memory.plot(docs, [x["peak_rss_mb"] for x in runs], "o-", label="peak RSS of the build")
+    memory.plot(docs, [x["rss_before_mb"] + x["index_mb"] for x in runs], "s--", label="before the build + the index")
+    latency.plot(docs, [x["in_process"]["p50_ms"] for x in runs], "o-", label="in-process p50")
+    for i, n in enumerate(c["clients"] for c in runs[0]["served"]):
+        latency.plot(docs, [x["served"][i]["p99_ms"] for x in runs], "^--", label=f"served p99, {n} clients")
+    for ax, title in ((cost, "build seconds"), (memory, "MiB"), (latency, "search latency, ms")):
+        ax.set_xscale("log")
+        ax.set_xlabel("documents")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    latency.set_yscale("log")
+    memory.set_ylim(bottom=0)
+    memory.legend(fontsize=7)
+    latency.legend(fontsize=7)
+    fig.suptitle(
+        f"{r['encoder']}, synthetic corpus, {r['chunk']:,} documents a chunk (commit {r['commit']})", fontsize=9
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 PLOTS: dict[str, Callable[[Path], None]] = {
+    "serving.png": plot_serving,
+    "corpus_scale.png": plot_corpus_scale,
     "nfcorpus_recipe.png": plot_nfcorpus,
     "mining_quality.png": plot_mining_quality,
     "mining_crossover.png": plot_crossover,

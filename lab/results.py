@@ -402,13 +402,69 @@ def progress_table() -> str:
     return f"Commit `{r['commit']}`, {r['steps']} steps a run.\n\n" + "\n".join(lines)
 
 
+def _errors(x: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in x["errors"].items()) or "0"
+
+
 def serving_table() -> str:
     r = bench("serving")
-    lines = ["| request | clients | requests | queries/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"{r['date']}, commit `{r['commit']}`, {r['machine']}, {r['device']} (torch threads {r['threads']}), load "
+        f"average {r['load']}; {r['documents']} documents ({r['corpus']}), model {r['model']}; open loop, each client "
+        f"{r['rate']} requests/s for {r['duration']} s a cell; batching: {r['batching']}.",
+        "",
+        "| request | clients | offered q/s | q/s | p50 ms | p95 ms | p99 ms | requests | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in r["rows"]:
-        mode = f"rerank ({r['rerank_documents']} documents)" if x["mode"] == "rerank" else x["mode"]
-        lines.append(f"| {mode} | {x['clients']} | {x['requests']} | {x['qps']:.2f} | {x['p50_ms']} | {x['p99_ms']} |")
-    return f"{r['date']}, commit `{r['commit']}`, {r['machine']}, {r['documents']} documents.\n\n" + "\n".join(lines)
+        lines.append(
+            f"| {x['mode']} | {x['clients']} | {x['offered_qps']} | {x['qps']} | {x['p50_ms']} | {x['p95_ms']} "
+            f"| {x['p99_ms']} | {x['requests']} | {_errors(x)} |"
+        )
+    lines += ["", "| closed loop (next request on each answer) | clients | q/s | p50 ms | p99 ms | errors |"]
+    lines.append("|---|---|---|---|---|---|")
+    for x in r["capacity"]:
+        lines.append(f"| {x['mode']} | {x['clients']} | {x['qps']} | {x['p50_ms']} | {x['p99_ms']} | {_errors(x)} |")
+    lines += ["", "| search, 1 client, one at a time | in-process p50 ms | over HTTP p50 ms | server overhead |"]
+    lines.append("|---|---|---|---|")
+    for x in r["overhead"]:
+        lines.append(f"| {x['mode']} | {x['in_process_p50_ms']} | {x['http_p50_ms']} | {x['ratio']}x |")
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |" for t in r["targets"]]
+    return "\n".join(lines) + "\n\n![serving: answered q/s and latency against clients](serving.png)"
+
+
+def corpus_scale_table() -> str:
+    r = bench("corpus-scale")
+    clients = [c["clients"] for c in next(x for x in r["runs"] if not x.get("skipped"))["served"]]
+    served = " | ".join(f"served, {n} client{'s' * (n > 1)}: q/s, p50 / p99 ms, answered" for n in clients)
+    lines = [
+        "| documents | build s | peak RSS MiB (before the build) | index MiB | index bytes a document "
+        f"| in-process p50 / p99 ms | {served} |",
+        "|---|---|---|---|---|---|" + "---|" * len(clients),
+    ]
+    for x in r["runs"]:
+        if x.get("skipped"):
+            lines.append(
+                f"| {x['documents']:,} | not run: projected {x['projected_minutes']} min, "
+                f"{x['projected_peak_gib']} GiB | | | | |" + " |" * len(clients)
+            )
+            continue
+        cells = " | ".join(
+            f"{c['qps']}, {c['p50_ms']} / {c['p99_ms']}, {c['ok']} of {c['requests']}" for c in x["served"]
+        )
+        lines.append(
+            f"| {x['documents']:,} | {x['build_seconds']} | {x['peak_rss_mb']} ({x['rss_before_mb']}) "
+            f"| {x['index_mb']} "
+            f"| {x['index_bytes_per_document']:,} | {x['in_process']['p50_ms']} / {x['in_process']['p99_ms']} "
+            f"| {cells} |"
+        )
+    return (
+        f"{r['date']}, commit `{r['commit']}`, {r['machine']}, load average {r['load']}; {r['corpus']}, "
+        f"{r['encoder']}, encoded {r['chunk']:,} documents at a time; served: open loop, each client {r['rate']} "
+        f"requests/s for {r['duration']} s.\n\n" + "\n".join(lines) + "\n\n"
+        "![index build and search against corpus size](corpus_scale.png)"
+    )
 
 
 def footprint_table() -> str:
@@ -507,6 +563,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "peer-death": peer_death_table,
     "progress-overhead": progress_table,
     "serving": serving_table,
+    "corpus-scale": corpus_scale_table,
     "footprint": footprint_table,
     "mining-cost": mining_cost_table,
     "plaid-recall": plaid_recall_table,
@@ -525,6 +582,7 @@ def page() -> str:
             ("A peer dies or freezes", "peer-death"),
             ("Progress reporting against a stalled endpoint", "progress-overhead"),
             ("Serving", "serving"),
+            ("The index at corpus scale", "corpus-scale"),
             ("The index's footprint on the quickstart model", "footprint"),
             ("What mining costs", "mining-cost"),
             ("PLAID against exact MaxSim", "plaid-recall"),

@@ -299,6 +299,77 @@ def test_the_load_generator_sends_on_schedule_without_waiting_for_answers():
     assert (cell["requests"], cell["ok"], cell["errors"]) == (4, 4, {})
 
 
+def test_the_closed_loop_keeps_one_request_in_flight_a_client():
+    """loadgen.saturate: each client sends its next request only once answered, so a server that answers
+    slowly never holds more requests than there are clients, and every answer is counted."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench import loadgen
+
+    lock, held, most = threading.Lock(), [0], [0]
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                held[0] += 1
+                most[0] = max(most[0], held[0])
+            time.sleep(0.05)
+            with lock:
+                held[0] -= 1
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cell = loadgen.saturate(f"http://127.0.0.1:{server.server_port}/", [{}], clients=3, duration=0.5)
+    finally:
+        server.shutdown()
+    assert most[0] <= 3 and cell["clients"] == 3 and cell["errors"] == {}
+    assert cell["ok"] == cell["requests"] >= 3 and cell["qps"] > 0
+
+
+def _serve_result(one: float, eight: float, overhead: float, rerank: float, p99: float = 40.0) -> dict:
+    plaid, rr = "search, PLAID", "rerank, 20 documents"
+    return {
+        "device": "CPU",
+        "rerank_documents": 20,
+        "capacity": [
+            {"mode": plaid, "clients": 1, "qps": one, "p99_ms": p99},
+            {"mode": plaid, "clients": 8, "qps": eight, "p99_ms": p99},
+            {"mode": rr, "clients": 1, "qps": rerank, "p99_ms": p99},
+        ],
+        "overhead": [{"mode": plaid, "in_process_p50_ms": 10.0, "http_p50_ms": 10 * overhead, "ratio": overhead}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "result", "met"),
+    [
+        ("all met but the GPU goal", _serve_result(10, 20, 1.2, 1.8), [True, True, True, False]),
+        ("8 clients short of 2x", _serve_result(10, 19.9, 1.0, 2.0), [False, True, True, False]),
+        ("the server too slow", _serve_result(10, 30, 1.21, 2.0), [True, False, True, False]),
+        ("rerank short of 5x", _serve_result(10, 30, 1.0, 1.79), [True, True, False, False]),
+        ("the GPU goal met", _serve_result(60, 120, 1.0, 2.0, p99=49), [True, True, True, True]),
+        ("the GPU goal's rate, not its p99", _serve_result(60, 120, 1.0, 2.0, p99=50), [True, True, True, False]),
+    ],
+)
+def test_each_serving_target_is_judged_on_its_own_figures(name, result, met):
+    from bench.serve import targets
+
+    judged = targets(result)
+    assert [t["met"] for t in judged] == met, name
+    assert "2x" in judged[0]["target"] and "1.2x" in judged[1]["target"] and "0.36" in judged[2]["target"]
+
+
 def test_the_synthetic_corpus_is_realistic_lengths_and_queries_from_its_documents(tmp_path):
     from bench.serve import synthetic_beir
     from trainer.evaluate import load_beir
@@ -350,7 +421,23 @@ def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_p
     for r in result["rows"]:
         assert r["requests"] == 2 * r["clients"] and r["ok"] + sum(r["errors"].values()) == r["requests"]
     assert [o["mode"] for o in result["overhead"]] == ["search, PLAID", "search, exact MaxSim"]
+    assert [(c["mode"], c["clients"]) for c in result["capacity"]] == [
+        ("search, PLAID", 1),
+        ("search, PLAID", 8),
+        ("rerank, 20 documents", 1),
+    ]
+    assert len(result["targets"]) == 4 and "| target | measured | met |" in (tmp_path / "out" / "serve.md").read_text()
     assert all(o["ratio"] > 0 for o in result["overhead"])
     table = (tmp_path / "out" / "serve.md").read_text()
     assert "40 documents (synthetic)" in table and "| search, PLAID | 2 | 4.0 |" in table
     assert (tmp_path / "out" / "serve.png").stat().st_size > 0
+
+
+def test_a_corpus_size_past_the_limits_is_projected_from_the_last_measured_one():
+    """bench/corpus_scale.py: time scales with the corpus; memory is the baseline, the chunk's share (the growth
+    beyond the index) and the index scaled, not the whole peak scaled (which would charge the baseline 10 times)."""
+    from bench.corpus_scale import projected
+
+    last = {"documents": 10_000, "wall_seconds": 600, "rss_before_mb": 1024, "peak_rss_mb": 2048, "index_mb": 512}
+    guess = projected(last, 100_000)
+    assert guess == {"documents": 100_000, "skipped": True, "projected_minutes": 100.0, "projected_peak_gib": 6.5}

@@ -10,6 +10,12 @@ nothing, a full disk is one line), with ``corpus-ids.json``, the document of eac
 holds in memory; ``metrics.json`` gains ``index``: the metrics through the index, its build seconds and size
 on disk. With ``index.embeddings``, the corpus's token embeddings are stored beside it for
 ``serve --exact`` (``trainer/serve/corpus.py``).
+
+The corpus is encoded and added to the index ``ENCODE_CHUNK`` documents at a time
+(``trainer/retrieval/plaid.py``: fast-plaid's create, then its update), so the build's memory is the index and
+one chunk's embeddings, not the whole corpus's (about 90 KB a 180-token document in float32). A corpus of more
+than one chunk is added in a seeded random order, so the first chunk, whose tokens train the centroids, is a
+sample of the whole corpus rather than its first documents; ``corpus-ids.json`` holds that order.
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
 from pathlib import Path
 
 from trainer.config.schema import METRICS, TrainConfig
 
-__all__ = ["build_and_evaluate"]
+__all__ = ["ENCODE_CHUNK", "build_and_evaluate"]
 
 log = logging.getLogger(__name__)
+
+ENCODE_CHUNK = 10_000  # documents encoded and added at a time: about 1 GB of float32 at 180 tokens, dim 128
 
 
 def _size_mb(path: Path) -> float:
@@ -37,7 +46,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
 
     from trainer.atomic import replace_dir, whole_or_absent
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
-    from trainer.retrieval.plaid import build_index, search_index
+    from trainer.retrieval.plaid import build_index_in_chunks, search_index
     from trainer.run.checkpoint import write_manifest
     from trainer.serve.corpus import IDS
 
@@ -48,15 +57,23 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     tmp = out / f".tmp-index-{os.getpid()}"
     started = time.perf_counter()
     with whole_or_absent(tmp):  # a failed build leaves no temporary; a full disk is DiskFull's one line
-        docs = model.encode(
-            split.corpus,
-            is_query=False,
-            batch_size=cfg.evaluation.batch_size,
-            pool_factor=cfg.index.pool_factor,  # PyLate's hierarchical token pooling (1: none)
-            show_progress_bar=False,
+        order = list(range(len(split.corpus)))
+        if len(order) > ENCODE_CHUNK:  # the first chunk trains the centroids: a sample, not the corpus's head
+            random.Random(cfg.training.seed).shuffle(order)
+        ids, texts = [split.corpus_ids[i] for i in order], [split.corpus[i] for i in order]
+
+        def encode(chunk: list[str]) -> list:
+            return model.encode(
+                chunk,
+                is_query=False,
+                batch_size=cfg.evaluation.batch_size,
+                pool_factor=cfg.index.pool_factor,  # PyLate's hierarchical token pooling (1: none)
+                show_progress_bar=False,
+            )
+
+        index, tokens = build_index_in_chunks(
+            tmp, "colbert", cfg.index.nbits, ids, texts, encode, cfg.training.seed, ENCODE_CHUNK
         )
-        tokens = sum(len(d) for d in docs)
-        index = build_index(tmp, "colbert", cfg.index.nbits, split.corpus_ids, docs, cfg.training.seed)
         build_seconds = time.perf_counter() - started
         queries = model.encode(
             split.queries, is_query=True, batch_size=cfg.evaluation.batch_size, show_progress_bar=False
@@ -64,11 +81,11 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
         hits = search_index(index, queries, min(TOP_K, len(split.corpus_ids)))
         run = {qid: dict(found) for qid, found in zip(split.query_ids, hits)}
         del index
-        (tmp / IDS).write_text(json.dumps(split.corpus_ids))  # each PLAID id's document, for serving
+        (tmp / IDS).write_text(json.dumps(ids))  # each PLAID id's document, for serving
         if cfg.index.embeddings:  # for serve --exact (trainer/serve/corpus.py): the evaluation's embeddings
             from trainer.serve.corpus import write_corpus
 
-            write_corpus(tmp, model, split.corpus, cfg.evaluation.batch_size)
+            write_corpus(tmp, model, texts, cfg.evaluation.batch_size)  # in corpus-ids.json's order
         write_manifest(tmp)  # last: an index without a verifying manifest is rebuilt (trainer/phases.py)
     replace_dir(tmp, out / "index")
     result = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -10,7 +12,7 @@ from trainer import distributed as D
 from trainer.encode import embed_texts
 from trainer.retrieval.search import DOC_CHUNK, Candidates, merge_shards, my_chunks
 
-__all__ = ["PlaidRetriever", "build_index", "search_index"]
+__all__ = ["PlaidRetriever", "build_index", "build_index_in_chunks", "search_index"]
 
 
 def build_index(folder: Path, name: str, nbits: int, ids: list[str], embeddings, seed: int):
@@ -24,6 +26,44 @@ def build_index(folder: Path, name: str, nbits: int, ids: list[str], embeddings,
         torch.manual_seed(seed)
         index.add_documents(documents_ids=ids, documents_embeddings=embeddings)
     return index
+
+
+def build_index_in_chunks(
+    folder: Path,
+    name: str,
+    nbits: int,
+    ids: list[str],
+    texts: list[str],
+    encode: Callable[[list[str]], list],
+    seed: int,
+    chunk: int,
+):
+    """:func:`build_index` of ``texts``, encoded ``chunk`` documents at a time, so that the build holds one
+    chunk's float embeddings beside the index, whatever the corpus's size. The first chunk creates the index
+    (fast-plaid's k-means centroids come from its tokens: give it a representative chunk); each later one is
+    fast-plaid's update, which compresses it against those centroids and adds centroids where its tokens fall far
+    from all of them. fast-plaid's ``low_memory`` keeps the index's codes and residuals in host memory on a GPU
+    while it builds. Returns the index and the number of tokens it holds."""
+    from pylate import indexes
+
+    index = indexes.PLAID(
+        index_folder=str(folder), index_name=name, override=True, nbits=nbits, show_progress=False, low_memory=True
+    )
+    tokens = 0
+    quiet = logging.getLogger("pylate.indexes.fast_plaid")  # its warning at every update: adding chunks is the plan
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            for start in range(0, len(texts), chunk):
+                docs = encode(texts[start : start + chunk])  # each (tokens, dim)
+                tokens += sum(len(d) for d in docs)
+                index.add_documents(documents_ids=ids[start : start + chunk], documents_embeddings=docs)
+                del docs
+    finally:
+        quiet.setLevel(level)
+    return index, tokens
 
 
 def search_index(index, queries_embeddings, k: int) -> list[list[tuple[str, float]]]:
