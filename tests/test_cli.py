@@ -143,8 +143,10 @@ def test_local_without_the_train_extra_is_one_line(tmp_path):
 
 
 def test_trainer_without_torch_is_one_line(tmp_path):
+    """Data that reads (the data checks need no torch): the trainer gets as far as torch and names it."""
+    (tmp_path / "d.jsonl").write_text('{"query": "q", "positive": "p", "negative": "n"}\n')
     cfg = tmp_path / "t.yaml"
-    cfg.write_text("data: {train: {path: d.jsonl}}\n")
+    cfg.write_text(f"data: {{train: {{path: {tmp_path / 'd.jsonl'}}}}}\n")
     code = BLOCK_TRAINER + f"from trainer.cli import main\nraise SystemExit(main(['--config', {str(cfg)!r}]))\n"
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and "torch is not installed" in res.stderr and "Traceback" not in res.stderr

@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "COMPLETE_AT",
+    "FILE",
     "SAMPLE",
     "TEMPERATURES",
     "describe",
@@ -33,6 +34,7 @@ __all__ = [
 COMPLETE_AT = 3  # labels look complete when the median labelled positive ranks at or above this
 TEMPERATURES = {"complete": 1.0, "incomplete": 0.25}  # loss.temperature: auto, by how the labels look
 SAMPLE = 512  # queries whose labelled positives are ranked
+FILE = "labels.json"  # beside the first round's mined rows: what measure() found
 
 
 def positive_rank(candidates, positives: set[int], positive_score: float) -> int:

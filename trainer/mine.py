@@ -62,7 +62,7 @@ TAUGHT_COLUMNS = Columns(query="query", documents="documents", scores="scores") 
 _DROPPED_KEY = "colbert_k8s.dropped"  # a part's metadata: rows it dropped, by reason
 _FALLBACK_KEY = "colbert_k8s.fallback"  # and rows it kept with random negatives (mine.fallback), by reason
 _FINGERPRINT = "fingerprint.json"  # what the parts beside it were mined from (mining_fingerprint)
-LABELS = "labels.json"  # how complete the labels look to the first round's retriever (trainer/labels.py)
+LABELS = labels.FILE  # how complete the labels look to the first round's retriever (trainer/labels.py)
 
 
 class MiningError(DataError, JobVerdict):

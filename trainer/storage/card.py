@@ -199,10 +199,9 @@ def _loss(cfg: TrainConfig) -> str:
     if temperature != "auto":
         return f"{cfg.loss.name}, temperature {temperature:g}"
     from trainer import labels
-    from trainer.mine import LABELS
 
     try:
-        structure = json.loads((Path(cfg.output_dir) / "mined" / "round-1" / LABELS).read_text())
+        structure = json.loads((Path(cfg.output_dir) / "mined" / "round-1" / labels.FILE).read_text())
     except (OSError, ValueError):
         return f"{cfg.loss.name}, temperature auto (not recorded)"
     return f"{cfg.loss.name}, {labels.explain(structure)}"
