@@ -3,9 +3,13 @@ and refuse a single-valued flag given twice, and the options and helpers of the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import importlib.util
+import logging
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -27,8 +31,10 @@ __all__ = [
     "cluster_options",
     "default_namespace",
     "job_name",
+    "missing_modules",
     "namespace_option",
     "output_option",
+    "trainer_log_to_stderr",
 ]
 
 
@@ -245,3 +251,27 @@ def job_name(name: str) -> str:
             hint="see `colbert-k8s list`",
         )
     return name
+
+
+def missing_modules(*names: str) -> list[str]:
+    """The modules of ``names`` this environment cannot import: a command that runs the trainer here names them
+    before it starts (the CLI installs without torch).
+
+    >>> missing_modules("json", "no_such_module_here")
+    ['no_such_module_here']
+    """
+    return [m for m in names if importlib.util.find_spec(m) is None]
+
+
+@contextlib.contextmanager
+def trainer_log_to_stderr() -> Iterator[None]:
+    """The trainer's INFO lines on stderr, bare, while a command runs its code in this process."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("trainer")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)

@@ -14,15 +14,12 @@ this process, and needs the trainer's packages (torch, PyLate) and the databases
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import logging
-import sys
 from pathlib import Path
 
 import click
 
-from operator_cli.commands.base import Command
+from operator_cli.commands.base import Command, missing_modules, trainer_log_to_stderr
 from operator_cli.errors import CliError
 
 __all__ = ["export_index_cmd"]
@@ -70,27 +67,22 @@ def _target(to: str):
 def export_index_cmd(model: str, corpus: str, to: str, queries: str | None, **o) -> None:
     """Encode a corpus with an exported model and write it into a vector database (Qdrant, LanceDB)."""
     target = _target(to)
-    missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
+    missing = missing_modules("torch", "pylate")
     if missing:
         raise CliError(f"export-index encodes with the model here and needs {', '.join(missing)}", hint=_EXTRA)
     from trainer.config.schema import ConfigError
     from trainer.destinations.base import ExportFailed
     from trainer.vectordb import export_index
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logging.getLogger("trainer").addHandler(handler)
-    logging.getLogger("trainer").setLevel(logging.INFO)
     try:
-        result = export_index(
-            model, Path(corpus), to, queries=Path(queries) if queries else None, device=o.pop("device"), **o
-        )
+        with trainer_log_to_stderr():
+            result = export_index(
+                model, Path(corpus), to, queries=Path(queries) if queries else None, device=o.pop("device"), **o
+            )
     except ConfigError as e:  # a refused collection, a bad corpus row, a model that is not one
         raise CliError(str(e)) from None
     except ExportFailed as e:  # the database did not answer: running it again resumes
         raise CliError(str(e), hint="run the same command again: what was written is kept", exit_code=1) from None
-    finally:
-        logging.getLogger("trainer").removeHandler(handler)
     parity = result.get("parity")
     said = f"{result['documents']} documents in {target} ({result['written']} written, {result['state']})"
     if parity:

@@ -13,15 +13,12 @@ onnxruntime): ``pip install 'colbert-k8s[train]'``. Importing this module import
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import logging
-import sys
 from pathlib import Path
 
 import click
 
-from operator_cli.commands.base import Command
+from operator_cli.commands.base import Command, missing_modules, trainer_log_to_stderr
 from operator_cli.errors import CliError
 
 __all__ = ["export_onnx_cmd"]
@@ -61,7 +58,7 @@ def _model_dir(given: str) -> Path:
 def export_onnx_cmd(model: str, heldout: str | None, split: str, max_int8_loss: float | None, batch_size: int) -> None:
     """Write the model's encoder in ONNX (float32, int8) beside it, with its parity against PyTorch."""
     model_dir = _model_dir(model)
-    missing = [m for m in ("torch", "pylate", "onnxruntime", "onnx") if importlib.util.find_spec(m) is None]
+    missing = missing_modules("torch", "pylate", "onnxruntime", "onnx")
     if missing:
         raise CliError(f"export-onnx runs the model here and needs {', '.join(missing)}", hint=_EXTRA)
     from trainer.config.outputs import MAX_INT8_LOSS
@@ -69,17 +66,12 @@ def export_onnx_cmd(model: str, heldout: str | None, split: str, max_int8_loss: 
     from trainer.evaluate import load_beir
     from trainer.onnx_export import ONNX_DIR, export
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logging.getLogger("trainer").addHandler(handler)
-    logging.getLogger("trainer").setLevel(logging.INFO)
     try:
-        beir = load_beir(heldout, split) if heldout else None
-        parity = export(model_dir, beir, MAX_INT8_LOSS if max_int8_loss is None else max_int8_loss, batch_size)
+        with trainer_log_to_stderr():
+            beir = load_beir(heldout, split) if heldout else None
+            parity = export(model_dir, beir, MAX_INT8_LOSS if max_int8_loss is None else max_int8_loss, batch_size)
     except ConfigError as e:  # a BEIR directory that is not one, a bad row
         raise CliError(str(e)) from None
-    finally:
-        logging.getLogger("trainer").removeHandler(handler)
     said = (
         f"{model_dir / ONNX_DIR}: largest token error float32 {parity['max_token_error_fp32']:.2g}, "
         f"int8 {parity['max_token_error_int8']:.2g}"

@@ -8,7 +8,6 @@ The options are :data:`operator_cli.spec.JOB_OPTIONS`, turned into click options
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
@@ -17,7 +16,14 @@ from typing import Any
 
 import click
 
-from operator_cli.commands.base import Command, click_option, cluster_of, cluster_options, default_namespace
+from operator_cli.commands.base import (
+    Command,
+    click_option,
+    cluster_of,
+    cluster_options,
+    default_namespace,
+    missing_modules,
+)
 from operator_cli.durations import Duration
 from operator_cli.errors import CliError
 from operator_cli.follow import wait_for_job
@@ -243,7 +249,7 @@ def suspended(spec: JobSpec, objects: list[dict]) -> list[dict]:
 )
 def local_cmd(workdir: str, isolate_network: bool, verbose: bool, **o) -> None:
     """Run the rendered job on this machine: one process group per replica, operator env, restarts."""
-    missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
+    missing = missing_modules("torch", "pylate")
     if missing:
         raise CliError(
             f"`local` runs the trainer on this machine, but {', '.join(missing)} is not installed",

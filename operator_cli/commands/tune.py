@@ -13,14 +13,21 @@ renders and creates it (``--engine katib|optimizationjob``) or runs it here (``-
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import click
 
-from operator_cli.commands.base import Command, Group, cluster_of, cluster_options, job_name, namespace_option
+from operator_cli.commands.base import (
+    Command,
+    Group,
+    cluster_of,
+    cluster_options,
+    job_name,
+    missing_modules,
+    namespace_option,
+)
 from operator_cli.commands.job import build_spec, job_options
 from operator_cli.errors import CliError
 from operator_cli.kube.kinds import SWEEPS
@@ -143,7 +150,7 @@ def _local(sweep, dry_run: str | None, output: str, workdir: Path) -> None:
         }
         click.echo(json.dumps(plan, indent=2) if output == "json" else to_yaml([plan]), nl=output == "json")
         return
-    missing = [m for m in ("torch", "pylate") if importlib.util.find_spec(m) is None]
+    missing = missing_modules("torch", "pylate")
     if missing:
         raise CliError(
             f"`tune --local` runs the trainer on this machine, but {', '.join(missing)} is not installed",
