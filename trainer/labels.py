@@ -25,6 +25,7 @@ __all__ = [
     "SAMPLE",
     "TEMPERATURES",
     "describe",
+    "describe_line",
     "explain",
     "measure",
     "positive_rank",
@@ -90,15 +91,22 @@ def temperature_for(structure: dict[str, Any]) -> float:
     return TEMPERATURES[structure["labels"]]
 
 
-def explain(structure: dict[str, Any]) -> str:
-    """One line for the log and the card.
+def describe_line(structure: dict[str, Any]) -> str:
+    """What the retriever found, in words, for the mining log.
 
-    >>> line = explain({"labels": "complete", "median_positive_rank": 1.0, "share_positive_in_top_3": 0.68})
-    >>> line.startswith("temperature 1 (auto): the retriever ranks the labelled positive 1 in the median (68%")
-    True
+    >>> describe_line({"labels": "incomplete", "median_positive_rank": 546.0, "share_positive_in_top_3": 0.065})
+    'the retriever ranks the labelled positive 546 in the median (6% in its top 3): labels look incomplete'
     """
     return (
-        f"temperature {temperature_for(structure):g} (auto): the retriever ranks the labelled positive "
-        f"{structure['median_positive_rank']:g} in the median ({100 * structure['share_positive_in_top_3']:.0f}% in "
-        f"its top 3): labels look {structure['labels']}"
+        f"the retriever ranks the labelled positive {structure['median_positive_rank']:g} in the median "
+        f"({100 * structure['share_positive_in_top_3']:.0f}% in its top 3): labels look {structure['labels']}"
     )
+
+
+def explain(structure: dict[str, Any]) -> str:
+    """The temperature ``auto`` chose and why, for the training log and the card.
+
+    >>> explain({"labels": "complete", "median_positive_rank": 1.0, "share_positive_in_top_3": 0.68})[:40]
+    'temperature 1 (auto): the retriever rank'
+    """
+    return f"temperature {temperature_for(structure):g} (auto): {describe_line(structure)}"

@@ -218,7 +218,7 @@ def _report(stats: dict, pairs: Pairs, mcfg, out_dir: Path, final: Path, seconds
     stats.update(rows_in=len(pairs.rows), seconds=round(seconds, 1))
     if (out_dir / LABELS).is_file():
         stats["labels"] = json.loads((out_dir / LABELS).read_text())
-        log.info("mine: %s", labels.explain(stats["labels"]).split(": ", 1)[1])
+        log.info("mine: %s", labels.describe_line(stats["labels"]))
     write_text(out_dir / "mining.json", json.dumps(stats, indent=2) + "\n")
     log.info("mine: %d of %d rows kept in %.1fs: %s", stats["rows"], len(pairs.rows), stats["seconds"], final)
     explain_drops(stats["dropped"], len(pairs.rows), len(pairs.corpus), mcfg)
