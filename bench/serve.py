@@ -238,28 +238,10 @@ def capacity_lines(result: dict) -> list[str]:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Achieved against offered queries/s, and p50/p99 latency, against clients, one line per request kind."""
-    import matplotlib
+    """The run's plot, drawn as the results page draws the recorded one (lab/plots.py)."""
+    from lab.plots import draw_serving
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (rate, latency) = plt.subplots(1, 2, figsize=(11, 4))
-    for mode in dict.fromkeys(r["mode"] for r in result["rows"]):
-        rows = [r for r in result["rows"] if r["mode"] == mode]
-        clients = [r["clients"] for r in rows]
-        line = rate.plot(clients, [r["qps"] for r in rows], marker="o", label=mode)[0]
-        rate.plot(clients, [r["offered_qps"] for r in rows], linestyle=":", color=line.get_color())
-        latency.plot(clients, [r["p50_ms"] for r in rows], marker="o", color=line.get_color(), label=f"{mode} p50")
-        latency.plot(clients, [r["p99_ms"] for r in rows], marker="^", linestyle="--", color=line.get_color())
-    rate.set(xscale="log", xlabel="clients", ylabel="answered queries/s (dotted: offered)")
-    latency.set(xscale="log", yscale="log", xlabel="clients", ylabel="latency ms (dashed: p99)")
-    for ax in (rate, latency):
-        ax.grid(alpha=0.3)
-    rate.legend(fontsize=8)
-    fig.suptitle(f"serve --local, {result['documents']} documents ({result['corpus']}), {result['device']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    draw_serving(result, path)
 
 
 def main() -> None:

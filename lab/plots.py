@@ -205,9 +205,14 @@ def plot_elastic(path: Path) -> None:
 
 
 def plot_serving(path: Path) -> None:
-    """Answered against offered q/s, and p50/p99 latency, against clients: one line a request kind."""
+    """The record's serving run, drawn by :func:`draw_serving`."""
+    draw_serving(bench("serving"), path)
+
+
+def draw_serving(r: dict, path: Path) -> None:
+    """Answered against offered q/s, and p50/p99 latency, against clients: one line a request kind. ``r``:
+    bench/serve.py's result (the record's line, or a run's own)."""
     plt = _plt()
-    r = bench("serving")
     fig, (rate, latency) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=120)
     for mode in dict.fromkeys(x["mode"] for x in r["rows"]):
         rows = [x for x in r["rows"] if x["mode"] == mode]
