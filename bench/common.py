@@ -101,6 +101,21 @@ def git_commit() -> str:
     return res.stdout.strip() or "unknown"
 
 
+def provenance(load_before: float) -> dict:
+    """Where and when a run measured, for its result's header: the date, the commit, the machine, and the load
+    average before (``load_before``, read as it started) and now, since a loaded machine's figures are not an
+    idle one's."""
+    import platform
+    from datetime import date
+
+    return {
+        "date": str(date.today()),
+        "commit": git_commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load": f"{load_before:.1f} to {os.getloadavg()[0]:.1f}",
+    }
+
+
 def output_arguments(parser, name: str) -> None:
     """``--out`` (this run's JSON) and ``--record`` (the research record's results file, the line ``--name``)."""
     parser.add_argument("--out", type=Path, help="write the result here as JSON")

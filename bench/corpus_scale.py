@@ -26,18 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import loadgen  # noqa: E402
-from bench.common import ENV, ROOT, git_commit, output_arguments, tiny_bert, write_result  # noqa: E402
+from bench.common import ENV, ROOT, output_arguments, provenance, tiny_bert, write_result  # noqa: E402
 from bench.serve import Server, _drain, served_output, synthetic_beir  # noqa: E402
 from trainer.index import ENCODE_CHUNK  # noqa: E402
 
@@ -197,10 +195,7 @@ def main() -> None:
     loaded = os.getloadavg()[0]
     runs = measure(args)
     result = {
-        "date": str(date.today()),
-        "commit": git_commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "load": f"{loaded:.1f} to {os.getloadavg()[0]:.1f}",
+        **provenance(loaded),
         "encoder": ENCODER,
         "corpus": "synthetic (quickstart docstring words, 20-400 words a document)",
         "chunk": args.chunk,

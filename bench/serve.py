@@ -27,14 +27,12 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
-from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,9 +41,9 @@ from bench.common import (  # noqa: E402
     ENV,
     ROOT,
     free_port,
-    git_commit,
     minilm,
     output_arguments,
+    provenance,
     quickstart_data,
     write_result,
 )
@@ -292,10 +290,7 @@ def main() -> None:
     device = "CPU" if args.device == "cpu" else _gpu_name()
     batching = ", ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("COLBERT_SERVE_")) or "defaults"
     result = {
-        "date": str(date.today()),
-        "commit": git_commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "load": f"{loaded:.1f} to {os.getloadavg()[0]:.1f}",
+        **provenance(loaded),
         "device": device,
         "threads": args.threads,
         "documents": len(split.corpus),
