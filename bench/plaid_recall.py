@@ -6,7 +6,9 @@
 The job's index phase reports nDCG@10 through PLAID beside exact MaxSim; this measures the search itself:
 for every query, the share of exact MaxSim's top 10 and top 100 (``trainer/retrieval/exact.py``) that PLAID
 (``trainer/retrieval/plaid.py``, the index the job builds and serving uses) returns in its own top k, at each
-``--nbits``. Both searches are the production code; the data path is an argument (the suite never needs it).
+``--nbits``, and what a query costs: with the candidates scored in full following k (``full_scores``: 256 for a
+top 10, 1,024 for a top 100, PLAID's own searcher's rule) and with each ``--full-scores`` given (PyLate's default
+is 8,192). Both searches are the production code; the data path is an argument (the suite never needs it).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> None:
     parser.add_argument("--split", default="dev")
     parser.add_argument("--nbits", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--document-length", type=int, default=128)
+    parser.add_argument("--full-scores", type=int, nargs="*", default=[8192], help="n_full_scores also measured")
     output_arguments(parser, "plaid-recall")
     args = parser.parse_args()
 
@@ -39,7 +42,7 @@ def main() -> None:
     from trainer.evaluate import load_beir, retrieval_metrics
     from trainer.model import build_model
     from trainer.retrieval.exact import ModelRetriever
-    from trainer.retrieval.plaid import build_index, search_index
+    from trainer.retrieval.plaid import build_index, full_scores
 
     split = load_beir(args.data, args.split)
     cfg = ModelConfig(name_or_path=str(args.model), query_length=32, document_length=args.document_length)
@@ -51,7 +54,13 @@ def main() -> None:
     )
     exact_seconds = time.perf_counter() - started
     exact_run = {q: {split.corpus_ids[d]: s for d, s in top} for q, top in zip(split.query_ids, exact)}
-    rows = [{"search": "exact MaxSim", "seconds": round(exact_seconds, 1), **retrieval_metrics(exact_run, qrels)}]
+    rows = [
+        {
+            "search": "exact MaxSim",
+            "ms a query, top 100": round(1000 * exact_seconds / len(split.queries), 2),
+            **retrieval_metrics(exact_run, qrels),
+        }
+    ]
     with torch.no_grad():
         docs = model.encode(split.corpus, is_query=False, batch_size=32, show_progress_bar=False)
         queries = model.encode(split.queries, is_query=True, batch_size=32, show_progress_bar=False)
@@ -59,28 +68,25 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             started = time.perf_counter()
             index = build_index(Path(folder), "bench", nbits, split.corpus_ids, docs, seed=0)
-            hits = search_index(index, queries, 100)
-            seconds = time.perf_counter() - started
-        run = {q: dict(found) for q, found in zip(split.query_ids, hits)}
-        overlap = {}
-        for k in (10, 100):
-            shares = [
-                len({split.corpus_ids[d] for d, _ in top[:k]} & {d for d, _ in found[:k]}) / max(1, min(k, len(top)))
-                for top, found in zip(exact, hits)
-            ]
-            overlap[f"recall@{k} of exact"] = sum(shares) / len(shares)
-        rows.append(
-            {"search": f"PLAID nbits {nbits}", "seconds": round(seconds, 1), **overlap, **retrieval_metrics(run, qrels)}
-        )
+            build_seconds = time.perf_counter() - started
+            for setting in [None, *args.full_scores]:
+                row = {"search": f"PLAID nbits {nbits}", "build seconds": round(build_seconds, 1)}
+                row["n_full_scores"] = f"{full_scores(10)} / {full_scores(100)}" if setting is None else str(setting)
+                for k in (10, 100):
+                    started = time.perf_counter()
+                    hits = index.search(queries, k, n_full_scores=setting)
+                    row[f"ms a query, top {k}"] = round(1000 * (time.perf_counter() - started) / len(queries), 2)
+                    wanted = [{split.corpus_ids[d] for d, _ in top[:k]} for top in exact]
+                    shares = [len(w & {d for d, _ in found}) / max(1, len(w)) for w, found in zip(wanted, hits)]
+                    row[f"recall@{k} of exact"] = sum(shares) / len(shares)
+                    figures = retrieval_metrics({q: dict(found) for q, found in zip(split.query_ids, hits)}, qrels)
+                    row.update({"ndcg@10": figures["ndcg@10"]} if k == 10 else {"recall@100": figures["recall@100"]})
+                rows.append(row)
     result = {"commit": git_commit(), "model": str(args.model), "split": args.split, "rows": rows}
     write_result(result, args)
-    print("| search | recall@10 of exact | recall@100 of exact | nDCG@10 | Recall@100 | seconds |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['search']} | {r.get('recall@10 of exact', 1.0):.3f} | {r.get('recall@100 of exact', 1.0):.3f} "
-            f"| {r['ndcg@10']:.4f} | {r['recall@100']:.3f} | {r['seconds']} |"
-        )
+    from lab.results import plaid_recall_rows
+
+    print(plaid_recall_rows(result))
 
 
 if __name__ == "__main__":

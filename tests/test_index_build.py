@@ -81,7 +81,7 @@ def test_chunks_past_fast_plaids_rebuild_threshold_are_updates_and_stay_searchab
     against the first chunk's centroids. Every document is still found by its own tokens."""
     import torch
 
-    from trainer.retrieval.plaid import build_index_in_chunks, search_index
+    from trainer.retrieval.plaid import build_index_in_chunks
 
     generator = torch.Generator().manual_seed(0)
     documents = [torch.nn.functional.normalize(torch.randn(6, 16, generator=generator), dim=-1) for _ in range(2500)]
@@ -95,5 +95,31 @@ def test_chunks_past_fast_plaids_rebuild_threshold_are_updates_and_stay_searchab
     index, tokens = build_index_in_chunks(tmp_path, "colbert", 4, ids, [str(i) for i in range(2500)], encode, 0, 1200)
     assert calls == [1200, 1200, 100] and tokens == 2500 * 6
     probe = [0, 1199, 1200, 2399, 2400, 2499]  # each chunk's first and last
-    hits = search_index(index, [documents[i] for i in probe], k=1)
+    hits = index.search([documents[i] for i in probe], k=1)
     assert [h[0][0] for h in hits] == [ids[i] for i in probe]
+
+
+def test_plaid_search_scores_as_many_candidates_as_the_top_k_needs(tmp_path, monkeypatch):
+    """Every PLAID search (serving, the index phase, mining) asks fast-plaid to score in full what PLAID's own
+    searcher would for that k, not PyLate's 8,192 whatever k; a batch's queries go to the server's threads."""
+    import torch
+    from fast_plaid import search
+
+    from trainer.retrieval.plaid import build_index
+
+    generator = torch.Generator().manual_seed(0)
+    documents = [torch.nn.functional.normalize(torch.randn(5, 16, generator=generator), dim=-1) for _ in range(300)]
+    index = build_index(tmp_path, "colbert", 4, [f"d{i}" for i in range(300)], documents, seed=0)
+    asked, real = [], search.FastPlaid.search
+
+    def spy(self, *args, **kwargs):
+        asked.append((kwargs["top_k"], kwargs["n_full_scores"], kwargs["n_processes"]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(search.FastPlaid, "search", spy)
+    index.threads = 2
+    for k in (10, 100, 2000):
+        hits = index.search(documents[:3], k)
+        assert [h[0][0] for h in hits] == ["d0", "d1", "d2"]  # each document is found first by its own tokens
+    assert index.search(documents[:1], 10, n_full_scores=8192)[0][0][0] == "d0"
+    assert asked == [(10, 256, 2), (100, 1024, 2), (2000, 8000, 2), (10, 8192, 1)]

@@ -63,7 +63,7 @@ def measure(model_dir: Path, cfg: TrainConfig) -> dict:
     """Every (pool factor, storage) point on the held-out split; ``footprint.png`` drawn into ``model_dir``."""
     from pylate import models
 
-    from trainer.retrieval.plaid import build_index, search_index
+    from trainer.retrieval.plaid import build_index
 
     split = load_beir(cfg.index.corpus or cfg.data.eval_beir, cfg.data.eval_split)
     model = models.ColBERT(
@@ -87,7 +87,7 @@ def measure(model_dir: Path, cfg: TrainConfig) -> dict:
             folder = Path(tempfile.mkdtemp(prefix=".tmp-footprint-", dir=cfg.output_dir))  # a kill's: removed at start
             try:
                 index = build_index(folder, "footprint", nbits, split.corpus_ids, docs, cfg.training.seed)
-                hits = search_index(index, encoded, min(TOP_K, n))
+                hits = index.search(encoded, min(TOP_K, n))
                 del index
                 size, disk = _sizes(folder)
                 runs[f"plaid {nbits}-bit"] = ({q: dict(h) for q, h in zip(split.query_ids, hits)}, size / n, disk / n)

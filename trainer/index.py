@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import time
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
 
     from trainer.atomic import replace_dir, whole_or_absent
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
-    from trainer.retrieval.plaid import build_index_in_chunks, search_index
+    from trainer.retrieval.plaid import build_index_in_chunks, chunk_order
     from trainer.run.checkpoint import write_manifest
     from trainer.serve.corpus import IDS
 
@@ -57,9 +56,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     tmp = out / f".tmp-index-{os.getpid()}"
     started = time.perf_counter()
     with whole_or_absent(tmp):  # a failed build leaves no temporary; a full disk is DiskFull's one line
-        order = list(range(len(split.corpus)))
-        if len(order) > ENCODE_CHUNK:  # the first chunk trains the centroids: a sample, not the corpus's head
-            random.Random(cfg.training.seed).shuffle(order)
+        order = chunk_order(len(split.corpus), ENCODE_CHUNK, cfg.training.seed)
         ids, texts = [split.corpus_ids[i] for i in order], [split.corpus[i] for i in order]
 
         def encode(chunk: list[str]) -> list:
@@ -78,7 +75,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
         queries = model.encode(
             split.queries, is_query=True, batch_size=cfg.evaluation.batch_size, show_progress_bar=False
         )
-        hits = search_index(index, queries, min(TOP_K, len(split.corpus_ids)))
+        hits = index.search(queries, min(TOP_K, len(split.corpus_ids)))
         run = {qid: dict(found) for qid, found in zip(split.query_ids, hits)}
         del index
         (tmp / IDS).write_text(json.dumps(ids))  # each PLAID id's document, for serving

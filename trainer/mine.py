@@ -78,6 +78,13 @@ class Pairs:
     rows: list[tuple[int, int]]
     positives: list[set[int]]  # per query: every document some row gives as its positive
 
+    def rows_by_query(self) -> dict[int, list[int]]:
+        """Each query's rows, in data.train's order."""
+        out: dict[int, list[int]] = {}
+        for row, (q, _) in enumerate(self.rows):
+            out.setdefault(q, []).append(row)
+        return out
+
 
 def mined_source(path: Path, distillation: bool) -> DataSource:
     """The ``data.train`` that reads mined rows: (query, positive, negatives), or with teacher scores
@@ -255,7 +262,7 @@ def _mine_parts(
     on_chunk = lambda: progress.advance("encode")
     retriever = build_retriever(key, load_model(), pairs.corpus, mcfg, show, plaid_dir, on_chunk)
     progress.advance("encode", None)
-    rows_of = _rows_by_query(pairs)
+    rows_of = pairs.rows_by_query()
     if first_round:
         structure = labels.measure(retriever, pairs, rows_of, cfg.training.seed, mcfg.top_k)
         if writes:
@@ -362,13 +369,6 @@ def _forget_unreadable(files: list[Path], again: str = "mining it again") -> Non
                 continue
             log.warning("mine: %s is unreadable (%s); removed, %s", file, str(e).splitlines()[0][:120], again)
             file.unlink(missing_ok=True)
-
-
-def _rows_by_query(pairs: Pairs) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for row, (q, _) in enumerate(pairs.rows):
-        out.setdefault(q, []).append(row)
-    return out
 
 
 def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.Table:

@@ -20,7 +20,7 @@ from bench.common import minilm  # noqa: E402
 from bench.nfcorpus import ARMS, SHIPPED_ARM, prepare  # noqa: E402
 from trainer import labels  # noqa: E402
 from trainer.config.load import parse_config  # noqa: E402
-from trainer.mine import _rows_by_query, load_pairs  # noqa: E402
+from trainer.mine import load_pairs  # noqa: E402
 from trainer.retrieval.dense import load_bi_encoder  # noqa: E402
 from trainer.retrieval.search import build_retriever  # noqa: E402
 
@@ -46,7 +46,7 @@ def main() -> None:
         )
         pairs = load_pairs(cfg)
         retriever = build_retriever("dense", model, pairs.corpus, cfg.mine, False, args.workdir / "plaid", lambda: None)
-        structure = labels.measure(retriever, pairs, _rows_by_query(pairs), cfg.training.seed, cfg.mine.top_k)
+        structure = labels.measure(retriever, pairs, pairs.rows_by_query(), cfg.training.seed, cfg.mine.top_k)
         print(
             json.dumps(
                 {

@@ -1,8 +1,17 @@
-"""PLAID (PyLate's fast-plaid) over each rank's share of the corpus, for corpora beyond exact MaxSim's memory."""
+"""PLAID indexes: built with PyLate's ``PLAID`` (fast-plaid backend), searched in memory by :class:`PlaidSearch`.
+
+Every PLAID search of the project goes through :class:`PlaidSearch`: mining's per-rank indexes
+(:class:`PlaidRetriever`, for corpora beyond exact MaxSim's memory), the index phase's evaluation
+(``trainer/index.py``) and serving (``trainer/serve/plaid.py``). It holds fast-plaid's index and the document id
+of each PLAID id in memory (PyLate's ``PLAID.__call__`` reads both id mappings from disk on every call), and asks
+fast-plaid to score in full as many candidates as the top k needs (:func:`full_scores`), not PyLate's fixed 8,192.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,20 +21,95 @@ from trainer import distributed as D
 from trainer.encode import embed_texts
 from trainer.retrieval.search import DOC_CHUNK, Candidates, merge_shards, my_chunks
 
-__all__ = ["PlaidRetriever", "build_index", "build_index_in_chunks", "search_index"]
+__all__ = [
+    "FAST_PLAID_DIR",
+    "IdsMismatch",
+    "PlaidRetriever",
+    "PlaidSearch",
+    "build_index",
+    "build_index_in_chunks",
+    "chunk_order",
+    "full_scores",
+]
+
+FAST_PLAID_DIR = "fast_plaid_index"  # where PyLate's PLAID keeps fast-plaid's index, under its index_name
+
+# fast-plaid's candidates scored in full for a top k, by PLAID's own searcher's rule (ColBERT's ``ndocs``: 256 up
+# to k 10, 1,024 up to k 100, then 4k, at least 4,096). PyLate passes 8,192 whatever k; a CPU query's cost grows
+# with it (bench/plaid_recall.py measures both, with the share of exact MaxSim's top k each finds).
+_FULL_SCORES = ((10, 256), (100, 1024))
 
 
-def build_index(folder: Path, name: str, nbits: int, ids: list[str], embeddings, seed: int):
-    """A PLAID index (PyLate's, fast-plaid backend) of ``embeddings`` under ``folder/name``: mining's per-rank
-    indexes and the job's final index (``trainer/index.py``) are built here alike. fast-plaid samples its
-    k-means points from torch's global stream: seeded, so a rebuild (a restart) is the same index."""
+def full_scores(k: int) -> int:
+    """How many candidates fast-plaid decompresses and scores in full for a top ``k``.
+
+    >>> [full_scores(k) for k in (1, 10, 11, 100, 1000, 2000)]
+    [256, 256, 1024, 1024, 4096, 8000]
+    """
+    return next((n for most, n in _FULL_SCORES if k <= most), max(4 * k, 4096))
+
+
+class IdsMismatch(ValueError):
+    """The ids given are not one per document of the index."""
+
+
+class PlaidSearch:
+    """A built PLAID index held in memory: fast-plaid's public ``FastPlaid`` over ``folder`` (PyLate's
+    ``INDEX_NAME/fast_plaid_index``) and ``ids``, the document of each PLAID id (0, 1, ... in the order added).
+    ``search`` reads no file (fast-plaid stats its ``metadata.json`` to notice a rebuilt index)."""
+
+    def __init__(self, folder: Path, ids: list[str], device: str = "cpu", threads: int = 1):
+        from fast_plaid import search
+
+        held = json.loads((Path(folder) / "metadata.json").read_text())["num_documents"]
+        if held != len(ids):
+            raise IdsMismatch(f"the PLAID index holds {held} documents, its ids {len(ids)}")
+        self.ids, self.threads = list(ids), threads
+        self._fast = search.FastPlaid(index=str(folder), device=device)
+
+    def search(self, queries_embeddings, k: int, n_full_scores: int | None = None) -> list[list[tuple[str, float]]]:
+        """The top ``k`` (document id, PLAID score) of each query, best first; a query is its token embeddings
+        (tokens, dim), as PyLate's ``encode`` gives them. ``threads``: fast-plaid searches that many queries at
+        once on a CPU (its joblib threads); ``n_full_scores``: :func:`full_scores` unless given."""
+        found = self._fast.search(
+            queries_embeddings=[torch.as_tensor(q) for q in queries_embeddings],
+            top_k=k,
+            n_full_scores=n_full_scores or full_scores(k),
+            n_ivf_probe=8,  # fast-plaid's and PyLate's default
+            n_processes=max(1, min(self.threads, len(queries_embeddings))),
+            show_progress=False,
+        )
+        return [[(self.ids[p], float(s)) for p, s in hits if 0 <= p < len(self.ids)] for hits in found]
+
+
+def build_index(folder: Path, name: str, nbits: int, ids: list[str], embeddings, seed: int) -> PlaidSearch:
+    """A PLAID index (PyLate's, fast-plaid backend) of ``embeddings`` under ``folder/name``, ready to search:
+    mining's per-rank indexes and the job's final index (``trainer/index.py``) are built here alike. fast-plaid
+    samples its k-means points from torch's global stream: seeded, so a rebuild (a restart) is the same index."""
     from pylate import indexes
 
     index = indexes.PLAID(index_folder=str(folder), index_name=name, override=True, nbits=nbits, show_progress=False)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         index.add_documents(documents_ids=ids, documents_embeddings=embeddings)
-    return index
+    del index  # PyLate's copy of the index in memory: the search below loads its own
+    return PlaidSearch(Path(folder) / name / FAST_PLAID_DIR, ids)
+
+
+def chunk_order(n: int, chunk: int, seed: int) -> list[int]:
+    """The order in which :func:`build_index_in_chunks` should add ``n`` documents: as given when they fit one
+    chunk, else a seeded shuffle, so that the first chunk, whose tokens train the centroids, is a sample of the
+    whole corpus rather than its head.
+
+    >>> chunk_order(3, 10, 0)
+    [0, 1, 2]
+    >>> sorted(chunk_order(30, 10, 0)) == list(range(30)) != chunk_order(30, 10, 0)
+    True
+    """
+    order = list(range(n))
+    if n > chunk:
+        random.Random(seed).shuffle(order)
+    return order
 
 
 def build_index_in_chunks(
@@ -43,7 +127,7 @@ def build_index_in_chunks(
     (fast-plaid's k-means centroids come from its tokens: give it a representative chunk); each later one is
     fast-plaid's update, which compresses it against those centroids and adds centroids where its tokens fall far
     from all of them. fast-plaid's ``low_memory`` keeps the index's codes and residuals in host memory on a GPU
-    while it builds. Returns the index and the number of tokens it holds."""
+    while it builds. Returns the index, ready to search, and the number of tokens it holds."""
     from pylate import indexes
 
     index = indexes.PLAID(
@@ -63,18 +147,15 @@ def build_index_in_chunks(
                 del docs
     finally:
         quiet.setLevel(level)
-    return index, tokens
-
-
-def search_index(index, queries_embeddings, k: int) -> list[list[tuple[str, float]]]:
-    """The top ``k`` (document id, PLAID score) of each query, best first."""
-    return [[(h["id"], float(h["score"])) for h in hits] for hits in index(queries_embeddings, k=k)]
+    del index
+    return PlaidSearch(Path(folder) / name / FAST_PLAID_DIR, ids), tokens
 
 
 class PlaidRetriever:
     """Beyond what exact MaxSim holds in memory (about 1M documents on GPUs, an estimate): each rank
     builds a PLAID index (PyLate's fast-plaid) of its share of the corpus, the same fixed chunks as
-    :class:`ModelRetriever`, answers every query from it, and the per-rank top-k lists are merged.
+    :class:`ModelRetriever`, answers every query from it, and the per-rank top-k lists are merged. The share is
+    encoded and added a chunk at a time, as the index phase's corpus is (``trainer/index.py``).
 
     Candidates carry PLAID's scores (MaxSim over compressed embeddings); the positives' scores, which
     ``max_score_ratio`` divides by, are exact, computed by the rank whose share holds the positive."""
@@ -91,10 +172,17 @@ class PlaidRetriever:
         self.index = None
         model.eval()
         if self.ids:  # a rank past the last chunk holds nothing
-            docs = model.encode(
-                [corpus[i] for i in self.ids], is_query=False, batch_size=batch_size, show_progress_bar=show
+            from trainer.index import ENCODE_CHUNK
+
+            order = [self.ids[i] for i in chunk_order(len(self.ids), ENCODE_CHUNK, seed)]
+
+            def encode(texts: list[str]) -> list:
+                return model.encode(texts, is_query=False, batch_size=batch_size, show_progress_bar=show)
+
+            ids, texts = [str(i) for i in order], [corpus[i] for i in order]
+            self.index, _ = build_index_in_chunks(
+                folder, f"rank-{D.rank()}", nbits, ids, texts, encode, seed, ENCODE_CHUNK
             )
-            self.index = build_index(folder, f"rank-{D.rank()}", nbits, [str(i) for i in self.ids], docs, seed)
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
@@ -104,7 +192,7 @@ class PlaidRetriever:
         found: list[Candidates] = [[] for _ in queries]
         if self.index is not None:
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            for qi, hits in enumerate(search_index(self.index, q, min(keep, len(self.ids)))):
+            for qi, hits in enumerate(self.index.search(q, min(keep, len(self.ids)))):
                 found[qi] = [(int(d), s) for d, s in hits]
         positive_scores: list[dict[int, float]] = [{} for _ in queries]
         owned = set(self.ids)

@@ -5,8 +5,8 @@
 local copy of one, checked the same way) or a job's ``output_dir`` (``final-model/`` and ``index/``, checked
 against their own manifests). :class:`Engine` answers
 
-* **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: fast-plaid
-  with PyLate's settings, as ``trainer/index.py`` measured it), or, with ``exact``, by exact MaxSim over the
+* **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: the search
+  ``trainer/index.py`` measured it with), or, with ``exact``, by exact MaxSim over the
   corpus embeddings stored beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
 * **rerank**: one query's MaxSim (PyLate's ``colbert_scores``) against each text, over its own tokens.
 
@@ -161,7 +161,7 @@ class Engine:
             self.corpus = _StoredCorpus(self.model, chunks, batch_size, self.device)
             self.documents = len(self.ids)
         elif index_dir is not None:
-            self.index = PlaidIndex(index_dir, device)
+            self.index = PlaidIndex(index_dir, device, threads=torch.get_num_threads())
             self.documents = len(self.index.ids)
         log.info("serving %s: %s", model_dir, self.describe())
 
