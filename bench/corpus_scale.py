@@ -17,7 +17,8 @@ What is real and what is not:
 
 Each build runs in a child process, which reports its own peak RSS (``ru_maxrss``) and its RSS before the build
 (imports, the corpus's text, the model), so the growth is what the build itself holds: the index and one chunk
-(``trainer.index.ENCODE_CHUNK``). A size is skipped, with its projection recorded, when the last measured size's
+(``trainer.retrieval.plaid.ENCODE_CHUNK``).
+A size is skipped, with its projection recorded, when the last measured size's
 time and memory, scaled, pass ``--max-minutes`` or ``--max-gib``.
 """
 
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import loadgen  # noqa: E402
 from bench.common import ENV, ROOT, output_arguments, provenance, tiny_bert, write_result  # noqa: E402
 from bench.serve import Server, _drain, served_output, synthetic_beir  # noqa: E402
-from trainer.index import ENCODE_CHUNK  # noqa: E402
+from trainer.retrieval.plaid import ENCODE_CHUNK  # noqa: E402
 
 QUERIES = 60  # the index phase evaluates each through PyLate's PLAID search: enough to cycle through when served
 ENCODER = "tiny BERT (2 layers, 32 wide) as a ColBERT, 128-dim"
@@ -51,10 +52,10 @@ def _rss_mb() -> float:
 def build(workdir: Path, documents: int, chunk: int) -> dict:
     """In this (child) process: the synthetic corpus, then the index phase over it, ``chunk`` documents encoded
     at a time; what it cost."""
-    import trainer.index
+    import trainer.retrieval.plaid
     from trainer.evaluate import load_beir
 
-    trainer.index.ENCODE_CHUNK = chunk
+    trainer.retrieval.plaid.ENCODE_CHUNK = chunk
     beir = synthetic_beir(workdir / f"synthetic-{documents}" / "beir", documents, queries=QUERIES)
     load_beir(beir)  # the corpus's text in memory, as the index phase holds it
     import pylate.models  # noqa: F401  (imports before the baseline)

@@ -415,8 +415,9 @@ def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_p
     )
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "serve.json").read_text())
+    onnx = "rerank, 20 documents, ONNX fp32 encoder"
     assert [(r["mode"], r["clients"]) for r in result["rows"]] == [
-        (mode, n) for mode in ("search, PLAID", "rerank, 20 documents", "search, exact MaxSim") for n in (1, 2)
+        (mode, n) for mode in ("search, PLAID", "rerank, 20 documents", "search, exact MaxSim", onnx) for n in (1, 2)
     ]
     for r in result["rows"]:
         assert r["requests"] == 2 * r["clients"] and r["ok"] + sum(r["errors"].values()) == r["requests"]
@@ -425,8 +426,9 @@ def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_p
         ("search, PLAID", 1),
         ("search, PLAID", 8),
         ("rerank, 20 documents", 1),
+        (onnx, 1),
     ]
-    assert len(result["targets"]) == 4 and "| target | measured | met |" in (tmp_path / "out" / "serve.md").read_text()
+    assert len(result["targets"]) == 5 and "| target | measured | met |" in (tmp_path / "out" / "serve.md").read_text()
     assert all(o["ratio"] > 0 for o in result["overhead"])
     table = (tmp_path / "out" / "serve.md").read_text()
     assert "40 documents (synthetic)" in table and "| search, PLAID | 2 | 4.0 |" in table

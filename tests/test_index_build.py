@@ -35,12 +35,12 @@ def small_job(tmp_path, tiny_model):
 def test_the_index_build_encodes_and_adds_the_corpus_a_chunk_at_a_time(small_job, tiny_model, monkeypatch):
     from pylate import indexes, models
 
-    import trainer.index
+    import trainer.retrieval.plaid
     from trainer.index import build_and_evaluate
     from trainer.serve.plaid import PlaidIndex
 
     cfg, corpus_ids = small_job
-    monkeypatch.setattr(trainer.index, "ENCODE_CHUNK", CHUNK)
+    monkeypatch.setattr(trainer.retrieval.plaid, "ENCODE_CHUNK", CHUNK)
     encoded, added = [], []
     encode, add = models.ColBERT.encode, indexes.PLAID.add_documents
 

@@ -11,8 +11,8 @@ holds in memory; ``metrics.json`` gains ``index``: the metrics through the index
 on disk. With ``index.embeddings``, the corpus's token embeddings are stored beside it for
 ``serve --exact`` (``trainer/serve/corpus.py``).
 
-The corpus is encoded and added to the index ``ENCODE_CHUNK`` documents at a time
-(``trainer/retrieval/plaid.py``: fast-plaid's create, then its update), so the build's memory is the index and
+The corpus is encoded and added to the index ``ENCODE_CHUNK`` documents at a time (``trainer/retrieval/plaid.py``:
+fast-plaid's create, then its update), so the build's memory is the index and
 one chunk's embeddings, not the whole corpus's (about 90 KB a 180-token document in float32). A corpus of more
 than one chunk is added in a seeded random order, so the first chunk, whose tokens train the centroids, is a
 sample of the whole corpus rather than its first documents; ``corpus-ids.json`` holds that order.
@@ -28,11 +28,9 @@ from pathlib import Path
 
 from trainer.config.schema import METRICS, TrainConfig
 
-__all__ = ["ENCODE_CHUNK", "build_and_evaluate"]
+__all__ = ["build_and_evaluate"]
 
 log = logging.getLogger(__name__)
-
-ENCODE_CHUNK = 10_000  # documents encoded and added at a time: about 1 GB of float32 at 180 tokens, dim 128
 
 
 def _size_mb(path: Path) -> float:
@@ -45,7 +43,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
 
     from trainer.atomic import replace_dir, whole_or_absent
     from trainer.evaluate import TOP_K, load_beir, retrieval_metrics
-    from trainer.retrieval.plaid import build_index_in_chunks, chunk_order
+    from trainer.retrieval import plaid
     from trainer.run.checkpoint import write_manifest
     from trainer.serve.corpus import IDS
 
@@ -56,7 +54,7 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
     tmp = out / f".tmp-index-{os.getpid()}"
     started = time.perf_counter()
     with whole_or_absent(tmp):  # a failed build leaves no temporary; a full disk is DiskFull's one line
-        order = chunk_order(len(split.corpus), ENCODE_CHUNK, cfg.training.seed)
+        order = plaid.chunk_order(len(split.corpus), plaid.ENCODE_CHUNK, cfg.training.seed)
         ids, texts = [split.corpus_ids[i] for i in order], [split.corpus[i] for i in order]
 
         def encode(chunk: list[str]) -> list:
@@ -68,8 +66,8 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
                 show_progress_bar=False,
             )
 
-        index, tokens = build_index_in_chunks(
-            tmp, "colbert", cfg.index.nbits, ids, texts, encode, cfg.training.seed, ENCODE_CHUNK
+        index, tokens = plaid.build_index_in_chunks(
+            tmp, "colbert", cfg.index.nbits, ids, texts, encode, cfg.training.seed, plaid.ENCODE_CHUNK
         )
         build_seconds = time.perf_counter() - started
         queries = model.encode(

@@ -22,6 +22,7 @@ from trainer.encode import embed_texts
 from trainer.retrieval.search import DOC_CHUNK, Candidates, merge_shards, my_chunks
 
 __all__ = [
+    "ENCODE_CHUNK",
     "FAST_PLAID_DIR",
     "IdsMismatch",
     "PlaidRetriever",
@@ -32,6 +33,7 @@ __all__ = [
     "full_scores",
 ]
 
+ENCODE_CHUNK = 10_000  # documents encoded and added at a time: about 1 GB of float32 at 180 tokens, dim 128
 FAST_PLAID_DIR = "fast_plaid_index"  # where PyLate's PLAID keeps fast-plaid's index, under its index_name
 
 # fast-plaid's candidates scored in full for a top k, by PLAID's own searcher's rule (ColBERT's ``ndocs``: 256 up
@@ -172,8 +174,6 @@ class PlaidRetriever:
         self.index = None
         model.eval()
         if self.ids:  # a rank past the last chunk holds nothing
-            from trainer.index import ENCODE_CHUNK
-
             order = [self.ids[i] for i in chunk_order(len(self.ids), ENCODE_CHUNK, seed)]
 
             def encode(texts: list[str]) -> list:
