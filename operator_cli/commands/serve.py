@@ -34,6 +34,7 @@ from operator_cli.commands.base import (
     namespace_option,
 )
 from operator_cli.errors import CliError
+from operator_cli.kube.kinds.inferenceservice import ONNX_FORMS
 from operator_cli.values import shown
 
 __all__ = ["serve_group", "serve_python"]
@@ -82,7 +83,7 @@ class _GroupOnnx(click.Choice):
 @click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings, not PLAID.")
 @click.option(
     "--onnx",
-    type=_GroupOnnx(["fp32", "int8"]),
+    type=_GroupOnnx(ONNX_FORMS),
     is_flag=False,
     flag_value="fp32",
     help="With --local: encode with the model's ONNX export (colbert-k8s export-onnx) on the CPU; alone: fp32.",
@@ -161,7 +162,7 @@ def _spec_options(fn):
             click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings."),
             click.option(
                 "--onnx",
-                type=click.Choice(["fp32", "int8"]),
+                type=click.Choice(ONNX_FORMS),
                 is_flag=False,
                 flag_value="fp32",
                 help="Encode with the model's ONNX export (colbert-k8s export-onnx) on the CPU; alone: fp32. "
