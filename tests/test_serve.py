@@ -378,6 +378,55 @@ def test_serve_local_refuses_a_bad_host_in_one_line(monkeypatch):
     assert "Traceback" not in res.output
 
 
+PREDICTOR_ENV = [
+    ("unset", {}, [], None, False),
+    ("onnx int8", {"COLBERT_SERVE_ONNX": "int8", "COLBERT_SERVE_ALLOW_INT8_LOSS": "1"}, [], "int8", True),
+    ("switch off", {"COLBERT_SERVE_ONNX": "fp32", "COLBERT_SERVE_ALLOW_INT8_LOSS": "0"}, [], "fp32", False),
+    ("empty", {"COLBERT_SERVE_ONNX": "", "COLBERT_SERVE_ALLOW_INT8_LOSS": ""}, [], None, False),
+    ("flags win", {"COLBERT_SERVE_ONNX": "int8"}, ["--onnx", "--allow-int8-loss"], "fp32", True),
+]
+
+
+@pytest.mark.parametrize("name,env,argv,onnx,allow", PREDICTOR_ENV, ids=[c[0] for c in PREDICTOR_ENV])
+def test_the_predictor_reads_onnx_from_its_environment(monkeypatch, name, env, argv, onnx, allow):
+    """What `serve render|apply` writes into the container (COLBERT_SERVE_ONNX, COLBERT_SERVE_ALLOW_INT8_LOSS)."""
+    from trainer.serve.predictor import env_options, parser
+
+    for key in ("COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = env_options(parser().parse_args(["/mnt/models", *argv]))
+    assert (args.onnx, args.allow_int8_loss) == (onnx, allow)
+
+
+BAD_PREDICTOR_ENV = [
+    ("onnx form", {"COLBERT_SERVE_ONNX": "fp16"}, "COLBERT_SERVE_ONNX must be fp32 or int8 (or unset), got 'fp16'"),
+    (
+        "int8 loss true",
+        {"COLBERT_SERVE_ALLOW_INT8_LOSS": "true"},
+        "COLBERT_SERVE_ALLOW_INT8_LOSS must be 1 or 0 (or unset), got 'true'",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,env,message", BAD_PREDICTOR_ENV, ids=[c[0] for c in BAD_PREDICTOR_ENV])
+def test_a_bad_predictor_environment_variable_is_one_line(name, env, message):
+    """``python -m trainer.serve`` itself: argparse takes an environment default without checking its choices."""
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("COLBERT_SERVE_")}
+    res = subprocess.run(
+        [sys.executable, "-m", "trainer.serve", "/mnt/models"],
+        cwd=ROOT,
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [f"serve: error: {message}"], res.stderr
+
+
 def _v2_search(queries: list[str], k: int) -> list[dict]:
     return [
         {"name": "query", "shape": [len(queries)], "datatype": "BYTES", "data": queries},

@@ -117,6 +117,78 @@ def test_the_rendered_inference_service_is_crd_valid(name, flags, limits):
     assert "ephemeral-storage" in model["resources"]["requests"]  # a request only: the limits are the above
 
 
+SERVE_ENV = [
+    ("pytorch", [], {}),
+    ("onnx alone", ["--onnx"], {"COLBERT_SERVE_ONNX": "fp32"}),
+    ("onnx int8", ["--onnx", "int8"], {"COLBERT_SERVE_ONNX": "int8"}),
+    (
+        "int8 loss allowed, exact",
+        ["--onnx", "int8", "--allow-int8-loss", "--exact"],
+        {"COLBERT_SERVE_ONNX": "int8", "COLBERT_SERVE_ALLOW_INT8_LOSS": "1", "COLBERT_SERVE_EXACT": "1"},
+    ),
+    ("onnx on a gpu", ["--gpus", "1", "--onnx", "fp32"], {"COLBERT_SERVE_ONNX": "fp32"}),
+]
+
+
+@pytest.mark.parametrize("name,flags,want", SERVE_ENV, ids=[c[0] for c in SERVE_ENV])
+def test_the_predictors_options_reach_its_container_as_environment_variables(monkeypatch, name, flags, want):
+    """--exact, --onnx and --allow-int8-loss: the runtime's command is every model's, so the InferenceService's
+    container carries them, the object stays CRD-valid, and the predictor reads them back as its options."""
+    from trainer.serve.predictor import env_options, parser
+
+    before = CRD_CHECKS["ran"]
+    runtime, isvc = _render("s3://models/run-1/", *flags)
+    check_crd(runtime, RUNTIME_CRD)
+    check_crd(isvc, ISVC_CRD)
+    validate_core(_pod_of(isvc))
+    if crd_available(ISVC_CRD):
+        assert CRD_CHECKS["ran"] == before + 2
+    env = {e["name"]: e["value"] for e in isvc["spec"]["predictor"]["model"]["env"] if "value" in e}
+    assert {k: v for k, v in env.items() if k.startswith("COLBERT_SERVE_")} == want
+    for key in ("COLBERT_SERVE_EXACT", "COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = env_options(parser().parse_args(["/mnt/models"]))
+    assert (args.exact, args.onnx, args.allow_int8_loss) == (
+        "--exact" in flags,
+        want.get("COLBERT_SERVE_ONNX"),
+        "--allow-int8-loss" in flags,
+    )
+
+
+def test_onnx_on_a_gpu_is_served_with_a_note():
+    """ONNX Runtime encodes on the CPU; the GPU still runs the search, so the pair is allowed and said once."""
+    res = CliRunner().invoke(cli, ["serve", "render", "s3://m/r/", "--gpus", "1", "--onnx", "-n", "ml"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip() == "note: --onnx encodes on the CPU; the GPU runs the search (PLAID or --exact) only"
+    assert len(list(yaml.safe_load_all(res.stdout))) == 2
+    assert "note:" not in CliRunner().invoke(cli, ["serve", "render", "s3://m/r/", "--onnx", "-n", "ml"]).stderr
+
+
+def test_the_onnx_forms_are_the_exports_own():
+    from operator_cli.kube.kinds.inferenceservice import ONNX_FORMS
+    from trainer.onnx_export import FORMS
+    from trainer.serve.predictor import parser
+
+    (onnx,) = [a for a in parser()._actions if a.dest == "onnx"]
+    assert tuple(FORMS) == ONNX_FORMS == tuple(onnx.choices)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--onnx", "render", "s3://m/r/"], ["--onnx", "int8", "render", "s3://m/r/"], ["--allow-int8-loss", "apply", "x"]],
+    ids=["bare before render", "form before render", "allow before apply"],
+)
+def test_onnx_before_the_subcommand_points_after_it(args):
+    res = CliRunner().invoke(cli, ["serve", *args])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.output.splitlines() == [
+        "error: --onnx and --allow-int8-loss go with --local, or after render or apply",
+        "hint: serve render NAME|URI --onnx [fp32|int8] (or apply), or serve --local URI --onnx [fp32|int8]",
+    ]
+
+
 def test_serve_render_takes_the_job_commands_pod_flags():
     """The scheduling and metadata flags of the job commands, on the InferenceService and its pods."""
     _, isvc = _render(
@@ -198,6 +270,9 @@ def test_the_rendered_objects_name_no_secret_value():
         (["s3://m/r/", "--image-pull-secret", "Bad_Secret"], "--image-pull-secret must be a DNS-1123 name"),
         (["s3://m/r/", "--node-selector", "pool"], "--node-selector"),
         (["s3://m/r/", "--ephemeral-storage", "lots"], "--ephemeral-storage must be a Kubernetes quantity"),
+        (["s3://m/r/", "--onnx", "fp16"], "'fp16' is not one of 'fp32', 'int8'"),
+        (["s3://m/r/", "--allow-int8-loss"], "--allow-int8-loss goes with --onnx int8, got --onnx (none)"),
+        (["s3://m/r/", "--onnx", "--allow-int8-loss"], "--allow-int8-loss goes with --onnx int8, got --onnx fp32"),
         (
             ["s3://m/r/", "--annotation", "example.com/token=ghp_" + "a" * 36],
             "--annotation example.com/token holds",
@@ -219,6 +294,9 @@ def test_the_rendered_objects_name_no_secret_value():
         "bad pull secret",
         "bad node selector",
         "ephemeral storage",
+        "onnx form",
+        "int8 loss without onnx",
+        "int8 loss with fp32",
         "token in annotation",
     ],
 )
@@ -246,12 +324,16 @@ def test_apply_list_delete_a_served_model(api):
     made = []
     api.react(f"get {runtime_path}/colbert-k8s") << 404 << {"kind": "Status", "code": 404, "reason": "NotFound"}
     api.react(f"post {runtime_path}") << 201 << (lambda req: made.append(req.data) or req.data)
-    res = _run(api, "serve", "apply", "s3://models/run-1/", "-n", "ml")
+    refused = _run(api, "serve", "apply", "s3://models/run-1/", "-n", "ml", "--allow-int8-loss")
+    assert refused.exit_code == 2 and "--allow-int8-loss goes with --onnx int8" in refused.output
+    assert not made and api.objects("inferenceservices") == []
+    res = _run(api, "serve", "apply", "s3://models/run-1/", "-n", "ml", "--onnx", "int8")
     assert res.exit_code == 0, res.output
     assert "created ClusterServingRuntime colbert-k8s" in res.output and "created InferenceService run-1" in res.output
     assert made and made[0]["kind"] == "ClusterServingRuntime"
     (isvc,) = api.objects("inferenceservices")
     assert isvc["spec"]["predictor"]["model"]["storageUri"] == "s3://models/run-1/"
+    assert {"name": "COLBERT_SERVE_ONNX", "value": "int8"} in isvc["spec"]["predictor"]["model"]["env"]
     again = _run(api, "serve", "apply", "s3://models/run-1/", "-n", "ml")
     assert again.exit_code != 0 and "already exists" in again.output and "serve delete run-1" in again.output
     listed = _run(api, "serve", "list", "-n", "ml")

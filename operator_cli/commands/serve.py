@@ -1,7 +1,8 @@
 """``serve``: a trained model answers search and rerank requests, on this machine or on KServe.
 
     colbert-k8s serve --local s3://models/run-1/ [--port 8080] [--host 127.0.0.1] [--exact] [--onnx [int8]]
-    colbert-k8s serve render NAME|URI [-o yaml|json]    colbert-k8s serve apply NAME|URI
+    colbert-k8s serve render NAME|URI [--exact] [--onnx [int8]] [-o yaml|json]
+    colbert-k8s serve apply NAME|URI [--exact] [--onnx [int8]]
     colbert-k8s serve list                              colbert-k8s serve delete NAME
 
 ``--local`` runs the very predictor an InferenceService runs (``python -m trainer.serve``, KServe's model server)
@@ -33,6 +34,7 @@ from operator_cli.commands.base import (
     namespace_option,
 )
 from operator_cli.errors import CliError
+from operator_cli.kube.kinds.inferenceservice import ONNX_FORMS
 from operator_cli.values import shown
 
 __all__ = ["serve_group", "serve_python"]
@@ -56,6 +58,19 @@ def serve_python() -> str:
     )
 
 
+_ONNX_HINT = "serve render NAME|URI --onnx [fp32|int8] (or apply), or serve --local URI --onnx [fp32|int8]"
+
+
+class _GroupOnnx(click.Choice):
+    """The group's ``--onnx`` form; a subcommand's name in its place (``serve --onnx render X``) is the option
+    given before the subcommand it belongs after."""
+
+    def convert(self, value, param, ctx):
+        if value in ("render", "apply", "list", "delete"):
+            raise CliError("--onnx and --allow-int8-loss go with --local, or after render or apply", hint=_ONNX_HINT)
+        return super().convert(value, param, ctx)
+
+
 @click.group("serve", cls=Group, invoke_without_command=True)
 @click.option("--local", "uri", metavar="URI", help="Serve this export (s3://..., a local copy) or output_dir here.")
 @click.option(
@@ -68,7 +83,7 @@ def serve_python() -> str:
 @click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings, not PLAID.")
 @click.option(
     "--onnx",
-    type=click.Choice(["fp32", "int8"]),
+    type=_GroupOnnx(ONNX_FORMS),
     is_flag=False,
     flag_value="fp32",
     help="With --local: encode with the model's ONNX export (colbert-k8s export-onnx) on the CPU; alone: fp32.",
@@ -89,7 +104,7 @@ def serve_group(
     """Serve a trained model: search (top-k ids) and rerank (MaxSim scores), KServe v1 and v2 protocols."""
     if ctx.invoked_subcommand is not None:
         if onnx or allow_int8_loss:
-            raise CliError("--onnx and --allow-int8-loss go with --local", hint="serve --local URI --onnx [fp32|int8]")
+            raise CliError("--onnx and --allow-int8-loss go with --local, or after render or apply", hint=_ONNX_HINT)
         if uri:
             raise CliError(
                 "--local serves here; it does not go with a subcommand", hint="drop --local or the subcommand"
@@ -145,6 +160,17 @@ def _spec_options(fn):
                 help="Node disk a replica asks for (a request): the export in /mnt/models, /tmp, logs.",
             ),
             click.option("--exact", is_flag=True, help="Search by exact MaxSim over the stored corpus embeddings."),
+            click.option(
+                "--onnx",
+                type=click.Choice(ONNX_FORMS),
+                is_flag=False,
+                flag_value="fp32",
+                help="Encode with the model's ONNX export (colbert-k8s export-onnx) on the CPU; alone: fp32. "
+                "With --gpus, the GPU runs the search only.",
+            ),
+            click.option(
+                "--allow-int8-loss", is_flag=True, help="Serve --onnx int8 though it loses more nDCG@10 than allowed."
+            ),
             click.option(
                 "--min-replicas", type=int, default=1, show_default=True, help="Replicas at least (0: none while idle)."
             ),
@@ -211,6 +237,8 @@ def _build(o: dict):
         cpu=o["cpu"],
         memory=o["memory"],
         exact=o["exact"],
+        onnx=o["onnx"],
+        allow_int8_loss=o["allow_int8_loss"],
         min_replicas=o["min_replicas"],
         max_replicas=o["max_replicas"],
         max_batch_size=o["max_batch_size"],
@@ -220,6 +248,8 @@ def _build(o: dict):
         ephemeral_storage=o["ephemeral_storage"],
         **{opt.spec_field: opt.parse(o[opt.key]) if opt.parse else o[opt.key] for opt in POD_OPTIONS},
     )
+    if spec.onnx and spec.gpus:
+        click.echo("note: --onnx encodes on the CPU; the GPU runs the search (PLAID or --exact) only", err=True)
     return ServingRuntime().render(spec), InferenceService().render(spec)
 
 

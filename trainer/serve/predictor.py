@@ -36,6 +36,7 @@ import uuid
 import warnings
 
 from trainer.config.schema import ConfigError
+from trainer.serve import ServeError
 from trainer.serve.batcher import Batcher, BatchOptions, Overloaded, add_batch_arguments, batch_options
 from trainer.serve.requests import (
     MAX_BODY,
@@ -50,7 +51,7 @@ from trainer.serve.requests import (
     v2_outputs,
 )
 
-__all__ = ["ROUTES", "main", "make_model", "serve"]
+__all__ = ["ROUTES", "env_options", "main", "make_model", "parser", "serve"]
 
 log = logging.getLogger("trainer.serve")
 
@@ -335,6 +336,24 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}" + (" (every interface)" if host in ("0.0.0.0", "::") else "")
 
 
+_ONNX_FORMS = ("fp32", "int8")
+_ONNX_ENV = "COLBERT_SERVE_ONNX"
+_INT8_LOSS_ENV = "COLBERT_SERVE_ALLOW_INT8_LOSS"
+_SWITCH = {"1": True, "0": False, "": False}  # what `serve render|apply` writes, and unset
+
+
+def env_options(args: argparse.Namespace) -> argparse.Namespace:
+    """``--onnx`` and ``--allow-int8-loss`` as given, or from their environment variables, which argparse takes as
+    defaults without checking them: a bad one is one line naming the variable."""
+    if args.onnx not in (None, *_ONNX_FORMS):  # a flag's value was checked by argparse: this is the variable's
+        raise ServeError(f"{_ONNX_ENV} must be {' or '.join(_ONNX_FORMS)} (or unset), got {args.onnx!r}")
+    if isinstance(args.allow_int8_loss, str):
+        if args.allow_int8_loss not in _SWITCH:
+            raise ServeError(f"{_INT8_LOSS_ENV} must be 1 or 0 (or unset), got {args.allow_int8_loss!r}")
+        args.allow_int8_loss = _SWITCH[args.allow_int8_loss]
+    return args
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainer.serve", description=__doc__.splitlines()[0])
     p.add_argument("uri", help="an export (s3://BUCKET/PREFIX/, gs://, az://, a local copy) or a job's output_dir")
@@ -355,15 +374,16 @@ def parser() -> argparse.ArgumentParser:
         "--onnx",
         nargs="?",
         const="fp32",
-        choices=["fp32", "int8"],
-        default=os.environ.get("COLBERT_SERVE_ONNX") or None,
+        choices=_ONNX_FORMS,
+        default=os.environ.get(_ONNX_ENV) or None,  # argparse does not check a default: env_options does
         help="encode with the model's ONNX export (onnx/, colbert-k8s export-onnx) in ONNX Runtime on the CPU: "
-        "fp32 (the default form) or int8 (or COLBERT_SERVE_ONNX)",
+        f"fp32 (the default form) or int8 (or {_ONNX_ENV})",
     )
     p.add_argument(
         "--allow-int8-loss",
         action="store_true",
-        help="serve --onnx int8 even where its parity says it loses more nDCG@10 than allowed",
+        default=os.environ.get(_INT8_LOSS_ENV, ""),  # a string until env_options reads it
+        help=f"serve --onnx int8 even where its parity says it loses more nDCG@10 than allowed (or {_INT8_LOSS_ENV}=1)",
     )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when a GPU is visible)")
     p.add_argument(
@@ -379,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
     try:
+        env_options(args)
         import torch
 
         from trainer.serve.engine import Engine, locate

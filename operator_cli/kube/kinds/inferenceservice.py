@@ -9,7 +9,9 @@ its runtime's (``servingruntime.yaml.j2``, the ClusterServingRuntime it names).
 as ``storageUri`` (no credentials in it: KServe's storage initializer reads them from the service account's
 Secrets, and ``--secret-env`` adds Secret *references*), GPUs or CPUs, replicas, KServe's batcher, and the pod
 fields a platform sets on every workload (:data:`POD_OPTIONS`: the job options themselves, and the jobs' pod
-partials render them).
+partials render them). ``--exact``, ``--onnx`` and ``--allow-int8-loss`` reach the predictor as its environment
+variables (``COLBERT_SERVE_EXACT``, ``COLBERT_SERVE_ONNX``, ``COLBERT_SERVE_ALLOW_INT8_LOSS``): the
+ClusterServingRuntime's command is shared by every model it serves.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from operator_cli.options import JOB_OPTIONS
 from operator_cli.values import SecretRef, shown
 from trainer.config.credentials import credential_in
 
-__all__ = ["POD_OPTIONS", "InferenceService", "ServeSpec", "ServingRuntime"]
+__all__ = ["ONNX_FORMS", "POD_OPTIONS", "InferenceService", "ServeSpec", "ServingRuntime"]
+
+ONNX_FORMS = ("fp32", "int8")
+"""The ONNX encoder's forms the predictor serves (``--onnx``): ``trainer.onnx_export.FORMS``, named here so that
+the CLI imports no torch."""
 
 _STORAGE_SCHEMES = ("s3://", "gs://", "az://", "https://", "hf://", "pvc://")
 _BUCKET_SCHEMES = ("s3", "gs", "az")
@@ -51,6 +57,11 @@ class ServeSpec:
     cpu: str = "2"
     memory: str = "8Gi"
     exact: bool = False
+    onnx: str | None = None
+    """Encode with the export's ONNX encoder in this form (ONNX Runtime, on the CPU); None: the PyTorch model.
+    With ``gpus``, the search runs on the GPU and the encode on the CPU."""
+    allow_int8_loss: bool = False
+    """Serve ``onnx="int8"`` though its parity says it loses more nDCG@10 than allowed."""
     min_replicas: int = 1
     max_replicas: int = 1
     max_batch_size: int | None = None
@@ -94,6 +105,7 @@ class ServeSpec:
                 raise CliError(f"{flag} must be a Kubernetes quantity like 2 or 8Gi, got {shown(value)}")
         if not 0 <= self.gpus <= C.MAX_GPUS_PER_NODE:
             raise CliError(f"--gpus must be from 0 to {C.MAX_GPUS_PER_NODE}, got {self.gpus}")
+        self._check_onnx()
         if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
             raise CliError(
                 f"replicas must be 0 <= --min-replicas <= --max-replicas >= 1, got "
@@ -109,6 +121,15 @@ class ServeSpec:
         for option in POD_OPTIONS:  # the job options' own rules
             option.check(getattr(self, option.spec_field))
         self._check_metadata()
+
+    def _check_onnx(self) -> None:
+        if self.onnx is not None and self.onnx not in ONNX_FORMS:
+            raise CliError(f"--onnx must be one of {', '.join(ONNX_FORMS)}, got {shown(self.onnx)}")
+        if self.allow_int8_loss and self.onnx != "int8":
+            raise CliError(
+                f"--allow-int8-loss goes with --onnx int8, got --onnx {self.onnx or '(none)'}",
+                hint="add --onnx int8, or drop --allow-int8-loss",
+            )
 
     def _check_storage_uri(self) -> None:
         """A bucket (s3://, gs://, az://: the export destination's rules), or a host, a claim, a repository."""
