@@ -57,17 +57,20 @@ class IdsMismatch(ValueError):
 
 class PlaidSearch:
     """A built PLAID index held in memory: fast-plaid's public ``FastPlaid`` over ``folder`` (PyLate's
-    ``INDEX_NAME/fast_plaid_index``) and ``ids``, the document of each PLAID id (0, 1, ... in the order added).
+    ``INDEX_NAME/fast_plaid_index``) and ``ids``, the document of each PLAID id (0, 1, ... in the order added), on
+    ``device``.
     ``search`` reads no file (fast-plaid stats its ``metadata.json`` to notice a rebuilt index)."""
 
-    def __init__(self, folder: Path, ids: list[str], device: str = "cpu", threads: int = 1):
+    def __init__(self, folder: Path, ids: list[str], device: str | None = None, threads: int = 1):
         from fast_plaid import search
 
         held = json.loads((Path(folder) / "metadata.json").read_text())["num_documents"]
         if held != len(ids):
             raise IdsMismatch(f"the PLAID index holds {held} documents, its ids {len(ids)}")
         self.ids, self.threads = list(ids), threads
-        self._fast = search.FastPlaid(index=str(folder), device=device)
+        # device None: a GPU where one is visible, as PyLate's PLAID; the index held in the device's memory
+        # (fast-plaid's low_memory keeps it on the host, for builds), as PyLate searches
+        self._fast = search.FastPlaid(index=str(folder), device=device, low_memory=False)
 
     def search(self, queries_embeddings, k: int, n_full_scores: int | None = None) -> list[list[tuple[str, float]]]:
         """The top ``k`` (document id, PLAID score) of each query, best first; a query is its token embeddings
