@@ -115,6 +115,9 @@ def test_the_rendered_inference_service_is_crd_valid(name, flags, limits):
     assert model["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "tmp", "mountPath": "/tmp"} in model["volumeMounts"]
     assert "ephemeral-storage" in model["resources"]["requests"]  # a request only: the limits are the above
+    # torch and ONNX Runtime size their thread pools by the node's cores, not the pod's: the CPU limit sets them
+    threads = next(e for e in model["env"] if e["name"] == "OMP_NUM_THREADS")
+    assert threads["valueFrom"] == {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}
 
 
 SERVE_ENV = [
@@ -241,7 +244,7 @@ def test_the_rendered_objects_name_no_secret_value():
         "yaml",
     )
     env = objects[1]["spec"]["predictor"]["model"]["env"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "secretKeyRef" in e.get("valueFrom", {})}
     assert refs == {
         "AWS_ACCESS_KEY_ID": {"name": "s3-creds", "key": "id"},
         "AWS_SECRET_ACCESS_KEY": {"name": "s3-creds", "key": "secret"},

@@ -132,7 +132,7 @@ def onnx_encoder(model_dir: Path, form: str, allow_int8_loss: bool = False):
         raise ServeError(
             f"the int8 ONNX encoder {loss} ({folder / PARITY}); serve --onnx fp32, or --onnx int8 --allow-int8-loss"
         )
-    return OnnxEncoder(folder, form)
+    return OnnxEncoder(folder, form, threads=torch.get_num_threads())  # OMP_NUM_THREADS, as torch's
 
 
 class Engine:
