@@ -379,25 +379,29 @@ def test_serve_local_refuses_a_bad_host_in_one_line(monkeypatch):
 
 
 PREDICTOR_ENV = [
-    ("unset", {}, [], None, False),
-    ("onnx int8", {"COLBERT_SERVE_ONNX": "int8", "COLBERT_SERVE_ALLOW_INT8_LOSS": "1"}, [], "int8", True),
-    ("switch off", {"COLBERT_SERVE_ONNX": "fp32", "COLBERT_SERVE_ALLOW_INT8_LOSS": "0"}, [], "fp32", False),
-    ("empty", {"COLBERT_SERVE_ONNX": "", "COLBERT_SERVE_ALLOW_INT8_LOSS": ""}, [], None, False),
-    ("flags win", {"COLBERT_SERVE_ONNX": "int8"}, ["--onnx", "--allow-int8-loss"], "fp32", True),
+    ("unset", {}, [], None, False, False),
+    ("onnx int8", {"COLBERT_SERVE_ONNX": "int8", "COLBERT_SERVE_ALLOW_INT8_LOSS": "1"}, [], "int8", True, False),
+    ("switch off", {"COLBERT_SERVE_ONNX": "fp32", "COLBERT_SERVE_ALLOW_INT8_LOSS": "0"}, [], "fp32", False, False),
+    ("empty", {"COLBERT_SERVE_ONNX": "", "COLBERT_SERVE_ALLOW_INT8_LOSS": ""}, [], None, False, False),
+    ("flags win", {"COLBERT_SERVE_ONNX": "int8"}, ["--onnx", "--allow-int8-loss"], "fp32", True, False),
+    ("exact on", {"COLBERT_SERVE_EXACT": "1"}, [], None, False, True),
+    ("exact off", {"COLBERT_SERVE_EXACT": "0"}, [], None, False, False),
+    ("exact flag", {"COLBERT_SERVE_EXACT": "0"}, ["--exact"], None, False, True),
 ]
 
 
-@pytest.mark.parametrize("name,env,argv,onnx,allow", PREDICTOR_ENV, ids=[c[0] for c in PREDICTOR_ENV])
-def test_the_predictor_reads_onnx_from_its_environment(monkeypatch, name, env, argv, onnx, allow):
-    """What `serve render|apply` writes into the container (COLBERT_SERVE_ONNX, COLBERT_SERVE_ALLOW_INT8_LOSS)."""
+@pytest.mark.parametrize("name,env,argv,onnx,allow,exact", PREDICTOR_ENV, ids=[c[0] for c in PREDICTOR_ENV])
+def test_the_predictor_reads_its_options_from_its_environment(monkeypatch, name, env, argv, onnx, allow, exact):
+    """What `serve render|apply` writes into the container (COLBERT_SERVE_EXACT, COLBERT_SERVE_ONNX,
+    COLBERT_SERVE_ALLOW_INT8_LOSS)."""
     from trainer.serve.predictor import env_options, parser
 
-    for key in ("COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
+    for key in ("COLBERT_SERVE_EXACT", "COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     args = env_options(parser().parse_args(["/mnt/models", *argv]))
-    assert (args.onnx, args.allow_int8_loss) == (onnx, allow)
+    assert (args.onnx, args.allow_int8_loss, args.exact) == (onnx, allow, exact)
 
 
 BAD_PREDICTOR_ENV = [
@@ -407,6 +411,7 @@ BAD_PREDICTOR_ENV = [
         {"COLBERT_SERVE_ALLOW_INT8_LOSS": "true"},
         "COLBERT_SERVE_ALLOW_INT8_LOSS must be 1 or 0 (or unset), got 'true'",
     ),
+    ("exact yes", {"COLBERT_SERVE_EXACT": "yes"}, "COLBERT_SERVE_EXACT must be 1 or 0 (or unset), got 'yes'"),
 ]
 
 

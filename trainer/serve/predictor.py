@@ -339,18 +339,21 @@ def _url(host: str, port: int) -> str:
 _ONNX_FORMS = ("fp32", "int8")
 _ONNX_ENV = "COLBERT_SERVE_ONNX"
 _INT8_LOSS_ENV = "COLBERT_SERVE_ALLOW_INT8_LOSS"
+_EXACT_ENV = "COLBERT_SERVE_EXACT"
 _SWITCH = {"1": True, "0": False, "": False}  # what `serve render|apply` writes, and unset
 
 
 def env_options(args: argparse.Namespace) -> argparse.Namespace:
-    """``--onnx`` and ``--allow-int8-loss`` as given, or from their environment variables, which argparse takes as
-    defaults without checking them: a bad one is one line naming the variable."""
+    """``--exact``, ``--onnx`` and ``--allow-int8-loss`` as given, or from their environment variables, which
+    argparse takes as defaults without checking them: a bad one is one line naming the variable."""
     if args.onnx not in (None, *_ONNX_FORMS):  # a flag's value was checked by argparse: this is the variable's
         raise ServeError(f"{_ONNX_ENV} must be {' or '.join(_ONNX_FORMS)} (or unset), got {args.onnx!r}")
-    if isinstance(args.allow_int8_loss, str):
-        if args.allow_int8_loss not in _SWITCH:
-            raise ServeError(f"{_INT8_LOSS_ENV} must be 1 or 0 (or unset), got {args.allow_int8_loss!r}")
-        args.allow_int8_loss = _SWITCH[args.allow_int8_loss]
+    for name, variable in (("allow_int8_loss", _INT8_LOSS_ENV), ("exact", _EXACT_ENV)):
+        value = getattr(args, name)
+        if isinstance(value, str):
+            if value not in _SWITCH:
+                raise ServeError(f"{variable} must be 1 or 0 (or unset), got {value!r}")
+            setattr(args, name, _SWITCH[value])
     return args
 
 
@@ -367,7 +370,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--exact",
         action="store_true",
-        default=os.environ.get("COLBERT_SERVE_EXACT") == "1",
+        default=os.environ.get(_EXACT_ENV, ""),  # a string until env_options reads it
         help="search by exact MaxSim over the stored corpus embeddings (or COLBERT_SERVE_EXACT=1)",
     )
     p.add_argument(
