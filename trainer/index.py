@@ -12,10 +12,10 @@ on disk. With ``index.embeddings``, the corpus's token embeddings are stored bes
 ``serve --exact`` (``trainer/serve/corpus.py``).
 
 The corpus is encoded and added to the index ``ENCODE_CHUNK`` documents at a time (``trainer/retrieval/plaid.py``:
-fast-plaid's create, then its update), so the build's memory is the index and
-one chunk's embeddings, not the whole corpus's (about 90 KB a 180-token document in float32). A corpus of more
-than one chunk is added in a seeded random order, so the first chunk, whose tokens train the centroids, is a
-sample of the whole corpus rather than its first documents; ``corpus-ids.json`` holds that order.
+fast-plaid's create, then its update), so the build's memory is the index and one chunk's embeddings, not the
+whole corpus's (about 90 KB a 180-token document in float32). A corpus of more than one chunk is added in a seeded
+random order, so the first chunk, whose tokens train the centroids, is a sample of the whole corpus rather than
+its first documents; ``corpus-ids.json`` holds that order.
 """
 
 from __future__ import annotations
