@@ -37,10 +37,9 @@ __all__ = ["Engine", "ServeError", "locate", "onnx_encoder", "texts_of"]
 log = logging.getLogger("trainer.serve")
 
 # Texts encoded at a time, on a CPU and on a GPU. PyLate sorts a call's texts by length and pads each batch to
-# its longest:
-# a 20-document rerank of docstrings (27 to 370 tokens) took 1.1 s on one CPU thread encoded 8 at a time against
-# 1.7-1.9 s at 32 (and 1.5 s one at a time), since a CPU's matrix products are already efficient at 8 x 180 tokens
-# and padding is waste. A GPU wants wide batches.
+# its longest: a 20-document rerank of docstrings (27 to 370 tokens) took 1.1 s on one CPU thread encoded 8 at a
+# time against 1.7-1.9 s at 32 (and 1.5 s one at a time), since a CPU's matrix products are already efficient at
+# 8 x 180 tokens and padding is waste. A GPU wants wide batches.
 ENCODE_BATCH_CPU, ENCODE_BATCH_GPU = 8, 32
 
 
