@@ -6,9 +6,9 @@
 The job's index phase reports nDCG@10 through PLAID beside exact MaxSim; this measures the search itself:
 for every query, the share of exact MaxSim's top 10 and top 100 (``trainer/retrieval/exact.py``) that PLAID
 (``trainer/retrieval/plaid.py``, the index the job builds and serving uses) returns in its own top k, at each
-``--nbits``, and what a query costs: with the candidates scored in full following k (``full_scores``: 256 for a
-top 10, 1,024 for a top 100, PLAID's own searcher's rule) and with each ``--full-scores`` given (PyLate's default
-is 8,192). Both searches are the production code; the data path is an argument (the suite never needs it).
+``--nbits``, and what a query costs: with the candidates the product scores in full for each k (``full_scores``:
+256 for a top 10, PyLate's 8,192 beyond) and with each ``--full-scores`` given. Both searches are the production
+code; the data path is an argument (the suite never needs it).
 """
 
 from __future__ import annotations

@@ -100,8 +100,8 @@ def test_chunks_past_fast_plaids_rebuild_threshold_are_updates_and_stay_searchab
 
 
 def test_plaid_search_scores_as_many_candidates_as_the_top_k_needs(tmp_path, monkeypatch):
-    """Every PLAID search (serving, the index phase, mining) asks fast-plaid to score in full what PLAID's own
-    searcher would for that k, not PyLate's 8,192 whatever k; a batch's queries go to the server's threads."""
+    """Every PLAID search (serving, the index phase, mining) asks fast-plaid to score 256 candidates in full for a
+    top 10, not PyLate's 8,192 whatever k; a batch's queries go to the server's threads."""
     import torch
     from fast_plaid import search
 
@@ -118,8 +118,8 @@ def test_plaid_search_scores_as_many_candidates_as_the_top_k_needs(tmp_path, mon
 
     monkeypatch.setattr(search.FastPlaid, "search", spy)
     index.threads = 2
-    for k in (10, 100, 2000):
+    for k in (10, 100, 3000):
         hits = index.search(documents[:3], k)
         assert [h[0][0] for h in hits] == ["d0", "d1", "d2"]  # each document is found first by its own tokens
     assert index.search(documents[:1], 10, n_full_scores=8192)[0][0][0] == "d0"
-    assert asked == [(10, 256, 2), (100, 1024, 2), (2000, 8000, 2), (10, 8192, 1)]
+    assert asked == [(10, 256, 2), (100, 8192, 2), (3000, 12000, 2), (10, 8192, 1)]

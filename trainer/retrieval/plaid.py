@@ -4,7 +4,7 @@ Every PLAID search of the project goes through :class:`PlaidSearch`: mining's pe
 (:class:`PlaidRetriever`, for corpora beyond exact MaxSim's memory), the index phase's evaluation
 (``trainer/index.py``) and serving (``trainer/serve/plaid.py``). It holds fast-plaid's index and the document id
 of each PLAID id in memory (PyLate's ``PLAID.__call__`` reads both id mappings from disk on every call), and asks
-fast-plaid to score in full as many candidates as the top k needs (:func:`full_scores`), not PyLate's fixed 8,192.
+fast-plaid to score in full as many candidates as the top k needs (:func:`full_scores`: 256 for a top 10).
 """
 
 from __future__ import annotations
@@ -36,19 +36,21 @@ __all__ = [
 ENCODE_CHUNK = 10_000  # documents encoded and added at a time: about 1 GB of float32 at 180 tokens, dim 128
 FAST_PLAID_DIR = "fast_plaid_index"  # where PyLate's PLAID keeps fast-plaid's index, under its index_name
 
-# fast-plaid's candidates scored in full for a top k, by PLAID's own searcher's rule (ColBERT's ``ndocs``: 256 up
-# to k 10, 1,024 up to k 100, then 4k, at least 4,096). PyLate passes 8,192 whatever k; a CPU query's cost grows
-# with it (bench/plaid_recall.py measures both, with the share of exact MaxSim's top k each finds).
-_FULL_SCORES = ((10, 256), (100, 1024))
+# fast-plaid's candidates scored in full for a top k. PyLate passes 8,192 whatever k, and a CPU query's cost grows
+# with it. For a top 10, 256 (PLAID's own searcher's ``ndocs`` for k <= 10) kept nDCG@10 equal on a real split
+# with a trained model, at a fifteenth of the cost; for a top 100, PLAID's 1,024 found fewer of exact MaxSim's
+# top 100 than 8,192 did, so past k 10 the search keeps PyLate's 8,192 (4k beyond k 2,048). bench/plaid_recall.py
+# measures it; the results page has the figures.
+FEW, FEW_SCORES, DEFAULT_SCORES = 10, 256, 8192
 
 
 def full_scores(k: int) -> int:
     """How many candidates fast-plaid decompresses and scores in full for a top ``k``.
 
-    >>> [full_scores(k) for k in (1, 10, 11, 100, 1000, 2000)]
-    [256, 256, 1024, 1024, 4096, 8000]
+    >>> [full_scores(k) for k in (1, 10, 11, 100, 2048, 3000)]
+    [256, 256, 8192, 8192, 8192, 12000]
     """
-    return next((n for most, n in _FULL_SCORES if k <= most), max(4 * k, 4096))
+    return FEW_SCORES if k <= FEW else max(DEFAULT_SCORES, 4 * k)
 
 
 class IdsMismatch(ValueError):
