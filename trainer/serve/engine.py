@@ -6,8 +6,8 @@ local copy of one, checked the same way) or a job's ``output_dir`` (``final-mode
 against their own manifests). :class:`Engine` answers
 
 * **search** through the PLAID index the job built, held in memory (``trainer/serve/plaid.py``: the search
-  ``trainer/index.py`` measured it with), or, with ``exact``, by exact MaxSim over the
-  corpus embeddings stored beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
+  ``trainer/index.py`` measured it with), or, with ``exact``, by exact MaxSim over the corpus embeddings stored
+  beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
 * **rerank**: one query's MaxSim (PyLate's ``colbert_scores``) against each text, over its own tokens.
 
 Queries and reranked texts are encoded by the PyTorch model, or, with ``onnx`` (``fp32`` or ``int8``), by its ONNX
@@ -212,7 +212,7 @@ class Engine:
             )
         queries = [q for r in requests for q in r.queries]
         ks = [min(r.k, self.documents) for r in requests for _ in r.queries]
-        if self.index is not None:  # as trainer/index.py measured it: PyLate's encode, then the PLAID search
+        if self.index is not None:  # as trainer/index.py searches: PyLate's encode, then the PLAID search
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
             found: list = [None] * len(queries)
             for k in sorted(set(ks)):  # one search a k: fast-plaid's candidates are not promised to be k-free
