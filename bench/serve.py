@@ -65,6 +65,12 @@ RERANK_BEFORE = 0.36  # q/s of a 20-document rerank at 1 client, 343 documents, 
 GOAL_QPS, GOAL_P99_MS = 100, 50  # the serving goal on one GPU
 
 
+def cell_label(mode: str, width: int) -> str:
+    """A mode's label in the tables: a rerank's names its documents (``rerank, 20 documents, ...``)."""
+    label, _, kind, _ = MODES[mode]
+    return label.replace("rerank", f"rerank, {width} documents", 1) if kind == "rerank" else label
+
+
 def synthetic_beir(folder: Path, documents: int, queries: int = 300, seed: int = 0) -> Path:
     """A synthetic BEIR split of ``documents`` documents: words drawn from the quickstart's docstrings at their
     own frequencies, 20 to 400 words each (log-normal around 120); each query 3 to 8 words of one document."""
@@ -334,8 +340,7 @@ def measure(args, out: Path, modes: list[str], clients: list[int], searches: lis
         server = Server(out, exact, args.device, args.threads, onnx)
         try:
             for mode in served:
-                label, _, kind, _ = MODES[mode]
-                label = label.replace("rerank", f"rerank, {width} documents", 1) if kind == "rerank" else label
+                label, kind = cell_label(mode, width), MODES[mode][2]
                 bodies = reranks if kind == "rerank" else searches
                 for body in bodies[:3]:
                     _drain(server.url, body)  # warm-up: the first requests pay for lazy initialisation
@@ -382,7 +387,7 @@ def targets(result: dict) -> list[dict]:
                 }
             )
     for mode in ("rerank", "rerank-onnx"):
-        label = MODES[mode][0].replace("rerank", f"rerank, {result['rerank_documents']} documents", 1)
+        label = cell_label(mode, result["rerank_documents"])
         if (r := cap.get((label, 1))) and result["rerank_documents"] == 20:
             out.append(
                 {
