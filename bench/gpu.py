@@ -129,14 +129,14 @@ def throughput(work: Path, args, arch: dict, model: Path, data: Path, peak: floa
                 "per_device_batch": batch,
                 "precision": m["precision"],
                 "step_ms": round(1000 * batch / steady, 1),
-                "samples_per_second": round(sps, 2),
+                "samples_per_second": float(f"{sps:.4g}"),
                 "steady_samples_per_second": round(steady, 2),
                 "achieved_tflops": float(f"{flops * steady / batch / 1e12:.4g}"),  # 4 significant digits
                 "mfu": float(f"{flops * steady / batch / (peak * 1e12):.4g}") if peak else None,
                 "peak_gpu_memory_mb": m.get("peak_gpu_memory_mb"),
                 "wall_seconds": round(m["wall_seconds"], 1),
-                "reference_samples_per_second": round(ref_sps, 2),
-                "ratio_to_reference": round(sps / ref_sps, 3),  # both over their whole training loops
+                "reference_samples_per_second": float(f"{ref_sps:.4g}"),
+                "ratio_to_reference": float(f"{sps / ref_sps:.3g}"),  # both over their whole loops
                 "reference_mfu": float(f"{flops * ref_sps / batch / (peak * 1e12):.4g}") if peak else None,
             }
         )
