@@ -123,3 +123,26 @@ def test_plaid_search_scores_as_many_candidates_as_the_top_k_needs(tmp_path, mon
         assert [h[0][0] for h in hits] == ["d0", "d1", "d2"]  # each document is found first by its own tokens
     assert index.search(documents[:1], 10, n_full_scores=8192)[0][0][0] == "d0"
     assert asked == [(10, 256, 2), (100, 8192, 2), (3000, 12000, 2), (10, 8192, 1)]
+
+
+@pytest.mark.parametrize("flags, warned", [("avx2 avx512f avx512_bf16", True), ("avx512f avx512_fp16", False)])
+def test_a_cpu_without_fast_float16_is_named_once_when_a_plaid_index_loads(
+    tmp_path, monkeypatch, caplog, flags, warned
+):
+    """fast-plaid scores in float16 on a CPU too: where torch's float16 is slow, the log says so once a process."""
+    import torch
+
+    from trainer.retrieval import plaid
+
+    generator = torch.Generator().manual_seed(0)
+    documents = [torch.nn.functional.normalize(torch.randn(5, 16, generator=generator), dim=-1) for _ in range(40)]
+    ids = [f"d{i}" for i in range(40)]
+    monkeypatch.setattr(plaid, "_warned_half", False)
+    monkeypatch.setattr(plaid, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    with caplog.at_level("WARNING", logger="trainer"):
+        index = plaid.build_index(tmp_path, "colbert", 4, ids, documents, seed=0)
+        plaid.PlaidSearch(tmp_path / "colbert" / plaid.FAST_PLAID_DIR, ids, device="cpu")
+    lines = [r.getMessage() for r in caplog.records if "float16" in r.getMessage()]
+    assert len(lines) == (1 if warned else 0), lines
+    assert index.search(documents[:1], 10)[0][0][0] == "d0"
