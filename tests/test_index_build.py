@@ -138,7 +138,7 @@ def test_a_cpu_without_fast_float16_is_named_once_when_a_plaid_index_loads(
     documents = [torch.nn.functional.normalize(torch.randn(5, 16, generator=generator), dim=-1) for _ in range(40)]
     ids = [f"d{i}" for i in range(40)]
     monkeypatch.setattr(plaid, "_warned_half", False)
-    monkeypatch.setattr(plaid, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(plaid, "cpu_flags", lambda: flags)
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     with caplog.at_level("WARNING", logger="trainer"):
         index = plaid.build_index(tmp_path, "colbert", 4, ids, documents, seed=0)

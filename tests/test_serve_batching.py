@@ -385,3 +385,38 @@ def test_a_full_queue_is_a_503_in_one_line_and_the_server_goes_on(served):
             )
     assert after[0] == 200 and len(after[1]["predictions"][0]["ids"]) == 3
     assert "Traceback" not in server.output() and "refused: the predictor has 1 requests waiting" in server.output()
+
+
+# ---- the bfloat16 encoder ----------------------------------------------------------------------------------
+
+
+def test_a_bf16_engine_encodes_under_bfloat16_autocast_and_answers_near_float32(served, plaid_engine):
+    """``precision="bf16"``: the model's layers run under torch's bfloat16 autocast (only the encode: the
+    search is the same), embeddings come back float32, and answers stay close to the float32 engine's."""
+    import torch
+
+    from trainer.serve import ServeError
+    from trainer.serve.engine import Engine, locate
+    from trainer.serve.requests import Rerank, Search
+
+    out, _, split = served
+    engine = Engine(*locate(str(out), out / "cache"), exact=True, device="cpu", precision="bf16")
+    assert engine.describe().endswith("encoder: bfloat16 autocast")
+    seen, transformer = [], engine.model[0]
+    forward = transformer.forward
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        return forward(*args, **kwargs)
+
+    transformer.forward = spy
+    fp32 = Engine(*locate(str(out), out / "cache"), exact=True, device="cpu")
+    batch = [Search(split.queries[:4], 5), Rerank(split.queries[4], split.corpus[:6])]
+    got, want = engine.answer(batch), fp32.answer(batch)
+    assert seen and all(seen)
+    assert not torch.is_autocast_enabled("cpu")  # only inside the encode
+    assert [ids[0] for ids, _ in got[0]] == [ids[0] for ids, _ in want[0]]
+    assert got[1] == pytest.approx(want[1], abs=0.05 * len(got[1]))
+    assert engine.model.encode(split.queries[:1], is_query=True)[0].dtype.name == "float32"
+    with pytest.raises(ServeError, match="ONNX encoder"):
+        Engine(*locate(str(out), out / "cache"), exact=False, device="cpu", onnx="fp32", precision="bf16")

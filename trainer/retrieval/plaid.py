@@ -30,6 +30,7 @@ __all__ = [
     "build_index",
     "build_index_in_chunks",
     "chunk_order",
+    "cpu_flags",
     "full_scores",
     "half_is_slow",
 ]
@@ -72,11 +73,11 @@ def half_is_slow(flags: str | None = None, machine: str | None = None) -> bool:
     machine = machine or platform.machine()
     if machine not in ("x86_64", "AMD64"):
         return False  # the slow path measured is x86's
-    flags = _cpu_flags() if flags is None else flags
+    flags = cpu_flags() if flags is None else flags
     return bool(flags) and not {"avx512_fp16", "amx_fp16"} & set(flags.split())  # no flags known: say nothing
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
     """The CPU's flags, from Linux's /proc/cpuinfo ("" elsewhere)."""
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()

@@ -10,9 +10,11 @@ against their own manifests). :class:`Engine` answers
   beside it (``trainer/serve/corpus.py``), scored in the evaluation's chunks;
 * **rerank**: one query's MaxSim (PyLate's ``colbert_scores``) against each text, over its own tokens.
 
-Queries and reranked texts are encoded by the PyTorch model, or, with ``onnx`` (``fp32`` or ``int8``), by its ONNX
-export beside it (``onnx/``, ``trainer/onnx_export.py``) in ONNX Runtime: checked against its manifest, and int8
-refused where its parity says it lost more nDCG@10 than allowed, unless ``allow_int8_loss``.
+Queries and reranked texts are encoded by the PyTorch model (with ``precision="bf16"``, under torch's bfloat16
+autocast: about half the time on a CPU with native bfloat16, embeddings returned in float32), or, with ``onnx``
+(``fp32`` or ``int8``), by its ONNX export beside it (``onnx/``, ``trainer/onnx_export.py``) in ONNX Runtime:
+checked against its manifest, and int8 refused where its parity says it lost more nDCG@10 than allowed, unless
+``allow_int8_loss``. The search itself (PLAID, or the exact MaxSim) is the same in every case.
 
 :meth:`Engine.answer` answers a batch of concurrent requests (``trainer/serve/batcher.py``) with one encode and
 one search, and gives each request what it would get alone.
@@ -20,6 +22,7 @@ one search, and gives each request what it would get alone.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -32,7 +35,7 @@ from trainer.serve.corpus import EMBEDDINGS, load_corpus
 from trainer.serve.plaid import PlaidIndex
 from trainer.serve.requests import BadRequest, Rerank, Search
 
-__all__ = ["Engine", "ServeError", "locate", "onnx_encoder", "texts_of"]
+__all__ = ["PRECISIONS", "Engine", "ServeError", "bf16_is_native", "locate", "onnx_encoder", "texts_of"]
 
 log = logging.getLogger("trainer.serve")
 
@@ -41,6 +44,40 @@ log = logging.getLogger("trainer.serve")
 # time against 1.7-1.9 s at 32 (and 1.5 s one at a time), since a CPU's matrix products are already efficient at
 # 8 x 180 tokens and padding is waste. A GPU wants wide batches.
 ENCODE_BATCH_CPU, ENCODE_BATCH_GPU = 8, 32
+
+PRECISIONS = ("fp32", "bf16")  # the PyTorch encoder's: float32, or bfloat16 autocast
+
+
+def bf16_is_native(device: str, flags: str | None = None) -> bool:
+    """Whether ``device`` computes bfloat16 natively: a CUDA GPU that supports it, or a CPU that is not x86 or has
+    AVX512-BF16 or AMX-BF16 (elsewhere torch emulates it, slower than float32). ``flags``: /proc/cpuinfo's.
+
+    >>> bf16_is_native("cpu", "avx2 avx512f avx512_bf16"), bf16_is_native("cpu", "avx2 fma")
+    (True, False)
+    """
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    import platform
+
+    from trainer.retrieval.plaid import cpu_flags
+
+    if platform.machine() not in ("x86_64", "AMD64") and flags is None:
+        return True
+    return bool({"avx512_bf16", "amx_bf16"} & set((cpu_flags() if flags is None else flags).split()))
+
+
+def _autocast_bf16(forward, device_type: str):
+    """The model's ``forward`` under torch's bfloat16 autocast (matrix products in bfloat16, normalisations in
+    float32), its floating outputs returned in float32: every encode goes through it (PyLate's ``encode`` and the
+    exact search's ``embed_texts`` alike), and everything after it (the search, the MaxSim) is float32."""
+
+    @functools.wraps(forward)
+    def forward_bf16(*args, **kwargs):
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            out = forward(*args, **kwargs)
+        return {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in out.items()}
+
+    return forward_bf16
 
 
 def texts_of(request: Search | Rerank) -> int:
@@ -146,16 +183,25 @@ class Engine:
         batch_size: int | None = None,
         onnx: str | None = None,
         allow_int8_loss: bool = False,
+        precision: str = "fp32",
     ):
         from pylate import models
 
-        self.device, self.exact, self.onnx = torch.device(device), exact, onnx
+        if precision not in PRECISIONS:
+            raise ServeError(f"precision must be {' or '.join(PRECISIONS)}, got {precision!r}")
+        if precision != "fp32" and onnx:
+            raise ServeError(f"precision {precision} is the PyTorch encoder's; the ONNX encoder ({onnx}) has its own")
+        self.device, self.exact, self.onnx, self.precision = torch.device(device), exact, onnx, precision
         self.batch_size = batch_size or (ENCODE_BATCH_CPU if self.device.type == "cpu" else ENCODE_BATCH_GPU)
         if onnx:  # ONNX Runtime on the CPU; the search itself stays where ``device`` says
             self.model = onnx_encoder(model_dir, onnx, allow_int8_loss)
         else:
             self.model = models.ColBERT(str(model_dir), device=device)
         self.model.eval()
+        if precision == "bf16":
+            if not bf16_is_native(str(self.device)):
+                log.warning("this %s has no native bfloat16: bf16 encodes are emulated, slower than float32", device)
+            self.model.forward = _autocast_bf16(self.model.forward, self.device.type)
         self.index = self.corpus = None
         self.documents = 0
         if exact:
@@ -176,7 +222,8 @@ class Engine:
         """One line: what the engine searches with, for the log and ``serve``'s start-up line."""
         how = "exact MaxSim" if self.exact else "the PLAID index" if self.index is not None else None
         what = f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
-        return what + (f"; encoder: ONNX {self.onnx}" if self.onnx else "")
+        encoder = f"ONNX {self.onnx}" if self.onnx else "bfloat16 autocast" if self.precision == "bf16" else None
+        return what + (f"; encoder: {encoder}" if encoder else "")
 
     def answer(self, requests: list[Search | Rerank]) -> list:
         """Each request's answer, or the :class:`BadRequest` that refuses it: the searches of the batch in one
