@@ -416,19 +416,22 @@ def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_p
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "serve.json").read_text())
     onnx = "rerank, 20 documents, ONNX fp32 encoder"
-    assert [(r["mode"], r["clients"]) for r in result["rows"]] == [
-        (mode, n) for mode in ("search, PLAID", "rerank, 20 documents", "search, exact MaxSim", onnx) for n in (1, 2)
-    ]
+    plaid16, rerank16 = "search, PLAID, bfloat16 encoder", "rerank, 20 documents, bfloat16 encoder"
+    served = ("search, PLAID", "rerank, 20 documents", "search, exact MaxSim", onnx, plaid16, rerank16)
+    assert [(r["mode"], r["clients"]) for r in result["rows"]] == [(mode, n) for mode in served for n in (1, 2)]
     for r in result["rows"]:
         assert r["requests"] == 2 * r["clients"] and r["ok"] + sum(r["errors"].values()) == r["requests"]
-    assert [o["mode"] for o in result["overhead"]] == ["search, PLAID", "search, exact MaxSim"]
+    assert [o["mode"] for o in result["overhead"]] == ["search, PLAID", "search, exact MaxSim", plaid16]
     assert [(c["mode"], c["clients"]) for c in result["capacity"]] == [
         ("search, PLAID", 1),
         ("search, PLAID", 8),
         ("rerank, 20 documents", 1),
         (onnx, 1),
+        (plaid16, 1),
+        (plaid16, 8),
+        (rerank16, 1),
     ]
-    assert len(result["targets"]) == 5 and "| target | measured | met |" in (tmp_path / "out" / "serve.md").read_text()
+    assert len(result["targets"]) == 7 and "| target | measured | met |" in (tmp_path / "out" / "serve.md").read_text()
     assert all(o["ratio"] > 0 for o in result["overhead"])
     table = (tmp_path / "out" / "serve.md").read_text()
     assert "40 documents (synthetic)" in table and "| search, PLAID | 2 | 4.0 |" in table

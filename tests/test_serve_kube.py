@@ -180,14 +180,19 @@ def test_the_onnx_forms_are_the_exports_own():
 
 @pytest.mark.parametrize(
     "args",
-    [["--onnx", "render", "s3://m/r/"], ["--onnx", "int8", "render", "s3://m/r/"], ["--allow-int8-loss", "apply", "x"]],
-    ids=["bare before render", "form before render", "allow before apply"],
+    [
+        ["--onnx", "render", "s3://m/r/"],
+        ["--onnx", "int8", "render", "s3://m/r/"],
+        ["--allow-int8-loss", "apply", "x"],
+        ["--precision", "bf16", "render", "s3://m/r/"],
+    ],
+    ids=["bare before render", "form before render", "allow before apply", "precision before render"],
 )
 def test_onnx_before_the_subcommand_points_after_it(args):
     res = CliRunner().invoke(cli, ["serve", *args])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert res.output.splitlines() == [
-        "error: --onnx and --allow-int8-loss go with --local, or after render or apply",
+        "error: --onnx, --allow-int8-loss and --precision go with --local, or after render or apply",
         "hint: serve render NAME|URI --onnx [fp32|int8] (or apply), or serve --local URI --onnx [fp32|int8]",
     ]
 

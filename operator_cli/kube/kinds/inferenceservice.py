@@ -9,9 +9,9 @@ its runtime's (``servingruntime.yaml.j2``, the ClusterServingRuntime it names).
 as ``storageUri`` (no credentials in it: KServe's storage initializer reads them from the service account's
 Secrets, and ``--secret-env`` adds Secret *references*), GPUs or CPUs, replicas, KServe's batcher, and the pod
 fields a platform sets on every workload (:data:`POD_OPTIONS`: the job options themselves, and the jobs' pod
-partials render them). ``--exact``, ``--onnx`` and ``--allow-int8-loss`` reach the predictor as its environment
-variables (``COLBERT_SERVE_EXACT``, ``COLBERT_SERVE_ONNX``, ``COLBERT_SERVE_ALLOW_INT8_LOSS``): the
-ClusterServingRuntime's command is shared by every model it serves.
+partials render them). ``--exact``, ``--onnx``, ``--allow-int8-loss`` and ``--precision`` reach the predictor as its
+environment variables (``COLBERT_SERVE_EXACT``, ``COLBERT_SERVE_ONNX``, ``COLBERT_SERVE_ALLOW_INT8_LOSS``,
+``COLBERT_SERVE_PRECISION``): the ClusterServingRuntime's command is shared by every model it serves.
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ from operator_cli.options import JOB_OPTIONS
 from operator_cli.values import SecretRef, shown
 from trainer.config.credentials import credential_in
 
-__all__ = ["ONNX_FORMS", "POD_OPTIONS", "InferenceService", "ServeSpec", "ServingRuntime"]
+__all__ = ["ONNX_FORMS", "POD_OPTIONS", "PRECISIONS", "InferenceService", "ServeSpec", "ServingRuntime"]
 
 ONNX_FORMS = ("fp32", "int8")
 """The ONNX encoder's forms the predictor serves (``--onnx``): ``trainer.onnx_export.FORMS``, named here so that
 the CLI imports no torch."""
+PRECISIONS = ("fp32", "bf16")
+"""The PyTorch encoder's precisions (``--precision``): ``trainer.serve.engine.PRECISIONS``, named here so that the
+CLI imports no torch."""
 
 _STORAGE_SCHEMES = ("s3://", "gs://", "az://", "https://", "hf://", "pvc://")
 _BUCKET_SCHEMES = ("s3", "gs", "az")
@@ -62,6 +65,9 @@ class ServeSpec:
     With ``gpus``, the search runs on the GPU and the encode on the CPU."""
     allow_int8_loss: bool = False
     """Serve ``onnx="int8"`` though its parity says it loses more nDCG@10 than allowed."""
+    precision: str = "fp32"
+    """The PyTorch encoder's: ``bf16`` runs it under bfloat16 autocast (about half the time on a GPU or a CPU with
+    AVX512-BF16 or AMX-BF16); not with ``onnx``."""
     min_replicas: int = 1
     max_replicas: int = 1
     max_batch_size: int | None = None
@@ -129,6 +135,13 @@ class ServeSpec:
             raise CliError(
                 f"--allow-int8-loss goes with --onnx int8, got --onnx {self.onnx or '(none)'}",
                 hint="add --onnx int8, or drop --allow-int8-loss",
+            )
+        if self.precision not in PRECISIONS:
+            raise CliError(f"--precision must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
+        if self.precision != "fp32" and self.onnx:
+            raise CliError(
+                f"--precision {self.precision} is the PyTorch encoder's; --onnx {self.onnx} has its own",
+                hint="drop --precision or --onnx",
             )
 
     def _check_storage_uri(self) -> None:
