@@ -262,3 +262,137 @@ def test_served_with_onnx_answers_the_pytorch_top_10_and_refuses_int8_in_one_lin
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     lines = [line for line in done.stderr.splitlines() if line.strip() and "WARNING" not in line]
     assert done.returncode == 2 and len(lines) == 1 and "--allow-int8-loss" in lines[0], done.stderr
+
+
+# export-onnx on a job's output_dir records the parity as the job's onnx: phase does (trainer/phases.py's record)
+
+
+def _finished(out: Path, cfg) -> None:
+    """``out`` as the job leaves it: the card the final save writes, then the job's own finish (its config
+    recorded, done.json), every other metrics.json key kept."""
+    from trainer import phases
+    from trainer.storage import card
+
+    metrics = {**json.loads((out / "metrics.json").read_text()), "steps": 1, "model_dir": str(out / "final-model")}
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    card.update(out / "final-model", cfg, metrics)
+    phases.finish(cfg, metrics)
+    assert phases.redo_from(cfg) == (None, "") and (out / phases.CONFIG).is_file()
+
+
+@pytest.fixture(scope="module")
+def finished_job(tmp_path_factory, tiny_model):
+    """A finished job's output_dir whose config has no ``onnx:``: the model, its index, card, config and marker."""
+    root = tmp_path_factory.mktemp("job")
+    out = served_output(root, tiny_model)
+    _finished(out, _config(root, out))
+    return root, out
+
+
+def _state(out: Path) -> dict[str, bytes]:
+    """The files the record writes, as bytes."""
+    names = ["metrics.json", "done.json", "final-model/README.md", "final-model/manifest.json"]
+    return {name: (out / name).read_bytes() for name in names}
+
+
+@pytest.mark.slow
+def test_export_onnx_on_a_job_output_records_the_parity_as_the_jobs_phase(finished_job, tmp_path):
+    import shutil
+
+    from operator_cli.cli import cli
+    from trainer import phases
+    from trainer.run.checkpoint import verify
+
+    root, out = finished_job
+    copy = tmp_path / "output"
+    shutil.copytree(out, copy)
+    before = json.loads((copy / "metrics.json").read_text())
+    card_before = (copy / "final-model" / "README.md").read_text()
+    result = CliRunner().invoke(cli, ["export-onnx", str(copy), "--heldout", str(root / "beir")])
+    assert result.exit_code == 0, result.output
+    parity = json.loads((copy / "final-model" / "onnx" / "parity.json").read_text())
+    metrics = json.loads((copy / "metrics.json").read_text())
+    assert metrics == {**before, "onnx": parity}  # every other key kept
+    card = (copy / "final-model" / "README.md").read_text()
+    assert "## ONNX" in card and f"{parity['ndcg@10_fp32']:.4f}" in card and f"{parity['ndcg@10_int8']:.4f}" in card
+    assert f"{parity['max_token_error_int8']:.2g}" in card
+    assert [line for line in card_before.splitlines() if line not in card] == []  # the rest of the card as it was
+    assert "onnx/model.onnx" in json.loads((copy / "final-model" / "manifest.json").read_text())["files"]
+    assert verify(copy / "final-model", required=True) is None
+    for cfg in (_config(root, copy), _config(root, copy, onnx={})):  # a restart trains nothing, exports nothing
+        assert phases.redo_from(cfg) == (None, ""), cfg.onnx
+
+
+def _fake_job(tmp_path: Path, monkeypatch) -> Path:
+    """A finished job's output_dir of the production layout (tests/helpers/outputs.py), an export that writes
+    nothing and gives a parity: the record alone is under test."""
+    from tests.helpers.outputs import fake_output, phases_config
+    from trainer import onnx_export
+
+    out = tmp_path / "output"
+    fake_output(out, index=True)
+    (out / "final-model" / "config_sentence_transformers.json").write_text("{}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    (out / "metrics.json").write_text(
+        json.dumps({**metrics, "index": {**metrics["index"], "path": str(out / "index")}})
+    )
+    _finished(out, phases_config(out, index=True))
+    parity = {"sample": 8, "max_token_error_fp32": 2e-7, "max_token_error_int8": 0.0123, "max_int8_loss": 0.01}
+    monkeypatch.setattr(onnx_export, "export", lambda *a, **k: {**parity, "int8_ok": False})
+    return out
+
+
+def test_a_failed_card_record_leaves_metrics_and_the_card_as_they_were(tmp_path, monkeypatch):
+    """The card (and the model's manifest) written, then metrics.json fails: all of them are put back."""
+    import errno
+
+    from operator_cli.cli import cli
+    from trainer import phases
+
+    out = _fake_job(tmp_path, monkeypatch)
+    before = _state(out)
+    real = phases.write_text
+
+    def full(path, text):
+        if path.name == "metrics.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(phases, "write_text", full)
+    result = CliRunner().invoke(cli, ["export-onnx", str(out)])
+    assert result.exit_code == 2 and "not updated and are as they were" in result.stderr, result.output
+    assert "Traceback" not in result.output
+    assert _state(out) == before
+    assert not [p for p in (*out.iterdir(), *(out / "final-model").iterdir()) if p.name.startswith(".")]
+    monkeypatch.setattr(phases, "write_text", real)
+    assert CliRunner().invoke(cli, ["export-onnx", str(out / "final-model")]).exit_code == 0  # the model dir too
+    assert "0.012" in (out / "final-model" / "README.md").read_text()
+    assert phases.redo_from(phases.recorded_config(out)) == (None, "")
+
+
+@pytest.mark.parametrize(
+    "case,code,said",
+    [
+        ("no recorded config", 0, "no job-config.json (a job of an earlier colbert-k8s records none)"),
+        ("damaged recorded config", 2, "job-config.json is unreadable (JSONDecodeError)"),
+        ("no job around the model", 0, "the card is not updated: there is no job output around the model"),
+    ],
+)
+def test_without_a_job_or_its_config_the_card_is_left_and_one_line_says_why(tmp_path, monkeypatch, case, code, said):
+    from operator_cli.cli import cli
+    from trainer.phases import CONFIG
+
+    out = _fake_job(tmp_path, monkeypatch)
+    target = out
+    if case == "no recorded config":
+        (out / CONFIG).unlink()
+    elif case == "damaged recorded config":
+        (out / CONFIG).write_text("{")
+    else:
+        (out / "metrics.json").rename(tmp_path / "elsewhere.json")
+        target = out / "final-model"
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    result = CliRunner().invoke(cli, ["export-onnx", str(target)])
+    assert result.exit_code == code and said in result.stderr, result.output
+    assert len([line for line in result.stderr.splitlines() if said in line]) == 1
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before

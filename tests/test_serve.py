@@ -394,14 +394,28 @@ PREDICTOR_ENV = [
 def test_the_predictor_reads_its_options_from_its_environment(monkeypatch, name, env, argv, onnx, allow, exact):
     """What `serve render|apply` writes into the container (COLBERT_SERVE_EXACT, COLBERT_SERVE_ONNX,
     COLBERT_SERVE_ALLOW_INT8_LOSS)."""
-    from trainer.serve.predictor import env_options, parser
+    from trainer.serve.predictor import parse
 
     for key in ("COLBERT_SERVE_EXACT", "COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    args = env_options(parser().parse_args(["/mnt/models", *argv]))
+    args = parse(["/mnt/models", *argv])
     assert (args.onnx, args.allow_int8_loss, args.exact) == (onnx, allow, exact)
+    assert type(args.allow_int8_loss) is bool and type(args.exact) is bool  # never "1" or "" past parse
+
+
+def test_the_predictors_cache_and_batching_come_typed_from_its_flags_or_environment(monkeypatch):
+    from trainer.serve.batcher import BatchOptions
+    from trainer.serve.predictor import parse
+
+    monkeypatch.setenv("COLBERT_SERVE_CACHE", "/cache/serve")
+    monkeypatch.setenv("COLBERT_SERVE_QUEUE", "8")
+    args = parse(["/mnt/models", "--batch-size", "32"])
+    assert args.cache_dir == "/cache/serve" and args.batching == BatchOptions(max_size=32, max_queue=8)
+    assert parse(["/mnt/models", "--cache-dir", "here"]).cache_dir == "here"
+    monkeypatch.delenv("COLBERT_SERVE_CACHE")
+    assert parse(["/mnt/models"]).cache_dir == ".cache/colbert-k8s"
 
 
 BAD_PREDICTOR_ENV = [

@@ -137,7 +137,7 @@ SERVE_ENV = [
 def test_the_predictors_options_reach_its_container_as_environment_variables(monkeypatch, name, flags, want):
     """--exact, --onnx and --allow-int8-loss: the runtime's command is every model's, so the InferenceService's
     container carries them, the object stays CRD-valid, and the predictor reads them back as its options."""
-    from trainer.serve.predictor import env_options, parser
+    from trainer.serve.predictor import parse
 
     before = CRD_CHECKS["ran"]
     runtime, isvc = _render("s3://models/run-1/", *flags)
@@ -152,7 +152,7 @@ def test_the_predictors_options_reach_its_container_as_environment_variables(mon
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    args = env_options(parser().parse_args(["/mnt/models"]))
+    args = parse(["/mnt/models"])
     assert (args.exact, args.onnx, args.allow_int8_loss) == (
         "--exact" in flags,
         want.get("COLBERT_SERVE_ONNX"),

@@ -12,6 +12,10 @@ Now a final model whose manifest is missing or does not verify is trained again 
 checkpoint, an index is rebuilt, each with one line; the job exits 0 only after :func:`mark_done` has
 verified every phase the config asks for. An ``index:`` added to a finished job's config, or ``index.embeddings``
 added to its ``index:``, is such a missing phase: the index is built alone, the model is not trained again.
+
+Each phase's figures reach ``metrics.json`` and the model card through :func:`record`, as do those of
+``colbert-k8s export-onnx`` run later on the output_dir: for that, :func:`finish` first writes
+``job-config.json`` (:func:`record_config`), the config the card is rendered from.
 """
 
 from __future__ import annotations
@@ -20,17 +24,29 @@ import json
 import logging
 from pathlib import Path
 
-from trainer.atomic import whole_or_absent, write_text
-from trainer.config.schema import TrainConfig
+from trainer import labels
+from trainer.atomic import replacing, whole_or_absent, write_text
+from trainer.config.schema import ConfigError, TrainConfig
 from trainer.errors import PhaseNotWhole
 from trainer.run.checkpoint import CheckpointError, remove_stale_temporaries, verify, write_manifest
 from trainer.storage import card
 
-__all__ = ["DONE", "finish", "mark_done", "redo_from", "started"]
+__all__ = [
+    "CONFIG",
+    "DONE",
+    "finish",
+    "mark_done",
+    "record",
+    "record_config",
+    "recorded_config",
+    "redo_from",
+    "started",
+]
 
 log = logging.getLogger("trainer")
 
 DONE = "done.json"  # output_dir's marker: written after every phase is verified whole
+CONFIG = "job-config.json"  # output_dir's: the config its card is rendered from, for export-onnx to render it again
 
 
 def _problem(directory: Path, name: str = "manifest.json") -> str | None:
@@ -105,10 +121,12 @@ def mark_done(cfg: TrainConfig) -> None:
 
 
 def finish(cfg: TrainConfig, metrics: dict) -> None:
-    """Rank 0, once the final model and metrics.json are written: the index if asked (metrics.json gains
-    its entry), the corpus into the vector database if asked (its entry), then the marker. A phase whose
-    entry is there already (a restart after it) is not done again."""
+    """Rank 0, once the final model and metrics.json are written: the config the card is rendered from
+    (:data:`CONFIG`), the index if asked (metrics.json gains its entry), the corpus into the vector database if
+    asked (its entry), the encoder in ONNX if asked (its entry), then the marker. A phase whose entry is there
+    already (a restart after it) is not done again."""
     out = Path(cfg.output_dir)
+    record_config(cfg)
     index_whole = "index" in metrics and not _problem(out / "index")
     if cfg.index is not None and not (index_whole and (_has_embeddings(out / "index") or not cfg.index.embeddings)):
         from trainer.index import build_and_evaluate  # fast-plaid: loaded only when an index is asked for
@@ -120,19 +138,82 @@ def finish(cfg: TrainConfig, metrics: dict) -> None:
             from trainer.footprint import measure
 
             metrics["footprint"] = measure(Path(metrics["model_dir"]), cfg)
-        card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the figures through the index
-        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        record(out, cfg, metrics)  # the card shows the figures through the index
     if cfg.vectordb is not None and "vectordb" not in metrics:
         from trainer.vectordb import for_job  # the database's client: loaded only when one is asked for
 
         metrics["vectordb"] = for_job(metrics["model_dir"], cfg)
-        card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the parity with exact MaxSim
-        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        record(out, cfg, metrics)  # the card shows the parity with exact MaxSim
     if cfg.onnx is not None and "onnx" not in metrics:
         metrics["onnx"] = _onnx(Path(metrics["model_dir"]), cfg)
-        card.update(Path(metrics["model_dir"]), cfg, metrics)  # the card shows the parity; the manifest lists onnx/
-        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        record(out, cfg, metrics)  # the card shows the parity; the model's manifest lists onnx/
     mark_done(cfg)
     index = f"; PLAID index at {metrics['index']['path']}" if "index" in metrics else ""
     index += f"; corpus in {metrics['vectordb']['destination']}" if "vectordb" in metrics else ""
     log.info("done: model at %s%s", metrics["model_dir"], index)  # last: after the index, not before it
+
+
+def record(out: Path, cfg: TrainConfig, metrics: dict) -> None:
+    """``metrics`` into ``out/metrics.json`` and onto the final model's card, with the model's manifest and the
+    marker (where it vouched for the job) following them: all of them, or, when any write fails, all as they
+    were. The card is rendered before anything is written."""
+    model_dir = out / "final-model"
+    files = [model_dir / "README.md", model_dir / "manifest.json", out / "metrics.json", out / DONE]
+    before = {path: path.read_bytes() if path.is_file() else None for path in files}
+    marked = before[out / DONE] is not None and _problem(out, DONE) is None
+    try:
+        card.update(model_dir, cfg, metrics)  # the card, then the model's manifest over every file (onnx/ too)
+        write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        if marked:  # it vouched for the job before: it does for the same files now
+            with whole_or_absent(out / DONE):
+                write_manifest(out, list(json.loads(before[out / DONE])["files"]), name=DONE)
+    except BaseException:
+        for path, old in before.items():
+            if old is None:
+                path.unlink(missing_ok=True)
+            else:
+                with replacing(path) as tmp:
+                    tmp.write_bytes(old)
+        raise
+
+
+def record_config(cfg: TrainConfig) -> None:
+    """``output_dir/job-config.json``: ``cfg`` as its card names it, so the card renders the same on any machine
+    (``colbert-k8s export-onnx``): each staged source by the URL it came from, the license the card gives, and
+    ``loss.temperature: auto`` as the first round's labels chose it. It holds no credentials: the config refuses
+    them."""
+    update: dict = {
+        "model": cfg.model.model_copy(
+            update={"name_or_path": card.origin(cfg.model.name_or_path), "license": card.license_of(cfg)}
+        )
+    }
+    update["data"] = cfg.data.model_copy(
+        update={"eval_beir": card.origin(cfg.data.eval_beir) if cfg.data.eval_beir else None}
+    )
+    if cfg.mine is not None and cfg.mine.model:
+        update["mine"] = cfg.mine.model_copy(update={"model": card.origin(cfg.mine.model)})
+    if getattr(cfg.loss, "temperature", None) == "auto":  # read here, where the job's mined rows are
+        try:
+            structure = json.loads((Path(cfg.output_dir) / "mined" / "round-1" / labels.FILE).read_text())
+            update["loss"] = cfg.loss.model_copy(update={"temperature": labels.temperature_for(structure)})
+        except (OSError, ValueError, KeyError):
+            pass  # the card says the temperature is not recorded, as the job's own does
+    named = cfg.model_copy(update=update).model_dump(mode="json", by_alias=True)
+    write_text(Path(cfg.output_dir) / CONFIG, json.dumps(named, indent=2) + "\n")
+
+
+def recorded_config(out: Path) -> TrainConfig | None:
+    """The config the job in ``out`` recorded (:func:`record_config`); None where it recorded none. A damaged
+    one is :class:`ConfigError`'s one line."""
+    from trainer.config.load import parse_config
+
+    path = out / CONFIG
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"{path} is unreadable ({type(e).__name__}): restart the job to write it again, or remove it"
+        ) from None
+    return parse_config(data, str(path))

@@ -51,7 +51,7 @@ from trainer.serve.requests import (
     v2_outputs,
 )
 
-__all__ = ["ROUTES", "env_options", "main", "make_model", "parser", "serve"]
+__all__ = ["ROUTES", "main", "make_model", "parse", "parser", "serve"]
 
 log = logging.getLogger("trainer.serve")
 
@@ -338,26 +338,35 @@ def _url(host: str, port: int) -> str:
 
 _ONNX_FORMS = ("fp32", "int8")
 _ONNX_ENV = "COLBERT_SERVE_ONNX"
-_INT8_LOSS_ENV = "COLBERT_SERVE_ALLOW_INT8_LOSS"
-_EXACT_ENV = "COLBERT_SERVE_EXACT"
+_SWITCHES = {"exact": "COLBERT_SERVE_EXACT", "allow_int8_loss": "COLBERT_SERVE_ALLOW_INT8_LOSS"}
 _SWITCH = {"1": True, "0": False, "": False}  # what `serve render|apply` writes, and unset
+_CACHE_ENV = "COLBERT_SERVE_CACHE"
 
 
-def env_options(args: argparse.Namespace) -> argparse.Namespace:
-    """``--exact``, ``--onnx`` and ``--allow-int8-loss`` as given, or from their environment variables, which
-    argparse takes as defaults without checking them: a bad one is one line naming the variable."""
-    if args.onnx not in (None, *_ONNX_FORMS):  # a flag's value was checked by argparse: this is the variable's
-        raise ServeError(f"{_ONNX_ENV} must be {' or '.join(_ONNX_FORMS)} (or unset), got {args.onnx!r}")
-    for name, variable in (("allow_int8_loss", _INT8_LOSS_ENV), ("exact", _EXACT_ENV)):
-        value = getattr(args, name)
-        if isinstance(value, str):
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The predictor's options, each typed and checked here once: a flag as given (argparse checks it), else
+    its environment variable (what ``serve render|apply`` writes into the container), else off. ``exact`` and
+    ``allow_int8_loss`` are booleans, ``onnx`` a form or None, ``batching`` :class:`BatchOptions`; a bad
+    variable is :class:`ServeError`'s one line naming it."""
+    args = parser().parse_args(argv)
+    for name, variable in _SWITCHES.items():
+        if not getattr(args, name):  # the flag, given, wins
+            value = os.environ.get(variable, "")
             if value not in _SWITCH:
                 raise ServeError(f"{variable} must be 1 or 0 (or unset), got {value!r}")
             setattr(args, name, _SWITCH[value])
+    if args.onnx is None:
+        value = os.environ.get(_ONNX_ENV, "")
+        if value not in ("", *_ONNX_FORMS):
+            raise ServeError(f"{_ONNX_ENV} must be {' or '.join(_ONNX_FORMS)} (or unset), got {value!r}")
+        args.onnx = value or None
+    args.cache_dir = args.cache_dir or os.environ.get(_CACHE_ENV) or ".cache/colbert-k8s"
+    args.batching = batch_options(args)
     return args
 
 
 def parser() -> argparse.ArgumentParser:
+    """The flags alone: :func:`parse` reads each one's environment variable and types it."""
     p = argparse.ArgumentParser(prog="python -m trainer.serve", description=__doc__.splitlines()[0])
     p.add_argument("uri", help="an export (s3://BUCKET/PREFIX/, gs://, az://, a local copy) or a job's output_dir")
     p.add_argument("--model-name", default="colbert", help="the name in the URLs (default: colbert)")
@@ -370,49 +379,45 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--exact",
         action="store_true",
-        default=os.environ.get(_EXACT_ENV, ""),  # a string until env_options reads it
-        help="search by exact MaxSim over the stored corpus embeddings (or COLBERT_SERVE_EXACT=1)",
+        default=None,
+        help=f"search by exact MaxSim over the stored corpus embeddings (or {_SWITCHES['exact']}=1)",
     )
     p.add_argument(
         "--onnx",
         nargs="?",
         const="fp32",
         choices=_ONNX_FORMS,
-        default=os.environ.get(_ONNX_ENV) or None,  # argparse does not check a default: env_options does
         help="encode with the model's ONNX export (onnx/, colbert-k8s export-onnx) in ONNX Runtime on the CPU: "
         f"fp32 (the default form) or int8 (or {_ONNX_ENV})",
     )
     p.add_argument(
         "--allow-int8-loss",
         action="store_true",
-        default=os.environ.get(_INT8_LOSS_ENV, ""),  # a string until env_options reads it
-        help=f"serve --onnx int8 even where its parity says it loses more nDCG@10 than allowed (or {_INT8_LOSS_ENV}=1)",
+        default=None,
+        help="serve --onnx int8 even where its parity says it loses more nDCG@10 than allowed "
+        f"(or {_SWITCHES['allow_int8_loss']}=1)",
     )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when a GPU is visible)")
     p.add_argument(
-        "--cache-dir",
-        default=os.environ.get("COLBERT_SERVE_CACHE", ".cache/colbert-k8s"),
-        help="where a remote export is staged",
+        "--cache-dir", help=f"where a remote export is staged (default: ${_CACHE_ENV}, else .cache/colbert-k8s)"
     )
     add_batch_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
     try:
-        env_options(args)
+        args = parse(argv)
         import torch
 
         from trainer.serve.engine import Engine, locate
 
-        batching = batch_options(args)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model_dir, index_dir = locate(args.uri, args.cache_dir)  # before the server: a bad URI is one line
         engine = Engine(model_dir, index_dir, args.exact, device, onnx=args.onnx, allow_int8_loss=args.allow_int8_loss)
         _import_kserve()
-    except ConfigError as e:  # a bad URI, an export that does not verify, --exact without embeddings
+    except ConfigError as e:  # a bad variable or URI, an export that does not verify, --exact without embeddings
         print(f"serve: error: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
@@ -422,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    model = make_model(args.model_name, lambda: engine, batching)
+    model = make_model(args.model_name, lambda: engine, args.batching)
     model.load()
     print(f"serving {args.model_name} on {_url(args.host, args.http_port)}: {engine.describe()}", flush=True)
     serve(model, args.host, args.http_port)
