@@ -426,6 +426,11 @@ BAD_PREDICTOR_ENV = [
         "COLBERT_SERVE_ALLOW_INT8_LOSS must be 1 or 0 (or unset), got 'true'",
     ),
     ("exact yes", {"COLBERT_SERVE_EXACT": "yes"}, "COLBERT_SERVE_EXACT must be 1 or 0 (or unset), got 'yes'"),
+    (
+        "precision fp16",
+        {"COLBERT_SERVE_PRECISION": "fp16"},
+        "COLBERT_SERVE_PRECISION must be fp32 or bf16 (or unset), got 'fp16'",
+    ),
 ]
 
 

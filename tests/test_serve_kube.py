@@ -130,6 +130,8 @@ SERVE_ENV = [
         {"COLBERT_SERVE_ONNX": "int8", "COLBERT_SERVE_ALLOW_INT8_LOSS": "1", "COLBERT_SERVE_EXACT": "1"},
     ),
     ("onnx on a gpu", ["--gpus", "1", "--onnx", "fp32"], {"COLBERT_SERVE_ONNX": "fp32"}),
+    ("bf16 encoder", ["--precision", "bf16"], {"COLBERT_SERVE_PRECISION": "bf16"}),
+    ("fp32 encoder, as without the flag", ["--precision", "fp32"], {}),
 ]
 
 
@@ -148,15 +150,21 @@ def test_the_predictors_options_reach_its_container_as_environment_variables(mon
         assert CRD_CHECKS["ran"] == before + 2
     env = {e["name"]: e["value"] for e in isvc["spec"]["predictor"]["model"]["env"] if "value" in e}
     assert {k: v for k, v in env.items() if k.startswith("COLBERT_SERVE_")} == want
-    for key in ("COLBERT_SERVE_EXACT", "COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
+    for key in (
+        "COLBERT_SERVE_EXACT",
+        "COLBERT_SERVE_ONNX",
+        "COLBERT_SERVE_ALLOW_INT8_LOSS",
+        "COLBERT_SERVE_PRECISION",
+    ):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     args = parse(["/mnt/models"])
-    assert (args.exact, args.onnx, args.allow_int8_loss) == (
+    assert (args.exact, args.onnx, args.allow_int8_loss, args.precision) == (
         "--exact" in flags,
         want.get("COLBERT_SERVE_ONNX"),
         "--allow-int8-loss" in flags,
+        want.get("COLBERT_SERVE_PRECISION", "fp32"),
     )
 
 
@@ -167,6 +175,21 @@ def test_onnx_on_a_gpu_is_served_with_a_note():
     assert res.stderr.strip() == "note: --onnx encodes on the CPU; the GPU runs the search (PLAID or --exact) only"
     assert len(list(yaml.safe_load_all(res.stdout))) == 2
     assert "note:" not in CliRunner().invoke(cli, ["serve", "render", "s3://m/r/", "--onnx", "-n", "ml"]).stderr
+
+
+def test_the_precisions_are_the_engines_own():
+    from operator_cli.kube.kinds.inferenceservice import PRECISIONS
+    from trainer.serve.engine import PRECISIONS as ENGINE
+    from trainer.serve.predictor import parser
+
+    (precision,) = [a for a in parser()._actions if a.dest == "precision"]
+    assert ENGINE == PRECISIONS == tuple(precision.choices)
+
+
+def test_bf16_beside_onnx_is_refused_in_one_line():
+    res = CliRunner().invoke(cli, ["serve", "render", "s3://m/r/", "--onnx", "--precision", "bf16", "-n", "ml"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.output.splitlines()[0] == "error: --precision bf16 is the PyTorch encoder's; --onnx fp32 has its own"
 
 
 def test_the_onnx_forms_are_the_exports_own():
