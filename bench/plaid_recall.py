@@ -6,7 +6,7 @@
 The job's index phase reports nDCG@10 through PLAID beside exact MaxSim; this measures the search itself:
 for every query, the share of exact MaxSim's top 10 and top 100 (``trainer/retrieval/exact.py``) that PLAID
 (``trainer/retrieval/plaid.py``, the index the job builds and serving uses) returns in its own top k, at each
-``--nbits``, and what a query costs: with the candidates the product scores in full for each k (``full_scores``:
+``--nbits``, and what a query costs: with the candidates the product asks fast-plaid for at each k (``full_scores``:
 256 for a top 10, PyLate's 8,192 beyond) and with each ``--full-scores`` given. Both searches are the production
 code; the data path is an argument (the suite never needs it).
 """

@@ -4,7 +4,7 @@ Every PLAID search of the project goes through :class:`PlaidSearch`: mining's pe
 (:class:`PlaidRetriever`, for corpora beyond exact MaxSim's memory), the index phase's evaluation
 (``trainer/index.py``) and serving (``trainer/serve/plaid.py``). It holds fast-plaid's index and the document id
 of each PLAID id in memory (PyLate's ``PLAID.__call__`` reads both id mappings from disk on every call), and asks
-fast-plaid to score in full as many candidates as the top k needs (:func:`full_scores`: 256 for a top 10).
+fast-plaid for as many candidates as the top k needs (:func:`full_scores`: 256 for a top 10).
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ __all__ = [
 ENCODE_CHUNK = 10_000  # documents encoded and added at a time: about 1 GB of float32 at 180 tokens, dim 128
 FAST_PLAID_DIR = "fast_plaid_index"  # where PyLate's PLAID keeps fast-plaid's index, under its index_name
 
-# fast-plaid's candidates scored in full for a top k. PyLate passes 8,192 whatever k, and a CPU query's cost grows
-# with it. For a top 10, 256 (PLAID's own searcher's ``ndocs`` for k <= 10) kept nDCG@10 equal on a real split
-# with a trained model, at a fifteenth of the cost; for a top 100, PLAID's 1,024 found fewer of exact MaxSim's
-# top 100 than 8,192 did, so past k 10 the search keeps PyLate's 8,192 (4k beyond k 2,048). bench/plaid_recall.py
-# measures it; the results page has the figures.
+# fast-plaid's n_full_scores for a top k: the candidates it keeps by their centroid scores, a quarter of which
+# (at least k) it decompresses and scores exactly (PLAID's ndocs). PyLate passes 8,192 whatever k, and a CPU
+# query's cost grows with it. For a top 10, 256 (PLAID's own searcher's ``ndocs`` for k <= 10) kept nDCG@10 equal
+# on a real split with a trained model, at a fifteenth of the cost; for a top 100, PLAID's 1,024 found fewer of
+# exact MaxSim's top 100 than 8,192 did, so past k 10 the search keeps PyLate's 8,192 (4k beyond k 2,048).
+# bench/plaid_recall.py measures it; the results page has the figures.
 FEW, FEW_SCORES, DEFAULT_SCORES = 10, 256, 8192
 
 log = logging.getLogger("trainer")
@@ -50,7 +51,8 @@ _warned_half = False  # the slow-float16 line, once a process (mining builds an 
 
 
 def full_scores(k: int) -> int:
-    """How many candidates fast-plaid decompresses and scores in full for a top ``k``.
+    """fast-plaid's ``n_full_scores`` for a top ``k``: the candidates kept by their centroid scores (a quarter of
+    them, at least ``k``, decompressed and scored exactly).
 
     >>> [full_scores(k) for k in (1, 10, 11, 100, 2048, 3000)]
     [256, 256, 8192, 8192, 8192, 12000]
