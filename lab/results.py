@@ -541,6 +541,60 @@ def plaid_recall_table() -> str:
     return f"Commit `{r['commit']}`, {r['split']} split, {r['model']}.\n\n" + plaid_recall_rows(r)
 
 
+ENCODER_PRECISION = "encoder-precision"  # bench/encoder_precision.py's lines in lab/benchmarks: this, or this-NAME
+
+
+def encoder_precision_rows(records: dict[str, dict]) -> str:
+    """One table of bench/encoder_precision.py's records (by line name), a row per split and encoder, bf16's with
+    its paired difference from fp32 and the largest token difference; then a line a record on where it ran."""
+    lines = [
+        "| split (queries, documents) | encoder | nDCG@10 | MRR@10 | Recall@100 | search s "
+        "| bf16 − fp32 nDCG@10 [95%] | queries bf16 scores higher / lower / same | largest token difference |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for name, r in records.items():
+        where = f"{r['data']} {r['split']} ({r['queries']:,}, {r['documents']:,})"
+        p = r["paired_ndcg@10"]
+        for encoder, e in r["encoders"].items():
+            seconds = [x["seconds"] for x in r["runs"] if x["encoder"] == encoder]
+            spread = _spread({"median": e["seconds"], "min": min(seconds), "max": max(seconds)}, 1)
+            paired = "-", "-", "-"
+            if encoder != "fp32":
+                paired = (
+                    _interval({"gain": p["mean"], "low": p["low"], "high": p["high"]}, 4),
+                    f"{p['higher']} / {p['lower']} / {p['same']}",
+                    f"{r['max_token_difference']:.2g}",
+                )
+            lines.append(
+                f"| {where} | {encoder} | {e['ndcg@10']:.4f} | {e['mrr@10']:.4f} | {e['recall@100']:.4f} "
+                f"| {spread} | {' | '.join(paired)} |"
+            )
+        native = "native" if r["bf16_native"] else "emulated (slower than float32 here)"
+        notes.append(
+            f"- `{name}`: {r['date']}, commit `{r['commit']}`, {r['machine']}, load average {r['load']}; {r['device']} "
+            f"(torch {r['torch']}, {r['threads']} threads), bfloat16 {native}; model {r['model']}, query and document "
+            f"lengths {r['query_length']} and {r['document_length']}, {r['batch_size']} texts encoded at a time; "
+            f"searches in the order {', '.join(x['encoder'] for x in r['runs'])}; token difference over the first "
+            f"{r['sample'][0]} queries and {r['sample'][1]} documents."
+        )
+    return "\n".join(lines) + "\n\n" + "\n".join(notes)
+
+
+def encoder_precision_table() -> str:
+    records = {n: r for n, r in named(study("benchmarks")).items() if n.startswith(ENCODER_PRECISION)}
+    if not records:
+        return (
+            "Not measured yet: `python bench/encoder_precision.py --model MODEL --data BEIR --split dev --record "
+            f"lab/benchmarks/results.jsonl --name {ENCODER_PRECISION}-NAME` ([docs/benchmarks.md]"
+            "(benchmarks.md#the-bfloat16-encoder-against-float32))."
+        )
+    return (
+        "`serve --precision bf16` against the float32 encoder, on held-out splits by the evaluation's exact search "
+        "(search s: the median, with the range, of each encoder's runs).\n\n" + encoder_precision_rows(records)
+    )
+
+
 def elastic_summary() -> str:
     r = bench("elastic-curve")
     after = [int(s) for s in r["resumed"] if int(s) > r["stop_after"]]
@@ -574,6 +628,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "footprint": footprint_table,
     "mining-cost": mining_cost_table,
     "plaid-recall": plaid_recall_table,
+    "encoder-precision": encoder_precision_table,
     "elastic": elastic_summary,
 }
 
@@ -593,6 +648,7 @@ def page() -> str:
             ("The index's footprint on the quickstart model", "footprint"),
             ("What mining costs", "mining-cost"),
             ("PLAID against exact MaxSim", "plaid-recall"),
+            ("The bfloat16 encoder against float32", "encoder-precision"),
             ("An elastic resume", "elastic"),
         )
     )
@@ -609,7 +665,7 @@ its arms, its results, its log; lab/README.md says how to rerun each). Nothing h
 - [Two labelling regimes: SciFact beside NFCorpus](#two-labelling-regimes-scifact-beside-nfcorpus)
 - [Mining on docstrings](#mining-on-docstrings-the-quickstart-and-the-packages-benchmark)
 - [Is any offline teacher stronger than the student?](#is-any-offline-teacher-stronger-than-the-student)
-- [Benchmarks](#benchmarks): speed, memory, scale, faults, serving, mining's cost
+- [Benchmarks](#benchmarks): speed, memory, scale, faults, serving, mining's cost, the bfloat16 encoder
 
 ## The quickstart
 

@@ -45,7 +45,10 @@ __all__ = [
     "PARITY",
     "OnnxEncoder",
     "export",
+    "largest_difference",
     "measure",
+    "parity_sample",
+    "token_embeddings",
 ]
 
 log = logging.getLogger("trainer")
@@ -193,31 +196,50 @@ def _write_graphs(model, folder: Path) -> None:
         logging.getLogger().disabled = was
 
 
+def parity_sample(split=None) -> tuple[list[str], list[str]]:
+    """The queries and documents a parity compares: the first :data:`SAMPLE` of a held-out ``split``'s, else a
+    few fixed texts."""
+    return (split.queries[:SAMPLE], split.corpus[:SAMPLE]) if split else (_FIXED_SAMPLE, _FIXED_SAMPLE)
+
+
+def token_embeddings(
+    encoder, sample: tuple[list[str], list[str]], model, batch_size: int = 32, device: str | torch.device = "cpu"
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``encoder``'s token embeddings ``(n, length, dim)`` and masks of the sample's queries, then its documents,
+    by the evaluation's encode, padded to ``model``'s query and document lengths."""
+    from trainer.encode import embed_texts
+
+    lengths = (model.query_length, model.document_length)
+    return [
+        embed_texts(encoder, texts, is_query, batch_size, length, device)
+        for texts, is_query, length in zip(sample, (True, False), lengths)
+    ]
+
+
+def largest_difference(embedded: list, reference: list) -> float:
+    """The largest absolute difference of any scoring token embedding (the ``reference``'s mask) between two
+    encoders' :func:`token_embeddings` of one sample: 0.0 for the same encoder."""
+    return max(
+        float((emb - ref)[ref_mask].abs().max()) if ref_mask.any() else 0.0
+        for (emb, _), (ref, ref_mask) in zip(embedded, reference)
+    )
+
+
 def measure(model, folder: Path, split=None, max_int8_loss: float = MAX_INT8_LOSS, batch_size: int = 32) -> dict:
     """Each ONNX form against ``model``: the largest token-embedding difference on a fixed sample (the first
     :data:`SAMPLE` held-out queries and documents, else a few fixed texts), and, given a held-out ``split``,
     nDCG@10 by the evaluation's exact search with each encoder, and the seconds each search took."""
-    from trainer.encode import embed_texts
     from trainer.evaluate import TOP_K, retrieval_metrics, run_of
     from trainer.retrieval.exact import ModelRetriever
 
-    sample = (split.queries[:SAMPLE], split.corpus[:SAMPLE]) if split else (_FIXED_SAMPLE, _FIXED_SAMPLE)
+    sample = parity_sample(split)
     encoders = {"torch": model, **{form: OnnxEncoder(folder, form) for form in FORMS}}
     result: dict = {"max_int8_loss": max_int8_loss, "sample": len(sample[0]) + len(sample[1])}
-
-    def embedded(encoder):
-        return [
-            embed_texts(encoder, texts, is_query, batch_size, length, "cpu")
-            for texts, is_query, length in zip(sample, (True, False), (model.query_length, model.document_length))
-        ]
-
-    reference = embedded(model)
+    reference = token_embeddings(model, sample, model, batch_size)
     for form in FORMS:
-        worst = max(
-            float((emb - ref)[ref_mask].abs().max()) if ref_mask.any() else 0.0
-            for (emb, _), (ref, ref_mask) in zip(embedded(encoders[form]), reference)
+        result[f"max_token_error_{form}"] = largest_difference(
+            token_embeddings(encoders[form], sample, model, batch_size), reference
         )
-        result[f"max_token_error_{form}"] = worst
     if split is not None:
         judged = {q: split.qrels[q] for q in split.query_ids}
         for name, encoder in encoders.items():

@@ -35,7 +35,16 @@ from trainer.serve.corpus import EMBEDDINGS, load_corpus
 from trainer.serve.plaid import PlaidIndex
 from trainer.serve.requests import BadRequest, Rerank, Search
 
-__all__ = ["PRECISIONS", "Engine", "ServeError", "bf16_is_native", "locate", "onnx_encoder", "texts_of"]
+__all__ = [
+    "PRECISIONS",
+    "Engine",
+    "ServeError",
+    "autocast_bf16",
+    "bf16_is_native",
+    "locate",
+    "onnx_encoder",
+    "texts_of",
+]
 
 log = logging.getLogger("trainer.serve")
 
@@ -66,10 +75,11 @@ def bf16_is_native(device: str, flags: str | None = None) -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & set((cpu_flags() if flags is None else flags).split()))
 
 
-def _autocast_bf16(forward, device_type: str):
+def autocast_bf16(forward, device_type: str):
     """The model's ``forward`` under torch's bfloat16 autocast (matrix products in bfloat16, normalisations in
     float32), its floating outputs returned in float32: every encode goes through it (PyLate's ``encode`` and the
-    exact search's ``embed_texts`` alike), and everything after it (the search, the MaxSim) is float32."""
+    exact search's ``embed_texts`` alike), and everything after it (the search, the MaxSim) is float32. The one
+    wrapper of the bf16 encoder: ``bench/encoder_precision.py`` measures what it costs in quality with it."""
 
     @functools.wraps(forward)
     def forward_bf16(*args, **kwargs):
@@ -201,7 +211,7 @@ class Engine:
         if precision == "bf16":
             if not bf16_is_native(str(self.device)):
                 log.warning("this %s has no native bfloat16: bf16 encodes are emulated, slower than float32", device)
-            self.model.forward = _autocast_bf16(self.model.forward, self.device.type)
+            self.model.forward = autocast_bf16(self.model.forward, self.device.type)
         self.index = self.corpus = None
         self.documents = 0
         if exact:
