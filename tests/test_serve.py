@@ -394,7 +394,7 @@ PREDICTOR_ENV = [
 def test_the_predictor_reads_its_options_from_its_environment(monkeypatch, name, env, argv, onnx, allow, exact):
     """What `serve render|apply` writes into the container (COLBERT_SERVE_EXACT, COLBERT_SERVE_ONNX,
     COLBERT_SERVE_ALLOW_INT8_LOSS)."""
-    from trainer.serve.predictor import parse
+    from trainer.serve.options import parse
 
     for key in ("COLBERT_SERVE_EXACT", "COLBERT_SERVE_ONNX", "COLBERT_SERVE_ALLOW_INT8_LOSS"):
         monkeypatch.delenv(key, raising=False)
@@ -407,7 +407,7 @@ def test_the_predictor_reads_its_options_from_its_environment(monkeypatch, name,
 
 def test_the_predictors_cache_and_batching_come_typed_from_its_flags_or_environment(monkeypatch):
     from trainer.serve.batcher import BatchOptions
-    from trainer.serve.predictor import parse
+    from trainer.serve.options import parse
 
     monkeypatch.setenv("COLBERT_SERVE_CACHE", "/cache/serve")
     monkeypatch.setenv("COLBERT_SERVE_QUEUE", "8")

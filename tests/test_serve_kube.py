@@ -139,7 +139,7 @@ SERVE_ENV = [
 def test_the_predictors_options_reach_its_container_as_environment_variables(monkeypatch, name, flags, want):
     """--exact, --onnx and --allow-int8-loss: the runtime's command is every model's, so the InferenceService's
     container carries them, the object stays CRD-valid, and the predictor reads them back as its options."""
-    from trainer.serve.predictor import parse
+    from trainer.serve.options import parse
 
     before = CRD_CHECKS["ran"]
     runtime, isvc = _render("s3://models/run-1/", *flags)
@@ -180,7 +180,7 @@ def test_onnx_on_a_gpu_is_served_with_a_note():
 def test_the_precisions_are_the_engines_own():
     from operator_cli.kube.kinds.inferenceservice import PRECISIONS
     from trainer.serve.engine import PRECISIONS as ENGINE
-    from trainer.serve.predictor import parser
+    from trainer.serve.options import parser
 
     (precision,) = [a for a in parser()._actions if a.dest == "precision"]
     assert ENGINE == PRECISIONS == tuple(precision.choices)
@@ -195,7 +195,7 @@ def test_bf16_beside_onnx_is_refused_in_one_line():
 def test_the_onnx_forms_are_the_exports_own():
     from operator_cli.kube.kinds.inferenceservice import ONNX_FORMS
     from trainer.onnx_export import FORMS
-    from trainer.serve.predictor import parser
+    from trainer.serve.options import parser
 
     (onnx,) = [a for a in parser()._actions if a.dest == "onnx"]
     assert tuple(FORMS) == ONNX_FORMS == tuple(onnx.choices)
