@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import loadgen  # noqa: E402
-from bench.common import ENV, ROOT, output_arguments, provenance, tiny_bert, write_result  # noqa: E402
+from bench.common import ENV, ROOT, git_commit, output_arguments, provenance, tiny_bert, write_result  # noqa: E402
 from bench.serve import Server, _drain, served_output, synthetic_beir  # noqa: E402
 from trainer.retrieval.plaid import ENCODE_CHUNK  # noqa: E402
 
@@ -141,6 +141,7 @@ def measure(args) -> list[dict]:
                 print(f"{documents} documents not run: {json.dumps(guess)}", flush=True)
                 runs.append(guess)
                 continue
+        loaded = os.getloadavg()[0]
         child = subprocess.run(
             [
                 sys.executable,
@@ -162,10 +163,11 @@ def measure(args) -> list[dict]:
         built = json.loads(child.stdout.strip().splitlines()[-1])
         out = Path(built.pop("output"))
         queries = load_beir(out.parent / f"synthetic-{documents}" / "beir").queries
-        run = {"documents": documents, **built}
+        run = {"documents": documents, **built, "commit": git_commit()}
         run["index_bytes_per_document"] = round(run["index_mb"] * 2**20 / documents)
         run["in_process"] = in_process(out, queries, args.requests)
         run["served"] = served(out, queries, args)
+        run["load"] = f"{loaded:.1f} to {os.getloadavg()[0]:.1f}"  # each size's own: sizes may be measured apart
         print(json.dumps(run), flush=True)
         runs.append(run)
     return runs

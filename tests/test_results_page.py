@@ -186,3 +186,29 @@ def test_one_arm_table_for_every_study_shows_only_the_figures_its_runs_have(tmp_
     (_, runs), *_ = record.mining_quality_runs(tmp_path / "results.jsonl").values()
     text = record.table(record.summarize(runs, ("base",)), ("base",))
     assert header in text and f"| new | 1 | 0.6000 ± 0.0000 {row}" in text
+
+
+def test_corpus_sizes_measured_apart_each_name_their_load_and_commit(monkeypatch):
+    """bench/corpus_scale.py records each size's load: sizes measured in separate runs keep their own."""
+    import lab.results
+
+    served = [{"clients": 1, "qps": 1.0, "p50_ms": 10.0, "p99_ms": 20.0, "ok": 10, "requests": 10}]
+    run = {"build_seconds": 1.0, "peak_rss_mb": 2, "rss_before_mb": 1, "index_mb": 1.0}
+    run |= {"index_bytes_per_document": 9, "in_process": {"p50_ms": 1.0, "p99_ms": 2.0}, "served": served}
+    header = {"date": "d", "commit": "c2", "machine": "m", "load": "9.0 to 9.0", "corpus": "synthetic"}
+    header |= {"encoder": "tiny", "chunk": 10, "rate": 1.0, "duration": 1.0}
+    record = header | {
+        "runs": [
+            {"documents": 10, **run, "load": "4.1 to 5.2", "commit": "c1"},
+            {"documents": 100, **run, "load": "2.0 to 2.2", "commit": "c2"},
+            {"documents": 1000, "skipped": True, "projected_minutes": 9.0, "projected_peak_gib": 1.0},
+        ]
+    }
+    monkeypatch.setattr(lab.results, "bench", lambda name: record)
+    table = lab.results.corpus_scale_table()
+    assert "each size's load average in its row" in table and "9.0 to 9.0" not in table
+    rows = [line for line in table.splitlines() if line.startswith("| 1")]
+    assert rows[0].endswith("| 4.1 to 5.2 (`c1`) |") and rows[1].endswith("| 2.0 to 2.2 (`c2`) |")
+    assert all(line.count("|") == rows[0].count("|") for line in rows)
+    del record["runs"][0]["load"], record["runs"][1]["load"]  # one run measured every size: one load
+    assert "load average 9.0 to 9.0" in lab.results.corpus_scale_table()
