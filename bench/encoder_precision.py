@@ -192,6 +192,17 @@ def measure(model, split, batch_size: int, repeats: int) -> dict:
     }
 
 
+def _data_name(data: Path) -> str:
+    """The split's name in the table: its folder's, or, for a folder named ``beir`` (the layout the quickstart and
+    the bench corpora write), the folder above it.
+
+    >>> _data_name(Path("/data/scifact")), _data_name(Path("/tmp/quickstart/beir"))
+    ('scifact', 'quickstart')
+    """
+    folder = data.resolve()
+    return folder.parent.name if folder.name == "beir" else folder.name
+
+
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
     load_before = os.getloadavg()[0]
@@ -206,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         **provenance(load_before),
         "model": str(args.model),
-        "data": args.data.resolve().name,
+        "data": _data_name(args.data),
         "split": args.split,
         "queries": len(split.queries),
         "documents": len(split.corpus),
