@@ -221,7 +221,7 @@ def test_card_says_when_int8_lost_more_than_allowed():
         (["export-onnx", "s3://models/run-1/"], "takes a local directory"),
         (["export-onnx", "/nonexistent/model"], "holds no ColBERT model"),
         (["export-onnx", ".", "--max-int8-loss", "2"], "2.0 is not in the range 0<=x<=1"),
-        (["serve", "--onnx", "int8", "list"], "--onnx and --allow-int8-loss go with --local"),
+        (["serve", "--onnx", "int8", "list"], "--onnx, --allow-int8-loss and --precision go with --local"),
         (["serve", "--local", "x", "--onnx", "int4"], "'int4' is not one of 'fp32', 'int8'"),
     ],
     ids=["remote", "no model", "margin out of range", "onnx with a subcommand", "unknown form"],
