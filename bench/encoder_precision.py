@@ -42,8 +42,7 @@ if __package__ in (None, ""):
 
 from bench.common import output_arguments, provenance, write_result
 from lab.results import ENCODER_PRECISION, encoder_precision_rows
-
-PRECISIONS = ("fp32", "bf16")
+from trainer.serve.options import PRECISIONS
 
 
 def order(repeats: int) -> list[str]:

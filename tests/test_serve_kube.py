@@ -179,11 +179,11 @@ def test_onnx_on_a_gpu_is_served_with_a_note():
 
 def test_the_precisions_are_the_engines_own():
     from operator_cli.kube.kinds.inferenceservice import PRECISIONS
-    from trainer.serve.engine import PRECISIONS as ENGINE
+    from trainer.serve.options import PRECISIONS as TRAINER
     from trainer.serve.options import parser
 
     (precision,) = [a for a in parser()._actions if a.dest == "precision"]
-    assert ENGINE == PRECISIONS == tuple(precision.choices)
+    assert TRAINER == PRECISIONS == tuple(precision.choices)
 
 
 def test_bf16_beside_onnx_is_refused_in_one_line():

@@ -32,11 +32,11 @@ import torch
 from trainer.retrieval.exact import ModelRetriever
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
+from trainer.serve.options import PRECISIONS
 from trainer.serve.plaid import PlaidIndex
 from trainer.serve.requests import BadRequest, Rerank, Search
 
 __all__ = [
-    "PRECISIONS",
     "Engine",
     "ServeError",
     "autocast_bf16",
@@ -53,8 +53,6 @@ log = logging.getLogger("trainer.serve")
 # time against 1.7-1.9 s at 32 (and 1.5 s one at a time), since a CPU's matrix products are already efficient at
 # 8 x 180 tokens and padding is waste. A GPU wants wide batches.
 ENCODE_BATCH_CPU, ENCODE_BATCH_GPU = 8, 32
-
-PRECISIONS = ("fp32", "bf16")  # the PyTorch encoder's: float32, or bfloat16 autocast
 
 
 def bf16_is_native(device: str, flags: str | None = None) -> bool:

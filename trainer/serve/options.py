@@ -11,11 +11,11 @@ import os
 from trainer.serve import ServeError
 from trainer.serve.batcher import add_batch_arguments, batch_options
 
-__all__ = ["parse", "parser"]
+__all__ = ["PRECISIONS", "parse", "parser"]
 
 _ONNX_FORMS = ("fp32", "int8")
 _ONNX_ENV = "COLBERT_SERVE_ONNX"
-_PRECISIONS = ("fp32", "bf16")  # trainer.serve.engine.PRECISIONS, named here: the engine imports torch
+PRECISIONS = ("fp32", "bf16")  # the PyTorch encoder's (trainer/serve/engine.py): float32, or bfloat16 autocast
 _PRECISION_ENV = "COLBERT_SERVE_PRECISION"
 _SWITCHES = {"exact": "COLBERT_SERVE_EXACT", "allow_int8_loss": "COLBERT_SERVE_ALLOW_INT8_LOSS"}
 _SWITCH = {"1": True, "0": False, "": False}  # what `serve render|apply` writes, and unset
@@ -42,8 +42,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.onnx = value or None
     if args.precision is None:
         value = os.environ.get(_PRECISION_ENV, "")
-        if value not in ("", *_PRECISIONS):
-            raise ServeError(f"{_PRECISION_ENV} must be {' or '.join(_PRECISIONS)} (or unset), got {value!r}")
+        if value not in ("", *PRECISIONS):
+            raise ServeError(f"{_PRECISION_ENV} must be {' or '.join(PRECISIONS)} (or unset), got {value!r}")
         args.precision = value or "fp32"
     args.cache_dir = args.cache_dir or os.environ.get(_CACHE_ENV) or ".cache/colbert-k8s"
     args.batching = batch_options(args)
@@ -85,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--precision",
-        choices=_PRECISIONS,
+        choices=PRECISIONS,
         help="the PyTorch encoder's: bf16 runs it under bfloat16 autocast, about half the time on a GPU or a CPU "
         f"with AVX512-BF16 or AMX-BF16 (default fp32; or {_PRECISION_ENV})",
     )

@@ -33,8 +33,8 @@ ONNX_FORMS = ("fp32", "int8")
 """The ONNX encoder's forms the predictor serves (``--onnx``): ``trainer.onnx_export.FORMS``, named here so that
 the CLI imports no torch."""
 PRECISIONS = ("fp32", "bf16")
-"""The PyTorch encoder's precisions (``--precision``): ``trainer.serve.engine.PRECISIONS``, named here so that the
-CLI imports no torch."""
+"""The PyTorch encoder's precisions (``--precision``): ``trainer.serve.options.PRECISIONS``, named here so that the
+CLI imports no pydantic."""
 
 _STORAGE_SCHEMES = ("s3://", "gs://", "az://", "https://", "hf://", "pvc://")
 _BUCKET_SCHEMES = ("s3", "gs", "az")
