@@ -33,6 +33,7 @@ __all__ = [
     "cpu_flags",
     "full_scores",
     "half_is_slow",
+    "x86_without",
 ]
 
 ENCODE_CHUNK = 10_000  # documents encoded and added at a time: about 1 GB of float32 at 180 tokens, dim 128
@@ -70,13 +71,22 @@ def half_is_slow(flags: str | None = None, machine: str | None = None) -> bool:
     >>> half_is_slow("fp asimd fphp asimdhp", "aarch64")
     False
     """
+    return x86_without({"avx512_fp16", "amx_fp16"}, flags, machine)
+
+
+def x86_without(features: set[str], flags: str | None = None, machine: str | None = None) -> bool:
+    """Whether this is an x86 CPU whose flags (``flags``, else :func:`cpu_flags`) name none of ``features``: where
+    torch takes its slow path for a number format. False on another architecture, or where no flags are known.
+
+    >>> x86_without({"avx512_bf16"}, "avx2 fma", "x86_64"), x86_without({"avx512_bf16"}, "", "x86_64")
+    (True, False)
+    """
     import platform
 
-    machine = machine or platform.machine()
-    if machine not in ("x86_64", "AMD64"):
-        return False  # the slow path measured is x86's
+    if (machine or platform.machine()) not in ("x86_64", "AMD64"):
+        return False  # the slow paths measured are x86's
     flags = cpu_flags() if flags is None else flags
-    return bool(flags) and not {"avx512_fp16", "amx_fp16"} & set(flags.split())  # no flags known: say nothing
+    return bool(flags) and not features & set(flags.split())  # no flags known: say nothing
 
 
 def cpu_flags() -> str:

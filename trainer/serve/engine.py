@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from trainer.retrieval.exact import ModelRetriever
+from trainer.retrieval.plaid import x86_without
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
 from trainer.serve.options import PRECISIONS
@@ -55,22 +56,16 @@ log = logging.getLogger("trainer.serve")
 ENCODE_BATCH_CPU, ENCODE_BATCH_GPU = 8, 32
 
 
-def bf16_is_native(device: str, flags: str | None = None) -> bool:
-    """Whether ``device`` computes bfloat16 natively: a CUDA GPU that supports it, or a CPU that is not x86 or has
-    AVX512-BF16 or AMX-BF16 (elsewhere torch emulates it, slower than float32). ``flags``: /proc/cpuinfo's.
+def bf16_is_native(device: str, flags: str | None = None, machine: str | None = None) -> bool:
+    """Whether ``device`` computes bfloat16 natively: a CUDA GPU that supports it, or a CPU but an x86 one without
+    AVX512-BF16 or AMX-BF16 (there torch emulates it, slower than float32). ``flags``: /proc/cpuinfo's.
 
-    >>> bf16_is_native("cpu", "avx2 avx512f avx512_bf16"), bf16_is_native("cpu", "avx2 fma")
+    >>> bf16_is_native("cpu", "avx2 avx512f avx512_bf16", "x86_64"), bf16_is_native("cpu", "avx2 fma", "x86_64")
     (True, False)
     """
     if device.startswith("cuda"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    import platform
-
-    from trainer.retrieval.plaid import cpu_flags
-
-    if platform.machine() not in ("x86_64", "AMD64") and flags is None:
-        return True
-    return bool({"avx512_bf16", "amx_bf16"} & set((cpu_flags() if flags is None else flags).split()))
+    return not x86_without({"avx512_bf16", "amx_bf16"}, flags, machine)
 
 
 def autocast_bf16(forward, device_type: str):
