@@ -9,6 +9,7 @@ fast-plaid for as many candidates as the top k needs (:func:`full_scores`: 256 f
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -89,8 +90,9 @@ def x86_without(features: set[str], flags: str | None = None, machine: str | Non
     return bool(flags) and not features & set(flags.split())  # no flags known: say nothing
 
 
+@functools.cache
 def cpu_flags() -> str:
-    """The CPU's flags, from Linux's /proc/cpuinfo ("" elsewhere)."""
+    """The CPU's flags, from Linux's /proc/cpuinfo ("" elsewhere): read once a process."""
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
