@@ -259,31 +259,6 @@ def test_rows_per_query_keeps_a_sample_of_rows_and_every_positive_still_counts(t
     assert json.loads((tmp_path / "mined" / "mining.json").read_text())["dropped"]["rows_per_query"] == 4
 
 
-def test_rows_per_query_best_scored_keeps_the_positives_the_retriever_scores_highest(tmp_path):
-    """Of six labelled documents, two share the query's words (BM25 scores the other four 0): best_scored keeps
-    those two, wherever they stand in the file; the four left out still count as positives."""
-    texts = [f"cooking rice recipe number {i}" for i in range(6)]
-    texts[3], texts[5] = "sorting lists", "sorting lists and sorted lists"
-    rows = [{"query": "sorting lists", "positive": t} for t in texts]
-    rows += [{"query": f"other {i}", "positive": f"other document {i} about lists"} for i in range(6)]
-    cfg = pairs_config(
-        tmp_path,
-        rows,
-        retriever="bm25",
-        top_k=10,
-        rank_range=[1, 10],
-        negatives=2,
-        max_score_ratio=1.0,
-        rows_per_query=2,
-        keep_rows="best_scored",
-    )
-    table = pq.read_table(mine(cfg, Layout(), tmp_path / "mined"))
-    first = [r for r in table.to_pylist() if r["query"] == "sorting lists"]
-    assert sorted(r["positive"] for r in first) == sorted([texts[3], texts[5]])
-    assert all(not set(texts) & set(r["negatives"]) for r in first)
-    assert json.loads((tmp_path / "mined" / "mining.json").read_text())["dropped"]["rows_per_query"] == 4
-
-
 # ---- 6. an elastic contrastive job gathers ---------------------------------------------------------------------
 
 

@@ -48,7 +48,6 @@ __all__ = [
     "Dropped",
     "MiningError",
     "Pairs",
-    "kept_rows",
     "choose_negatives",
     "load_pairs",
     "mine",
@@ -372,21 +371,6 @@ def _forget_unreadable(files: list[Path], again: str = "mining it again") -> Non
             file.unlink(missing_ok=True)
 
 
-def kept_rows(rows: list[int], score: dict[int, float], k: int, how: str, seed: str) -> list[int]:
-    """``k`` of one query's ``rows``, in data.train's order (``mine.keep_rows``): a seeded sample, or the rows
-    whose positive the retriever scores highest (``score``: row -> its positive's score; ties by row order).
-
-    >>> kept_rows([3, 5, 8, 9], {3: 0.1, 5: 0.7, 8: 0.2, 9: 0.7}, 2, "best_scored", "s")
-    [5, 9]
-    >>> kept = kept_rows([3, 5, 8, 9], {}, 2, "sample", "s")
-    >>> len(kept), kept == sorted(kept), kept == kept_rows([3, 5, 8, 9], {}, 2, "sample", "s")
-    (2, True, True)
-    """
-    if how == "best_scored":
-        return sorted(sorted(rows, key=lambda r: (-score[r], r))[:k])
-    return sorted(random.Random(seed).sample(rows, k))
-
-
 def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.Table:
     """The mined rows of one chunk of queries, in data.train's row order."""
     out: list[tuple[int, str, str, list[str], list[float | None]]] = []
@@ -398,9 +382,7 @@ def _part_table(pairs, qs, cands, pos_scores, rows_of, cfg: TrainConfig) -> pa.T
         short = found is not None and len(found) < min(cfg.mine.top_k + len(pairs.positives[q]), n)
         rows = rows_of[q]
         if cfg.mine.rows_per_query is not None and len(rows) > cfg.mine.rows_per_query:
-            how = cfg.mine.keep_rows
-            score = {row: scores.get(pairs.rows[row][1], float("-inf")) for row in rows}
-            rows = kept_rows(rows, score, cfg.mine.rows_per_query, how, f"rows-{cfg.training.seed}-{q}")
+            rows = sorted(random.Random(f"rows-{cfg.training.seed}-{q}").sample(rows, cfg.mine.rows_per_query))
             dropped[Dropped.ROWS_PER_QUERY.value] += len(rows_of[q]) - len(rows)
         for row in rows:
             positive = pairs.rows[row][1]

@@ -117,13 +117,6 @@ class MineConfig(Strict):
         "positive of data.train still counts as the query's positive, so none becomes a negative. For data "
         "with many positives per query (NFCorpus: 43 on average). Default: every row.",
     )
-    keep_rows: Literal["sample", "best_scored"] = Field(
-        "sample",
-        description="Which rows mine.rows_per_query keeps: sample, a seeded sample (a new one each seed); "
-        "best_scored, the rows whose positive the mining retriever scores highest for its query (the labels "
-        "it agrees with most; where many documents are labelled, many are only loosely relevant). A query "
-        "with no more rows than rows_per_query keeps them all either way.",
-    )
     rounds: int = Field(
         1,
         ge=1,
