@@ -237,6 +237,17 @@ async def _gather(batcher, items):
     return await asyncio.gather(*(batcher.submit(i) for i in items), return_exceptions=True)
 
 
+async def _within(seconds: float, awaitable):
+    """``awaitable``, or a failure that says the batcher stopped answering (a bound, so a stuck stage fails the
+    test instead of hanging it)."""
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise AssertionError(f"no answer within {seconds} s: a batch is stuck in a stage") from None
+
+
 def test_concurrent_requests_are_one_call_and_each_gets_its_own_answer():
     calls = []
 
@@ -347,7 +358,8 @@ def test_the_next_batch_is_in_the_first_stage_while_the_one_before_is_in_the_sec
             raise AssertionError("the second batch was not encoded while the first was searched")
         return [i.upper() for i in items]
 
-    assert _run(_gather(Batcher([encode, search], max_wait=0, max_size=1), ["first", "second"])) == ["FIRST", "SECOND"]
+    batcher = Batcher([encode, search], max_wait=0, max_size=1)
+    assert _run(_within(120, _gather(batcher, ["first", "second"]))) == ["FIRST", "SECOND"]
 
 
 def test_at_most_one_batch_waits_between_the_stages_and_the_order_is_kept():
@@ -384,7 +396,7 @@ def test_at_most_one_batch_waits_between_the_stages_and_the_order_is_kept():
             await asyncio.sleep(0)
         held = list(batcher.batches), len(batcher._queue), [list(e) for e in encoded], [list(s) for s in searched]
         go.set()
-        return held, await asyncio.gather(*answers, return_exceptions=True)
+        return held, await _within(60, asyncio.gather(*answers, return_exceptions=True))
 
     (taken, queued, encoded_then, searched_then), got = _run(scenario())
     assert taken == [1, 2] and queued == 2, "a third batch was taken while one already waited between the stages"
@@ -409,7 +421,7 @@ def test_a_stage_that_fails_answers_its_own_batch_and_the_next_goes_on(failing):
             raise RuntimeError("the device is gone")
         return [ValueError("bad one") if i == "bad" else i.upper() for i in items]
 
-    got = _run(_gather(Batcher([encode, search], max_wait=0, max_size=2), ["a", "boom", "c", "bad"]))
+    got = _run(_within(60, _gather(Batcher([encode, search], max_wait=0, max_size=2), ["a", "boom", "c", "bad"])))
     assert [str(g) for g in got[:2]] == ["the device is gone"] * 2 and all(isinstance(g, RuntimeError) for g in got[:2])
     assert got[2] == "C" and isinstance(got[3], ValueError) and str(got[3]) == "bad one"
 

@@ -16,12 +16,12 @@ free: what arrives meanwhile is that batch, taken without a further wait when th
 ``max_queue`` requests wait: the next is refused at once with :class:`Overloaded` (the predictor's HTTP 503),
 never queued without bound.
 
-Stages: ``run`` is one callable, or a sequence of them (the engine's encode, then its search). With two, the
-encode of one batch overlaps the search of the one before (torch and fast-plaid both release the GIL, so each
-keeps a core busy): concurrent clients get up to twice the throughput of one stage. Pipelining is always on: a
-lone client's request is a batch alone, which goes through the same calls one after the other, as one call
-would, and pays one more thread hand-off (microseconds, against tens of milliseconds a stage); what it costs is
-memory, at most a batch a stage and one between two stages.
+Stages: ``run`` is one callable, or a sequence of them (the engine's encode, then its search). With two, the encode
+of one batch overlaps the search of the one before (torch and fast-plaid both release the GIL, so each keeps a core
+busy): concurrent clients get up to twice the throughput of the stages run one after the other, as much as where the
+two cost the same. Pipelining is always on: a lone client's request is a batch alone, which goes through the same
+calls one after the other, as one call would, and pays one more thread hand-off (microseconds, against tens of
+milliseconds a stage); what it costs is memory, at most a batch a stage and one between two stages.
 
 Each stage answers the requests it is given in order, with a value for the next stage (the last stage's is the
 answer) or an exception for that request alone, which is its answer at once: later stages see only the others.
