@@ -141,9 +141,36 @@ def test_concurrent_requests_through_the_batcher_are_one_batch_with_the_answers_
 
     engine = request.getfixturevalue(which)
     requests = _requests(served[2])
-    batcher = Batcher(engine.answer, max_wait=0, size=texts_of)
+    batcher = Batcher(engine.stages, max_wait=0, size=texts_of)
     assert _run(_gather(batcher, requests)) == [engine.answer([r])[0] for r in requests]
     assert list(batcher.batches) == [len(requests)]
+
+
+@pytest.mark.parametrize("which", ["plaid_engine", "exact_engine"], ids=["PLAID", "exact"])
+def test_the_encode_stage_never_searches_and_the_search_stage_never_encodes(served, which, request):
+    """The engine's two stages split its work where the batcher overlaps it: the first encodes (and answers the
+    reranks), the second only searches; one after the other they are :meth:`Engine.answer`."""
+    engine = request.getfixturevalue(which)
+    requests = _requests(served[2])
+    alone = [engine.answer([r])[0] for r in requests]
+
+    def refused(*_a, **_k):
+        raise AssertionError("called in the wrong stage")
+
+    search = engine.index if engine.index is not None else engine.corpus
+    name = "search" if engine.index is not None else "search_embedded"
+    setattr(search, name, refused)
+    try:
+        encoded = engine.encode_batch(requests)
+    finally:
+        delattr(search, name)
+    engine.model.encode = engine.model.tokenize = refused  # both encoders: PyLate's, and the evaluation's
+    try:
+        answers = engine.search_batch(encoded)
+    finally:
+        del engine.model.encode, engine.model.tokenize
+    assert answers == alone
+    assert [type(e).__name__ for e in encoded] == ["_Encoded", "list", "_Encoded", "_Encoded", "list", "_Encoded"]
 
 
 def test_a_search_refused_does_not_fail_the_reranks_beside_it(served):
@@ -208,6 +235,17 @@ async def _gather(batcher, items):
     import asyncio
 
     return await asyncio.gather(*(batcher.submit(i) for i in items), return_exceptions=True)
+
+
+async def _within(seconds: float, awaitable):
+    """``awaitable``, or a failure that says the batcher stopped answering (a bound, so a stuck stage fails the
+    test instead of hanging it)."""
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise AssertionError(f"no answer within {seconds} s: a batch is stuck in a stage") from None
 
 
 def test_concurrent_requests_are_one_call_and_each_gets_its_own_answer():
@@ -298,6 +336,99 @@ def test_the_event_loop_answers_while_a_batch_runs():
 
     seen, running, first, _ = _run(_while_a_batch_runs(4, probe))
     assert seen == "ready" and running and first == "first"
+
+
+# ---- the batcher's stages: one batch encoded while the one before is searched ---------------------------------
+
+
+def test_the_next_batch_is_in_the_first_stage_while_the_one_before_is_in_the_second():
+    """The first batch's second stage waits for the second batch's first stage: a batcher that ran one batch at a
+    time through both would never let it."""
+    import threading
+
+    overlapped = threading.Event()
+
+    def encode(items):
+        if items == ["second"]:
+            overlapped.set()
+        return items
+
+    def search(items):
+        if items == ["first"] and not overlapped.wait(60):  # a bound: a serial batcher fails instead of hanging
+            raise AssertionError("the second batch was not encoded while the first was searched")
+        return [i.upper() for i in items]
+
+    batcher = Batcher([encode, search], max_wait=0, max_size=1)
+    assert _run(_within(120, _gather(batcher, ["first", "second"]))) == ["FIRST", "SECOND"]
+
+
+def test_at_most_one_batch_waits_between_the_stages_and_the_order_is_kept():
+    """While the first batch is held in the second stage, the second has been through the first stage and waits;
+    the next batches are not even taken (the queue holds them). A request the first stage refuses is answered at
+    once and never reaches the second. Released, every batch goes through in the order it came."""
+    import asyncio
+    import threading
+
+    go, encoded, searched = threading.Event(), [], []
+
+    def encode(items):
+        encoded.append(list(items))
+        return [ValueError(f"refused {i}") if i == "refused" else i for i in items]
+
+    def search(items):
+        searched.append(list(items))
+        if items == ["first"]:
+            go.wait(60)
+        return [i.upper() for i in items]
+
+    async def scenario():
+        sizes = {"refused": 1, "second": 1}
+        batcher = Batcher([encode, search], max_wait=0, max_size=2, size=lambda i: sizes.get(i, 2))
+        names = ["first", "refused", "second", "third", "fourth"]
+        answers = [asyncio.ensure_future(batcher.submit(n)) for n in names]
+        try:
+            # answered by the first stage: the second batch has left it, and the batcher has seen that
+            await asyncio.wait_for(asyncio.gather(answers[1], return_exceptions=True), 60)
+        except TimeoutError:
+            go.set()
+            raise AssertionError("the second batch was not encoded while the first was held in the search") from None
+        for _ in range(20):  # let the event loop do what it would: take another batch, if it were allowed to
+            await asyncio.sleep(0)
+        held = list(batcher.batches), len(batcher._queue), [list(e) for e in encoded], [list(s) for s in searched]
+        go.set()
+        return held, await _within(60, asyncio.gather(*answers, return_exceptions=True))
+
+    (taken, queued, encoded_then, searched_then), got = _run(scenario())
+    assert taken == [1, 2] and queued == 2, "a third batch was taken while one already waited between the stages"
+    assert encoded_then == [["first"], ["refused", "second"]] and searched_then == [["first"]]
+    assert got[0] == "FIRST" and str(got[1]) == "refused refused" and got[2:] == ["SECOND", "THIRD", "FOURTH"]
+    assert encoded == [["first"], ["refused", "second"], ["third"], ["fourth"]]
+    assert searched == [["first"], ["second"], ["third"], ["fourth"]]
+
+
+@pytest.mark.parametrize("failing", ["encode", "search"])
+def test_a_stage_that_fails_answers_its_own_batch_and_the_next_goes_on(failing):
+    """A stage's exception is the answer of every request of its batch, and of no other; a request's own exception
+    (here from the search) stays that request's."""
+
+    def encode(items):
+        if failing == "encode" and "boom" in items:
+            raise RuntimeError("the device is gone")
+        return items
+
+    def search(items):
+        if failing == "search" and "boom" in items:
+            raise RuntimeError("the device is gone")
+        return [ValueError("bad one") if i == "bad" else i.upper() for i in items]
+
+    got = _run(_within(60, _gather(Batcher([encode, search], max_wait=0, max_size=2), ["a", "boom", "c", "bad"])))
+    assert [str(g) for g in got[:2]] == ["the device is gone"] * 2 and all(isinstance(g, RuntimeError) for g in got[:2])
+    assert got[2] == "C" and isinstance(got[3], ValueError) and str(got[3]) == "bad one"
+
+
+def test_run_must_be_a_callable_or_callables():
+    with pytest.raises(ValueError, match="`run` must be a callable or a sequence of them, got"):
+        Batcher([])
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,11 @@ class StandInEngine:
             for r in requests
         ]
 
+    @property
+    def stages(self) -> tuple:
+        """As the engine's: a first stage that hands each request on, then :meth:`answer`."""
+        return (list, self.answer)
+
     def describe(self) -> str:
         return f"a stand-in of {self.documents} documents"
 

@@ -75,9 +75,21 @@ class ModelRetriever:
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
+        return self.search_embedded(self.embed_queries(queries), positives, k)
+
+    @torch.no_grad()
+    def embed_queries(self, queries: list[str]) -> torch.Tensor:
+        """The queries' embeddings ``(queries, query_length, dim)``, float32: what :meth:`search_embedded` scores
+        (the predictor encodes one batch while it searches the one before)."""
+        return embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)[0]
+
+    @torch.no_grad()
+    def search_embedded(
+        self, q_emb: torch.Tensor, positives: list[set[int]], k: int
+    ) -> tuple[list[Candidates], list[dict]]:
+        """:meth:`search` of queries already embedded by :meth:`embed_queries`."""
         from pylate.scores import colbert_scores
 
-        q_emb, _ = embed_texts(self.model, queries, True, self.batch_size, self.model.query_length, self.device)
         best = TopK(positives, k + max(len(p) for p in positives))  # the positives may take places in the top-k
         for start, d_emb, d_mask in self._chunks():
             d = d_emb.float()

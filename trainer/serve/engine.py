@@ -17,7 +17,9 @@ checked against its manifest, and int8 refused where its parity says it lost mor
 ``allow_int8_loss``. The search itself (PLAID, or the exact MaxSim) is the same in every case.
 
 :meth:`Engine.answer` answers a batch of concurrent requests (``trainer/serve/batcher.py``) with one encode and
-one search, and gives each request what it would get alone.
+one search, and gives each request what it would get alone. It is two stages, :meth:`Engine.encode_batch` then
+:meth:`Engine.search_batch` (:attr:`Engine.stages`), which the predictor's batcher runs on consecutive batches at
+once: one batch's queries are encoded while the batch before is searched.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -86,6 +90,22 @@ def autocast_bf16(forward, device_type: str):
 def texts_of(request: Search | Rerank) -> int:
     """What a request costs a batch: the texts it encodes (its queries; a rerank's query and documents)."""
     return len(request.queries) if isinstance(request, Search) else 1 + len(request.documents)
+
+
+@dataclass
+class _Encoded:
+    """A search between the stages: its request, and its queries' embeddings (PyLate's encode, one ``(q_tokens,
+    dim)`` a query, for PLAID; the evaluation's, ``(queries, query_length, dim)``, for exact MaxSim)."""
+
+    request: Search
+    queries: Any
+
+
+def _raised(answer):
+    """``answer``, or raised where it is a refusal."""
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 class _StoredCorpus(ModelRetriever):
@@ -228,61 +248,95 @@ class Engine:
         encoder = f"ONNX {self.onnx}" if self.onnx else "bfloat16 autocast" if self.precision == "bf16" else None
         return what + (f"; encoder: {encoder}" if encoder else "")
 
+    @property
+    def stages(self) -> tuple:
+        """The batcher's stages (``trainer/serve/batcher.py``): :meth:`encode_batch`, then :meth:`search_batch`,
+        so that one batch is encoded while the one before is searched."""
+        return (self.encode_batch, self.search_batch)
+
     def answer(self, requests: list[Search | Rerank]) -> list:
-        """Each request's answer, or the :class:`BadRequest` that refuses it: the searches of the batch in one
-        encode and one search, the reranks in one encode of their queries and one of their documents
-        (``trainer/serve/batcher.py`` calls this with concurrent requests)."""
-        answers: list = [None] * len(requests)
-        for kind, answer_all in ((Search, self._searches), (Rerank, self._reranks)):
+        """Each request's answer, or the :class:`BadRequest` that refuses it: the two stages, one after the other."""
+        return self.search_batch(self.encode_batch(requests))
+
+    @torch.no_grad()
+    def encode_batch(self, requests: list[Search | Rerank]) -> list:
+        """The first stage: each search's queries encoded, for :meth:`search_batch`; each rerank answered whole;
+        each refused request its :class:`BadRequest`. The searches' queries are one encode, the reranks' queries
+        one and their documents one. A rerank is all encoding (its MaxSim is cheap), so it is done here, and the
+        second stage is the search alone."""
+        done: list = [None] * len(requests)
+        for kind, encode_all in ((Search, self._encode_searches), (Rerank, self._reranks)):
             group = [i for i, r in enumerate(requests) if isinstance(r, kind)]
             if not group:
                 continue
             try:
-                for i, one in zip(group, answer_all([requests[i] for i in group])):
-                    answers[i] = one
+                for i, one in zip(group, encode_all([requests[i] for i in group])):
+                    done[i] = one
             except BadRequest as e:
                 for i in group:
-                    answers[i] = e
+                    done[i] = e
+        return done
+
+    @torch.no_grad()
+    def search_batch(self, encoded: list) -> list:
+        """The second stage: the searches :meth:`encode_batch` encoded, searched together (the PLAID index, or
+        exact MaxSim); what else it gave (a rerank's scores, a refusal) is passed on as it is."""
+        answers = list(encoded)
+        searches = [i for i, e in enumerate(encoded) if isinstance(e, _Encoded)]
+        for i, found in zip(searches, self._search_encoded([encoded[i] for i in searches])):
+            answers[i] = found
         return answers
 
     def search(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
         """Per query, the ids and scores of its top ``k`` documents (fewer when the corpus holds fewer)."""
-        return self._searches([Search(queries, k)])[0]
+        return _raised(self.answer([Search(queries, k)])[0])
 
     def rerank(self, query: str, documents: list[str]) -> list[float]:
         """MaxSim of ``query`` against each document."""
-        return self._reranks([Rerank(query, documents)])[0]
+        return _raised(self.answer([Rerank(query, documents)])[0])
 
-    @torch.no_grad()
-    def _searches(self, requests: list[Search]) -> list[list[tuple[list[str], list[float]]]]:
+    def _encode_searches(self, requests: list[Search]) -> list[_Encoded]:
         if self.corpus is None and self.index is None:
             raise BadRequest(
                 "this model was exported without an index, so it cannot search; rerank works "
                 "(export.include: [index] exports one)"
             )
         queries = [q for r in requests for q in r.queries]
-        ks = [min(r.k, self.documents) for r in requests for _ in r.queries]
         if self.index is not None:  # as trainer/index.py searches: PyLate's encode, then the PLAID search
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
-            found: list = [None] * len(queries)
+        else:  # the evaluation's encode: (queries, query_length, dim)
+            q = self.corpus.embed_queries(queries)
+        encoded, at = [], 0
+        for r in requests:
+            encoded.append(_Encoded(r, q[at : at + len(r.queries)]))
+            at += len(r.queries)
+        return encoded
+
+    def _search_encoded(self, encoded: list[_Encoded]) -> list[list[tuple[list[str], list[float]]]]:
+        ks = [min(e.request.k, self.documents) for e in encoded for _ in e.request.queries]
+        if not ks:
+            return [[] for _ in encoded]
+        if self.index is not None:
+            q = [one for e in encoded for one in e.queries]  # each (q_tokens, dim)
+            found: list = [None] * len(q)
             for k in sorted(set(ks)):  # one search a k: fast-plaid's candidates are not promised to be k-free
                 at = [i for i, ki in enumerate(ks) if ki == k]
                 for i, hits in zip(at, self.index.search([q[i] for i in at], k)):
                     found[i] = ([d for d, _ in hits], [s for _, s in hits])
         else:  # the top of the largest k, cut: a stable sort puts each query's own top k first, in that order
-            found = [(ids[:k], scores[:k]) for (ids, scores), k in zip(self._exact(queries, max(ks)), ks)]
+            q = torch.cat([e.queries for e in encoded])  # (queries, query_length, dim)
+            found = [(ids[:k], scores[:k]) for (ids, scores), k in zip(self._exact(q, max(ks)), ks)]
         answers, at = [], 0
-        for r in requests:
-            answers.append(found[at : at + len(r.queries)])
-            at += len(r.queries)
+        for e in encoded:
+            answers.append(found[at : at + len(e.request.queries)])
+            at += len(e.request.queries)
         return answers
 
-    def _exact(self, queries: list[str], k: int) -> list[tuple[list[str], list[float]]]:
+    def _exact(self, q: torch.Tensor, k: int) -> list[tuple[list[str], list[float]]]:
         """The evaluation's search (``trainer/evaluate.py``): the same retriever over the same chunks."""
-        found, _ = self.corpus.search(queries, [set() for _ in queries], k)
+        found, _ = self.corpus.search_embedded(q, [set() for _ in range(len(q))], k)
         return [([self.ids[d] for d, _ in top], [s for _, s in top]) for top in found]
 
-    @torch.no_grad()
     def _reranks(self, requests: list[Rerank]) -> list[list[float]]:
         """One encode of every request's query and one of every request's candidates (PyLate sorts them by
         length, so short texts are not padded to long ones); each request's MaxSim is PyLate's

@@ -16,7 +16,8 @@ once both are in memory.
   :data:`trainer.serve.requests.MAX_BODY`) is HTTP 400 with ``{"error": "one line"}``, logged at INFO as one
   line, and the server goes on.
 * Batching (``trainer/serve/batcher.py``): concurrent requests, v1 and v2, are answered together, one encode
-  and one search a batch, in a worker thread, so health checks are answered meanwhile. ``--batch-wait-ms``
+  and one search a batch, each in a worker thread (a batch is encoded while the one before is searched), so
+  health checks are answered meanwhile. ``--batch-wait-ms``
   (default 2), ``--batch-size`` (texts, default 256) and ``--queue`` (requests waiting, default 64), or
   ``COLBERT_SERVE_BATCH_WAIT_MS``, ``COLBERT_SERVE_BATCH_SIZE``, ``COLBERT_SERVE_QUEUE``; past the queue a request
   is HTTP 503 with ``{"error": "one line"}`` and ``Retry-After``, at once.
@@ -88,7 +89,7 @@ def make_model(name: str, load, batching: BatchOptions | None = None):
 
     class ColbertModel(kserve.Model):
         """Search and rerank with one engine; a request is parsed, answered in a batch with the requests beside
-        it (in a worker thread), and shaped."""
+        it (through the engine's stages, in worker threads), and shaped."""
 
         def __init__(self):
             super().__init__(name)
@@ -99,7 +100,7 @@ def make_model(name: str, load, batching: BatchOptions | None = None):
             from trainer.serve.engine import texts_of
 
             self.colbert = self._load()
-            self.batcher = Batcher.of(self.colbert.answer, batching or BatchOptions(), texts_of)
+            self.batcher = Batcher.of(self.colbert.stages, batching or BatchOptions(), texts_of)
             self.ready = True
             return self.ready
 
