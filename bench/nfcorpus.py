@@ -253,7 +253,7 @@ def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> di
     if done.is_file():
         return json.loads(done.read_text())
     env = {"OMP_NUM_THREADS": str(args.threads)}
-    start = time.perf_counter()
+    start, commit = time.perf_counter(), git_commit()  # the code this run starts with, not the code at the end
     if arm == "dense" and (same := _dense_done(args)):  # no training: one figure per split, whatever the rest
         done.write_text(same.read_text())
         return json.loads(same.read_text())
@@ -279,6 +279,7 @@ def _run_arm(args, pairs: Path, kept: Path, arm: str, seed: int, wd: Path) -> di
         "per_query": metrics.get("per_query", {}),
         "wall_seconds": round(wall, 1),
         "rows": rows,
+        "commit": commit,
     }
     done.write_text(json.dumps(result))
     where = f"{args.labels} {args.split} {args.steps} steps seed {seed}"
@@ -337,6 +338,7 @@ def main() -> None:
         study = "" if args.arms_file else "; a study's arm needs --arms-file lab/STUDY/arms.yaml"
         raise SystemExit(f"--arms {' '.join(unknown)}: no such arm; name one of {', '.join(args.arms_table)}{study}")
     pairs, kept = prepare(args.data, args.workdir / "data", args.rows_per_query, args.labels)
+    commit = git_commit()
     jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
     runs: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
@@ -346,7 +348,7 @@ def main() -> None:
             runs[arm][seed] = f.result()
     runs = {arm: dict(sorted(by_seed.items())) for arm, by_seed in runs.items()}
     result = {
-        "commit": git_commit(),
+        "commit": commit,
         "labels": args.labels,
         "split": args.split,
         "steps": args.steps,

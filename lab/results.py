@@ -221,11 +221,11 @@ positive ranked too low were dropped; the score filter came after the ranks), ev
 
 
 def two_regimes_section() -> str:
-    cells = nfcorpus_runs(study("two-regimes"))
     tables = "\n".join(
-        f"### SciFact ({labels} labels), {split}, {steps} steps\n\n"
+        f"### SciFact ({labels} labels), {split}, {steps} steps{batch}\n\n"
         f"{table(summarize({a: arms[a] for a in _ordered(arms)}, AGAINST), AGAINST)}\n"
-        for (labels, split, steps), arms in cells.items()
+        for name, batch in (("two-regimes", ""), ("scifact-batch32", ", batch 32 (the outside check's budget)"))
+        for (labels, split, steps), arms in nfcorpus_runs(study(name)).items()
     )
     return f"""## Two labelling regimes: SciFact beside NFCorpus
 
@@ -235,7 +235,8 @@ arms of [lab/two-regimes/arms.yaml](../lab/two-regimes/arms.yaml) beside the run
 complete (the base model ranks the labelled positive first in the median), so the shipped recipe, with
 `loss.temperature: auto`, trains as `recipe-t1`; `recipe-pca-t0.25` is what it trains as on NFCorpus. Where the
 base model ranks the labelled positives on each set, the window that signal once chose (`recipe-auto`), and what
-the runs say, is in [its log](../lab/two-regimes/log.md).
+the runs say, is in [its log](../lab/two-regimes/log.md). The same runner at the outside check's budget (84 steps,
+batch 32) is [lab/scifact-batch32](../lab/scifact-batch32/log.md).
 
 {tables}"""
 

@@ -155,6 +155,27 @@ def test_the_shipped_recipe_is_the_arm_its_figures_come_from(monkeypatch):
         assert {k: arm[section].get(k) for k in keys} == {k: shipped[section][k] for k in keys}, section
 
 
+def test_a_run_records_the_commit_it_started_at_not_the_one_it_ended_at(monkeypatch, tmp_path):
+    """A run takes tens of minutes and the checkout moves meanwhile: its record names the code it trained with."""
+    import bench.nfcorpus as nf
+
+    head = {"commit": "start00"}
+
+    def train(*_):  # the checkout moves on while the run trains
+        head["commit"] = "end0000"
+        return {"wall_seconds": 1.0}
+
+    monkeypatch.setattr(nf, "git_commit", lambda: head["commit"])
+    monkeypatch.setattr(nf, "run_colbert_train", train)
+    monkeypatch.setattr(nf, "evaluate_model", lambda path, args: {"ndcg@10": 0.5, "per_query": {"q": 0.5}})
+    monkeypatch.setattr(nf, "config", lambda *a: {})
+    args = nf.arguments().parse_args(["--data", str(tmp_path), "--workdir", str(tmp_path)])
+    args.arms_table = {"arm": {}}
+    (tmp_path / "kept.jsonl").write_text("{}\n")
+    run = nf.run_arm(args, tmp_path / "pairs.jsonl", tmp_path / "kept.jsonl", "arm", 1)
+    assert run["commit"] == "start00" and head["commit"] == "end0000"
+
+
 def test_the_shipped_arm_resolves_on_each_studys_data_to_the_arm_whose_figures_the_page_gives():
     """The recipe's ``loss.temperature: auto`` is one fixed value on each study's data (its labels' structure,
     lab/two-regimes/log.md): with that value, the runner's shipped arm is exactly the arm the page quotes there, so
