@@ -115,6 +115,36 @@ def synthetic_beir(folder: Path, documents: int, queries: int = 300, seed: int =
     return folder
 
 
+def machine_speed(repeats: int = 15) -> dict[str, float]:
+    """Milliseconds of one fixed matrix product on one CPU thread (a 32-token query against 17,000 document
+    tokens, 128 wide: the product at the heart of a PLAID search), in float32 and in float16, medians. The same
+    cores run it at other speeds from one hour to the next, so a run's absolute figures are read beside it; ratios
+    measured within one run need no such help.
+
+    >>> sorted(machine_speed(repeats=1))
+    ['float16', 'float32']
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        query, documents = torch.randn(32, 128), torch.randn(128, 17_000)
+        speed = {}
+        for name, dtype in (("float32", torch.float32), ("float16", torch.float16)):
+            q, d = query.to(dtype), documents.to(dtype)
+            q @ d  # warm-up
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                q @ d
+                times.append(time.perf_counter() - start)
+            speed[name] = round(statistics.median(times) * 1000, 2)
+        return speed
+    finally:
+        torch.set_num_threads(threads)
+
+
 def served_output(workdir: Path, beir: Path, model: str, tag: str, embeddings: bool = True) -> Path:
     """A job's output_dir for ``beir`` (the model and its index, with stored embeddings for ``--exact`` unless
     ``embeddings`` is off), built once a corpus (``tag``) and model."""
@@ -324,6 +354,7 @@ def main() -> None:
         {"instances": [{"query": q, "documents": [corpus[(i * width + j) % len(corpus)] for j in range(width)]}]}
         for i, q in enumerate(split.queries)
     ]
+    speed = machine_speed()  # before the load: the cores' speed this hour
     rows, overheads, capacity = measure(args, out, modes, clients, searches, reranks)
     device = "CPU" if args.device == "cpu" else _gpu_name()
     batching = ", ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("COLBERT_SERVE_")) or "defaults"
@@ -331,6 +362,7 @@ def main() -> None:
         **provenance(loaded),
         "device": device,
         "threads": args.threads,
+        "machine_speed_ms": speed,
         "documents": len(split.corpus),
         "corpus": name,
         "model": Path(args.model).name if args.model else "all-MiniLM-L6-v2 (packaged)",

@@ -407,12 +407,26 @@ def _errors(x: dict) -> str:
     return ", ".join(f"{k}: {v}" for k, v in x["errors"].items()) or "0"
 
 
+def _speed(r: dict) -> str:
+    """The cores' speed the hour a serving run was taken (bench/serve.py's ``machine_speed``), where it recorded it.
+
+    >>> _speed({"machine_speed_ms": {"float32": 1.85, "float16": 36.8}}).split(" in ")[-1]
+    '1.85 ms (float32), 36.8 ms (float16).'
+    >>> _speed({})
+    ''
+    """
+    if not (speed := r.get("machine_speed_ms")):
+        return ""
+    times = ", ".join(f"{ms} ms ({name})" for name, ms in speed.items())
+    return f" Before the load, one thread multiplied a 32 x 128 by a 128 x 17,000 matrix in {times}."
+
+
 def serving_table() -> str:
     r = bench("serving")
     lines = [
         f"{r['date']}, commit `{r['commit']}`, {r['machine']}, {r['device']} (torch threads {r['threads']}), load "
         f"average {r['load']}; {r['documents']} documents ({r['corpus']}), model {r['model']}; open loop, each client "
-        f"{r['rate']} requests/s for {r['duration']} s a cell; batching: {r['batching']}.",
+        f"{r['rate']} requests/s for {r['duration']} s a cell; batching: {r['batching']}.{_speed(r)}",
         "",
         "| request | clients | offered q/s | q/s | p50 ms | p95 ms | p99 ms | requests | errors |",
         "|---|---|---|---|---|---|---|---|---|",
