@@ -410,15 +410,17 @@ def _errors(x: dict) -> str:
 def _speed(r: dict) -> str:
     """The cores' speed the hour a serving run was taken (bench/serve.py's ``machine_speed``), where it recorded it.
 
-    >>> _speed({"machine_speed_ms": {"float32": 1.85, "float16": 36.8}}).split(" in ")[-1]
-    '1.85 ms (float32), 36.8 ms (float16).'
+    >>> line = _speed({"machine_speed": {"shape": [32, 128, 17000], "ms": {"float32": 1.85, "float16": 36.8}}})
+    >>> line.split(" multiplied ")[-1].split(" matrix in ")
+    ['a 32 x 128 by a 128 x 17,000', '1.85 ms (float32), 36.8 ms (float16).']
     >>> _speed({})
     ''
     """
-    if not (speed := r.get("machine_speed_ms")):
+    if not (speed := r.get("machine_speed")):
         return ""
-    times = ", ".join(f"{ms} ms ({name})" for name, ms in speed.items())
-    return f" Before the load, one thread multiplied a 32 x 128 by a 128 x 17,000 matrix in {times}."
+    rows, width, columns = speed["shape"]
+    times = ", ".join(f"{ms} ms ({name})" for name, ms in speed["ms"].items())
+    return f" Before the load, one thread multiplied a {rows} x {width} by a {width} x {columns:,} matrix in {times}."
 
 
 def serving_table() -> str:

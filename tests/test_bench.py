@@ -443,7 +443,9 @@ def test_the_serve_benchmark_runs_every_cell_and_writes_its_table_and_plot(tmp_p
     for r in result["rows"]:
         assert r["requests"] == 2 * r["clients"] and r["ok"] + sum(r["errors"].values()) == r["requests"]
     assert [o["mode"] for o in result["overhead"]] == ["search, PLAID", "search, exact MaxSim", plaid16]
-    assert set(result["machine_speed_ms"]) == {"float32", "float16"} and min(result["machine_speed_ms"].values()) > 0
+    speed = result["machine_speed"]
+    assert speed["shape"] == [32, 128, 17_000] and set(speed["ms"]) == {"float32", "float16"}
+    assert min(speed["ms"].values()) > 0
     assert [(c["mode"], c["clients"]) for c in result["capacity"]] == [
         ("search, PLAID", 1),
         ("search, PLAID", 8),
