@@ -7,7 +7,19 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from lab.record import ARM_NAMES, LABELS, PREVIOUS_ARM, SHIPPED_ARM, bench, mining_protocols, nfcorpus_runs, study
+from lab.record import (
+    ARM_NAMES,
+    LABELS,
+    PREVIOUS_ARM,
+    SHIPPED_ARM,
+    TUNE_SWEEP,
+    bench,
+    best_trial,
+    mining_protocols,
+    named,
+    nfcorpus_runs,
+    study,
+)
 
 
 def curves(cell_runs: dict[int, dict[str, dict[int, dict]]], seeds: list[int]) -> dict[str, dict[int, float]]:
@@ -262,6 +274,15 @@ def plot_corpus_scale(path: Path) -> None:
     fig.savefig(path)
 
 
+def plot_tune(path: Path) -> None:
+    """docs/tune.md's sweep, drawn by ``bench/tune_plot.py`` (what draws any ``tune status -o json``) from its line."""
+    from bench.tune_plot import plot
+
+    name, line = TUNE_SWEEP
+    sweep = {"name": line, **named(study(name))[line]}
+    plot({**sweep, "best": best_trial(sweep)}, path)
+
+
 PLOTS: dict[str, Callable[[Path], None]] = {
     "serving.png": plot_serving,
     "corpus_scale.png": plot_corpus_scale,
@@ -272,4 +293,5 @@ PLOTS: dict[str, Callable[[Path], None]] = {
     "memory.png": plot_memory,
     "data_scale.png": plot_data_scale,
     "elastic_curve.png": plot_elastic,
+    "tune_nfcorpus.png": plot_tune,
 }

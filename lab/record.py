@@ -10,6 +10,9 @@ Kinds:
 ``mining-quality``: a protocol line (``{"protocol": ..., "data": ..., "steps": ...}``) and its runs, keyed
     by (protocol, arm, seed).
 ``benchmarks``, ``teachers``, ``quickstart``: one result a line, keyed by its ``name``.
+``tune``: a sweep a line, keyed by its ``name``: ``colbert-k8s tune status NAME -o json``'s record (each trial's
+    values, state, dev ``metric`` and seconds), with each trial's ``commit`` and, for a trial scored on test, its
+    ``test`` figures.
 
 ``put`` merges a script's own JSON output into a study's file: a run with the same key is replaced (its
 earlier version stays in git), an identical one keeps the commit it was first recorded at. Stdlib only.
@@ -45,6 +48,8 @@ ARM_NAMES = {
     PREVIOUS_ARM: "the recipe before (random start, temperature 1)",
 }
 LABELS = {"sparse": "one positive per query", "full": "every label (NFCorpus as given)"}
+# docs/tune.md's worked sweep: its study and its line's name
+TUNE_SWEEP = ("tune-nfcorpus", "nf")
 # the NFCorpus runs' fixed settings: a results file of other settings is refused (it needs a study of its own)
 NFCORPUS_SETTINGS = ("batch", "lr", "document_length", "rows_per_query")
 
@@ -317,3 +322,14 @@ def long_rows(path: Path):
             for seed, run in by_seed.items():
                 for query, value in run.get("per_query", {}).items():
                     yield labels, split, steps, arm, seed, query, value
+
+
+def best_trial(sweep: dict) -> dict | None:
+    """The succeeded trial with the best metric, the first of equals: the one ``tune status`` names and stages."""
+    best = None
+    for t in sweep["trials"]:
+        if t["state"] != "Succeeded" or t.get("metric") is None:
+            continue
+        if best is None or (t["metric"] > best["metric"] if sweep["goal"] == "max" else t["metric"] < best["metric"]):
+            best = t
+    return best

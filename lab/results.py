@@ -32,8 +32,10 @@ from lab.record import (
     RESULTS,
     ROOT,
     SHIPPED_ARM,
+    TUNE_SWEEP,
     RecordError,
     bench,
+    best_trial,
     git_commit,
     long_rows,
     mining_protocols,
@@ -629,6 +631,100 @@ def elastic_summary() -> str:
     )
 
 
+# --- a tune sweep ---------------------------------------------------------------------------------------------
+
+# the keys a tune line holds: ``tune status -o json``'s record, then the facts of its run the block names
+TUNE_FACTS = ("metric", "goal", "space", "trials", "engine", "algorithm", "seed")
+TUNE_FACTS += ("date", "config", "data", "split", "trainer_seed", "max_steps", "machine")
+METRIC_NAMES = {"ndcg@10": "nDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100", "map@100": "MAP@100"}
+
+
+def _duration(seconds: float) -> str:
+    """A trial's time as ``tune status`` prints it.
+
+    >>> _duration(4844), _duration(935), _duration(7)
+    ('80m44s', '15m35s', '7s')
+    """
+    minutes, sec = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{sec:02d}s" if minutes else f"{sec}s"
+
+
+def seed_spread() -> str:
+    """What a seed moves at the sweep's budget: the shipped recipe's seeds on NFCorpus test, every label, 48 steps."""
+    runs = nfcorpus_runs(study("nfcorpus-recipe")).get(("full", "test", 48), {}).get(SHIPPED_ARM, {})
+    if len(runs) < 2:
+        return ""
+    values = [r["ndcg@10"] for r in runs.values()]
+    return (
+        f" A seed's reach at this budget: the shipped recipe's {len(values)} seeds on NFCorpus test (every label, "
+        f"48 steps) span {min(values):.4f} to {max(values):.4f} ({max(values) - min(values):.3f}; "
+        "[the recipe's section](results.md#the-domain-adaptation-recipe-on-nfcorpus))."
+    )
+
+
+def tune_table() -> str:
+    """A recorded sweep as ``tune status`` shows it, the best trial's test figures, and a seed's reach beside it."""
+    name, line = TUNE_SWEEP
+    r = named(study(name)).get(line, {})
+    if missing := [k for k in TUNE_FACTS if k not in r]:
+        raise RecordError(f"lab/{name}: its {line!r} line lacks {', '.join(missing)}; add them (lab/README.md)")
+    keys, metric, best = list(r["space"]), r["metric"], best_trial(r)
+    shown_metric = METRIC_NAMES.get(metric, metric)
+    trials = r["trials"]
+    commits: dict[str, list[str]] = {}
+    for t in trials:
+        commits.setdefault(t.get("commit", "unknown"), []).append(t["name"])
+    ran = "; ".join(f"`{c}`: {', '.join(names)}" for c, names in commits.items())
+    lines = [
+        f"{r['date']}, sweep `{line}` ({r['engine']}, {r['algorithm']}, seed {r['seed']}) of {r['config']}; "
+        f"{r['data']}; trainer seed {r['trainer_seed']}, {r['max_steps']} steps; {r['machine']}. Commits: {ran}.",
+        "",
+        "| trial | "
+        + " | ".join(f"`{k}`" for k in keys)
+        + f" | {shown_metric} {r['split']} | {shown_metric} test | time |",
+        "|---|" + "---|" * (len(keys) + 3),
+    ]
+    for t in trials:
+        shown = f"**`{t['name']}`** (best)" if t is best else f"`{t['name']}`"
+        values = " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in (t["values"][k] for k in keys))
+        dev = "-" if t.get("metric") is None else f"{t['metric']:.4f}"
+        test = f"{t['test'][metric]:.4f}" if t.get("test") else "-"
+        time = _duration(t["seconds"]) if t.get("seconds") is not None else ""
+        lines.append(f"| {shown} | {values} | {dev} | {test} | {time} |")
+    scored = [t for t in trials if t.get("metric") is not None]
+    low, high = min(t["metric"] for t in scored), max(t["metric"] for t in scored)
+    tested = "; ".join(
+        f"`{t['name']}`"
+        + (f" ({t['test']['note']})" if t["test"].get("note") else "")
+        + " "
+        + ", ".join(f"{METRIC_NAMES.get(k, k)} {v:.4f}" for k, v in t["test"].items() if k != "note")
+        for t in trials
+        if t.get("test")
+    )
+    before = ""
+    if r.get("before"):
+        before = f" Before training the untrained model scored {r['before'][metric]:.4f} on {r['split']}."
+    return (
+        "\n".join(lines)
+        + f"\n\nOn {r['split']} the trials span {low:.4f} to {high:.4f} ({high - low:.3f}).{before}"
+        + (f" On test: {tested}." if tested else "")
+        + seed_spread()
+        + "\n\n![nDCG@10 on NFCorpus dev against trial](tune_nfcorpus.png)"
+    )
+
+
+def tune_section() -> str:
+    name, _ = TUNE_SWEEP
+    return f"""## A `tune` sweep on NFCorpus
+
+[lab/{name}](../lab/{name}/): the worked sweep of [docs/tune.md](tune.md#nfcorpus-a-local-sweep-on-dev-the-best-on-test)
+(its command), chosen on dev, the best trial scored on test; what was run and found is in
+[its log](../lab/{name}/log.md).
+
+{tune_table()}
+"""
+
+
 # --- the page and the blocks ---------------------------------------------------------------------------------
 
 BLOCKS: dict[str, Callable[[], str]] = {
@@ -650,6 +746,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "plaid-recall": plaid_recall_table,
     "encoder-precision": encoder_precision_table,
     "elastic": elastic_summary,
+    "tune-nfcorpus": tune_table,
 }
 
 
@@ -685,6 +782,7 @@ its arms, its results, its log; lab/README.md says how to rerun each). Nothing h
 - [Two labelling regimes: SciFact beside NFCorpus](#two-labelling-regimes-scifact-beside-nfcorpus)
 - [Mining on docstrings](#mining-on-docstrings-the-quickstart-and-the-packages-benchmark)
 - [Is any offline teacher stronger than the student?](#is-any-offline-teacher-stronger-than-the-student)
+- [A `tune` sweep on NFCorpus](#a-tune-sweep-on-nfcorpus)
 - [Benchmarks](#benchmarks): speed, memory, scale, faults, serving, mining's cost, the bfloat16 encoder
 
 ## The quickstart
@@ -700,6 +798,7 @@ The record: [lab/quickstart](../lab/quickstart/).
 {two_regimes_section()}
 {mining_quality_section()}
 {teachers_section()}
+{tune_section()}
 ## Benchmarks
 
 [lab/benchmarks](../lab/benchmarks/); [docs/benchmarks.md](benchmarks.md) says what each measures and how to run it.

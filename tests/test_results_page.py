@@ -212,3 +212,55 @@ def test_corpus_sizes_measured_apart_each_name_their_load_and_commit(monkeypatch
     assert all(line.count("|") == rows[0].count("|") for line in rows)
     del record["runs"][0]["load"], record["runs"][1]["load"]  # one run measured every size: one load
     assert "load average 9.0 to 9.0" in lab.results.corpus_scale_table()
+
+
+def _tune_study(tmp_path, monkeypatch, edit=lambda line: line) -> dict:
+    """docs/tune.md's sweep read from a copy of its record, passed through ``edit`` first."""
+    name, line = record.TUNE_SWEEP
+    header, *rest = record.read(record.study(name))
+    copy = tmp_path / name / "results.jsonl"
+    copy.parent.mkdir()
+    record.write(copy, [header, *[edit(r) if r["name"] == line else r for r in rest]])
+    real = results.study
+    monkeypatch.setattr(results, "study", lambda n: copy if n == name else real(n))
+    return record.named(copy)[line]
+
+
+def test_the_tune_block_is_its_sweeps_record_and_goes_stale_when_the_record_changes(tmp_path, monkeypatch, capsys):
+    """docs/tune.md's table is the sweep's line: its rows, the best trial the record makes best, and a figure
+    edited in the record makes the page stale (the figure lives in the record, not in the page)."""
+    sweep = _tune_study(tmp_path, monkeypatch)
+    table = results.tune_table()
+    rows = [line for line in table.splitlines() if line.startswith("| `") or line.startswith("| **")]
+    assert len(rows) == len(sweep["trials"]) == 8
+    best = max(sweep["trials"], key=lambda t: t["metric"])
+    assert [r for r in rows if "(best)" in r] == [r for r in rows if r.startswith(f"| **`{best['name']}`**")]
+    assert f"| {best['metric']:.4f} | {best['test']['ndcg@10']:.4f} |" in table
+    assert results.main(["--check"]) == 0
+
+    def raised(line: dict) -> dict:  # nf-t3's dev figure edited above the best: it becomes the best
+        trials = [{**t, "metric": 0.3001} if t["name"] == "nf-t3" else t for t in line["trials"]]
+        return {**line, "trials": trials}
+
+    (tmp_path / "edited").mkdir()
+    _tune_study(tmp_path / "edited", monkeypatch, raised)
+    assert "| **`nf-t3`** (best) | 0.000101 | 0.000636 | 1 | 0.3001 | - |" in results.tune_table()
+    assert results.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "docs/tune.md is stale: run python -m lab.results" in err and "docs/results.md is stale" in err
+
+
+def test_a_tune_line_without_its_runs_facts_is_one_line(tmp_path, monkeypatch, capsys):
+    """A line put straight from ``tune status -o json`` lacks what the block names: refused in one line."""
+    _tune_study(tmp_path, monkeypatch, lambda line: {k: v for k, v in line.items() if k not in ("machine", "date")})
+    assert results.main(["--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "lab.results: lab/tune-nfcorpus: its 'nf' line lacks date, machine; add them (lab/README.md)"
+
+
+def test_lab_readme_names_every_block():
+    """lab/README.md's list of block names is the one ``fill`` takes: a block left out is one a reader cannot find."""
+    text = (ROOT / "lab" / "README.md").read_text()
+    listed = re.search(r"\(`NAME` is one of (.*?)\)", text, re.S)
+    assert listed, "lab/README.md no longer lists the block names"
+    assert set(re.findall(r"`([\w-]+)`", listed.group(1))) == set(results.BLOCKS)
