@@ -75,6 +75,29 @@ def test_no_page_restates_a_headline_figure_outside_a_generated_block():
     assert not found, f"figures typed by hand (link docs/results.md or use a results block instead): {found}"
 
 
+def _figures_of_record() -> set[str]:
+    """docs/tune.md's sweep (each trial's dev and test figures) and the serving targets' ratios, as pages print them."""
+    name, line = record.TUNE_SWEEP
+    sweep = record.named(results.study(name))[line]
+    figures = {f"{t['metric']:.4f}" for t in sweep["trials"]}
+    figures |= {f"{v:.4f}" for t in sweep["trials"] for k, v in t.get("test", {}).items() if k != "note"}
+    return figures | {x for t in record.bench("serving")["targets"] for x in re.findall(r"\d+\.\d+x", t["measured"])}
+
+
+def test_no_page_restates_the_sweeps_or_the_serving_figures_outside_a_generated_block():
+    figures = _figures_of_record()
+    assert len(figures) > 10 and "0.2997" in figures
+    found = []
+    for page in PRODUCT_PAGES:
+        if page == results.PAGE or not page.is_file():
+            continue
+        text = results.MARKER.sub("", page.read_text())
+        found += [
+            f"{page.relative_to(ROOT)}: {f}" for f in sorted(figures) if re.search(rf"(?<![\d.]){re.escape(f)}", text)
+        ]
+    assert not found, f"figures typed by hand (point at the generated block or docs/results.md): {found}"
+
+
 def test_a_block_fills_between_its_markers_and_an_unknown_one_is_refused():
     text = "a\n<!-- results:quickstart -->\nold\n<!-- /results:quickstart -->\nb\n"
     filled = results.fill(text, ROOT / "README.md")
