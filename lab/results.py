@@ -649,16 +649,19 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{sec:02d}s" if minutes else f"{sec}s"
 
 
-def seed_spread() -> str:
-    """What a seed moves at the sweep's budget: the shipped recipe's seeds on NFCorpus test, every label, 48 steps."""
-    runs = nfcorpus_runs(study("nfcorpus-recipe")).get(("full", "test", 48), {}).get(SHIPPED_ARM, {})
+def seed_spread(sweep: dict) -> str:
+    """What a seed moves where the sweep ran: its config's arm of lab/nfcorpus-recipe (``arm``), at every seed
+    recorded, in the sweep's cell (``labels``, ``split``, ``max_steps``)."""
+    cell = (sweep.get("labels"), sweep["split"], sweep["max_steps"])
+    runs = nfcorpus_runs(study("nfcorpus-recipe")).get(cell, {}).get(sweep.get("arm"), {})
     if len(runs) < 2:
         return ""
     values = [r["ndcg@10"] for r in runs.values()]
+    section = "[the recipe's section](results.md#the-domain-adaptation-recipe-on-nfcorpus)"
     return (
-        f" A seed's reach at this budget: the shipped recipe's {len(values)} seeds on NFCorpus test (every label, "
-        f"48 steps) span {min(values):.4f} to {max(values):.4f} ({max(values) - min(values):.3f}; "
-        "[the recipe's section](results.md#the-domain-adaptation-recipe-on-nfcorpus))."
+        f" What a seed moves here: the recipe the sweep started from (arm `{sweep['arm']}` of lab/nfcorpus-recipe) "
+        f"at {len(values)} seeds, {LABELS[cell[0]]}, {cell[1]}, {cell[2]} steps, spans {min(values):.4f} to "
+        f"{max(values):.4f} ({max(values) - min(values):.3f}; {section})."
     )
 
 
@@ -708,7 +711,7 @@ def tune_table() -> str:
         "\n".join(lines)
         + f"\n\nOn {r['split']} the trials span {low:.4f} to {high:.4f} ({high - low:.3f}).{before}"
         + (f" On test: {tested}." if tested else "")
-        + seed_spread()
+        + seed_spread(r)
         + "\n\n![nDCG@10 on NFCorpus dev against trial](tune_nfcorpus.png)"
     )
 

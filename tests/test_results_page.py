@@ -259,6 +259,9 @@ def test_the_tune_block_is_its_sweeps_record_and_goes_stale_when_the_record_chan
     best = max(sweep["trials"], key=lambda t: t["metric"])
     assert [r for r in rows if "(best)" in r] == [r for r in rows if r.startswith(f"| **`{best['name']}`**")]
     assert f"| {best['metric']:.4f} | {best['test']['ndcg@10']:.4f} |" in table
+    cell = (sweep["labels"], sweep["split"], sweep["max_steps"])  # what a seed moves: the sweep's recipe, its cell
+    seeds = [r["ndcg@10"] for r in record.nfcorpus_runs(results.study("nfcorpus-recipe"))[cell][sweep["arm"]].values()]
+    assert len(seeds) >= 2 and f"spans {min(seeds):.4f} to {max(seeds):.4f}" in table
     assert results.main(["--check"]) == 0
 
     def raised(line: dict) -> dict:  # nf-t3's dev figure edited above the best: it becomes the best
