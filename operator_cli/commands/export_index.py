@@ -2,6 +2,7 @@
 
     colbert-k8s export-index s3://models/run-1/ --corpus data/beir --to qdrant://qdrant.search:6333/docs
     colbert-k8s export-index output/ --corpus data/beir --to "lancedb:///srv/lance?table=docs" [--replace]
+    colbert-k8s export-index output/ --corpus data/beir --to milvus://milvus.search:19530/docs
 
 What a job's ``vectordb:`` section does after training (``trainer/vectordb.py``), for a model that exists: a
 local model directory, a job's ``output_dir``, or an export on ``s3://``/``gs://``/``az://`` (checked against
@@ -45,7 +46,11 @@ def _target(to: str):
     "--corpus", required=True, metavar="PATH", help="A BEIR directory (its corpus.jsonl) or a corpus.jsonl file."
 )
 @click.option(
-    "--to", "to", required=True, metavar="URL", help="The vector database's collection (qdrant://, lancedb://)."
+    "--to",
+    "to",
+    required=True,
+    metavar="URL",
+    help="The vector database's collection (qdrant://, lancedb://, milvus://).",
 )
 @click.option(
     "--queries",
@@ -65,7 +70,7 @@ def _target(to: str):
 @click.option("--device", help="Where the model encodes (default: a GPU if there is one).")
 @click.option("--cache-dir", default=".cache/colbert-k8s", show_default=True, help="Where an s3:// export is staged.")
 def export_index_cmd(model: str, corpus: str, to: str, queries: str | None, **o) -> None:
-    """Encode a corpus with an exported model and write it into a vector database (Qdrant, LanceDB)."""
+    """Encode a corpus with an exported model and write it into a vector database (Qdrant, LanceDB, Milvus)."""
     target = _target(to)
     missing = missing_modules("torch", "pylate")
     if missing:

@@ -37,6 +37,7 @@ __all__ = [
     "MARKER",
     "VECTOR_FORMS",
     "VECTOR_PATTERN",
+    "VECTOR_SECRETS",
     "VectorDatabase",
     "VectorTarget",
     "database",
@@ -73,6 +74,8 @@ def _forms() -> str:
 VECTOR_FORMS = _forms()
 """``vectordb.destination``'s forms, for its description and the refusal of another: every form of every vector
 database of the registry, none hand-listed."""
+VECTOR_SECRETS = ", ".join(s.secret for s in _VECTOR_SCHEMES.values() if s.secret)
+"""The environment variables that hold the vector databases' keys, as the registry names them."""
 VECTOR_PATTERN = rf"^({'|'.join(_VECTOR_SCHEMES)})(\+[a-z0-9]+)?://[^@#\s]*$"
 """``vectordb.destination`` as the chart's schema checks it (:func:`parse_vector_url` checks more)."""
 
