@@ -51,7 +51,7 @@ TOKEN_HITS = 64
 and Zaharia, 2020, section 3.6) takes each query token's k/2 nearest for a top k = 1000; for a top 10 that would be
 5, too few to find a document that matches many query tokens moderately. 64 gives a 32-token query up to 2,048
 candidates, and bounds what the exact rescoring reads back."""
-_FLOATS_PER_REQUEST = 1 << 19  # about 2 MB of float32 an insert: far below gRPC's 64 MB default message limit
+_FLOATS_PER_REQUEST = 1 << 19  # about 2 MB of float32 an insert (a few MB of protobuf): a small gRPC message
 _IDS_PER_FILTER = 256  # document ids in one `doc_id in [...]` filter: an expression of a few kilobytes
 _BYTES_PER_READ = 4 << 20  # rows read back per request, as bytes of vectors
 _TIMEOUT = 60.0  # seconds a call (and the connection) may take
@@ -142,7 +142,7 @@ class MilvusCollection:
         if self.existing() != marker:
             raise ExportError(
                 f"{self.target}: the server keeps no collection properties, where the export's marker goes; use a "
-                "Milvus server that does (2.5 or newer)"
+                "Milvus server that keeps them"
             )
         self._loaded = False
 
