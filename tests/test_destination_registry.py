@@ -75,14 +75,14 @@ def test_each_vector_database_scheme_parses_and_finds_its_class(tmp_path):
     from trainer.destinations.vectors import VECTOR_FORMS, VECTOR_PATTERN, database, parse_vector_url
 
     vectors = {k: s for k, s in DESTINATIONS.items() if s.kind == "vectors"}
-    assert set(vectors) == {"qdrant", "lancedb"} and not set(vectors) & set(CREDENTIALS)
+    assert set(vectors) == {"qdrant", "lancedb", "milvus"} and not set(vectors) & set(CREDENTIALS)
     for key, scheme in vectors.items():
         for form, transport in scheme.forms:
             name = key + (f"+{form}" if form else "")
             if transport in ("https", "http"):
                 url = f"{name}://db.example:6333/docs"
             elif transport == "local":
-                url = f"{name}://{tmp_path / key}?{scheme.container}=docs"
+                url = f"{name}://{tmp_path / key}{scheme.suffix}?{scheme.container}=docs"
             else:
                 url = f"{name}://bucket/pre/fix?{scheme.container}=docs"
             target = parse_vector_url(url)

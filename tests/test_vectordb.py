@@ -1,5 +1,6 @@
-"""The corpus into a vector database (``trainer/vectordb.py``, ``trainer/destinations/{qdrant,lance,claim}.py``,
-``colbert-k8s export-index``), against the real embedded databases: Qdrant's local mode and LanceDB on disk.
+"""The corpus into a vector database (``trainer/vectordb.py``, ``trainer/destinations/{qdrant,lance,milvus,claim}.py``,
+``colbert-k8s export-index``), against the real embedded databases: Qdrant's local mode, LanceDB on disk and
+Milvus Lite.
 
 Written, searched and held to exact MaxSim computed here with numpy; killed after a partial write and resumed
 with no point twice; a collection this tool did not make refused, and replaced only when told; a bad URL, a key
@@ -23,11 +24,17 @@ from tests.helpers.vectordb import Answering, exact_top, save_colbert, write_cor
 
 pytest.importorskip("qdrant_client", reason="the vectordb extra: scripts/setup.sh train,test installs it")
 pytest.importorskip("lancedb", reason="the vectordb extra: scripts/setup.sh train,test installs it")
+pytest.importorskip("pymilvus", reason="the vectordb extra: scripts/setup.sh train,test installs it")
+pytest.importorskip("milvus_lite", reason="the vectordb extra: scripts/setup.sh train,test installs it")
 
 from trainer.destinations.base import ExportError  # noqa: E402
 from trainer.destinations.vectors import database, parse_vector_url  # noqa: E402
 
-URLS = {"qdrant": "qdrant+local://{root}/qdrant?collection={name}", "lancedb": "lancedb://{root}/lance?table={name}"}
+URLS = {
+    "qdrant": "qdrant+local://{root}/qdrant?collection={name}",
+    "lancedb": "lancedb://{root}/lance?table={name}",
+    "milvus": "milvus+local://{root}/milvus.db?collection={name}",
+}
 DOCUMENTS, CHUNK = 40, 16
 
 
@@ -71,8 +78,11 @@ def _searched(colbert, beir: Path, url: str) -> list[list[str]]:
 
 
 def _rows(url: str) -> list[dict]:
-    """Every point the collection holds, as (doc_id and the fields written), read with the database's client."""
+    """Every point the collection holds, as (doc_id and the fields written), read with the database's client;
+    Milvus: each document's first row (its fields; a collection of another program's: every row)."""
     target = parse_vector_url(url)
+    if target.db == "milvus":
+        return [{"doc_id": r["doc_id"], **(r.get("fields") or {})} for r in _milvus_rows(url) if not r.get("token")]
     if target.db == "qdrant":
         from qdrant_client import QdrantClient
 
@@ -92,7 +102,8 @@ def _rows(url: str) -> list[dict]:
 def test_the_corpus_is_written_searched_and_held_to_exact_maxsim(tmp_path, beir, colbert, db):
     url = _url(db, tmp_path)
     result = _export(colbert, beir, url)
-    assert (result["state"], result["documents"], result["written"], result["points"]) == ("created", 40, 40, 40)
+    points = _points(db, colbert, beir)
+    assert (result["state"], result["documents"], result["written"], result["points"]) == ("created", 40, 40, points)
     parity = result["parity"]
     assert parity["queries"] == 8 and parity["overlap@10"] == 1.0 and parity["same_order"] == 1.0
     assert parity["ndcg@10_database"] == parity["ndcg@10_exact"] and parity["max_score_difference"] < 1e-3
@@ -116,12 +127,45 @@ def test_pooled_vectors_are_fewer_and_still_searched_as_exact_maxsim(tmp_path, b
     assert _searched(colbert, beir, url) == exact_top(colbert[1], beir, pool_factor=2)
 
 
+def _milvus_rows(url: str) -> list[dict]:
+    """Every row of a Milvus Lite collection, read with pymilvus's own query iterator (no vectors)."""
+    from milvus_lite.server_manager import server_manager_instance
+    from pymilvus import MilvusClient
+
+    target = parse_vector_url(url)
+    client = MilvusClient(target.path)
+    try:
+        client.load_collection(target.collection)
+        rows, found = client.query_iterator(target.collection, batch_size=1000, output_fields=["*"]), []
+        while page := rows.next():
+            found += [{k: v for k, v in r.items() if k != "vector"} for r in page]
+        rows.close()
+        return found
+    finally:
+        client.close()
+        server_manager_instance.release_server(target.path)
+
+
+def _token_counts(colbert, beir: Path) -> dict[str, int]:
+    """Each document's token vectors, as PyLate encodes it here."""
+    rows = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
+    texts = [f"{d['title']} {d['text']}" if d.get("title") else d["text"] for d in rows]
+    vectors = colbert[1].encode(texts, is_query=False, show_progress_bar=False)
+    return {d["_id"]: len(v) for d, v in zip(rows, vectors)}
+
+
+def _points(db: str, colbert, beir: Path) -> int:
+    """The points a whole export holds: a document each (Qdrant, LanceDB); a token vector each (Milvus)."""
+    return sum(_token_counts(colbert, beir).values()) if db == "milvus" else DOCUMENTS
+
+
 def _interrupt_after_first_write(monkeypatch, db: str) -> None:
     """The database's own write runs once, whole; then the run is interrupted, as a kill would stop it."""
     from trainer.destinations.lance import LanceTable
+    from trainer.destinations.milvus import MilvusCollection
     from trainer.destinations.qdrant import QdrantCollection
 
-    cls = {"qdrant": QdrantCollection, "lancedb": LanceTable}[db]
+    cls = {"qdrant": QdrantCollection, "lancedb": LanceTable, "milvus": MilvusCollection}[db]
     real = cls.write
 
     def write_then_stop(self, *args):
@@ -140,16 +184,17 @@ def test_an_interrupted_write_resumes_without_writing_a_point_twice(tmp_path, be
             _export(colbert, beir, url)
     assert len(_rows(url)) == CHUNK
     result = _export(colbert, beir, url)
+    points = _points(db, colbert, beir)
     assert (result["state"], result["written"], result["already_there"], result["points"]) == (
         "resumed",
         DOCUMENTS - CHUNK,
         CHUNK,
-        DOCUMENTS,
+        points,
     )
     ids = [r["doc_id"] for r in _rows(url)]
     assert len(ids) == len(set(ids)) == DOCUMENTS
     again = _export(colbert, beir, url)
-    assert (again["written"], again["points"]) == (0, DOCUMENTS)
+    assert (again["written"], again["points"]) == (0, points)
 
 
 _KILLED = """
@@ -157,12 +202,13 @@ import os, signal, sys
 from pathlib import Path
 from pylate import models
 from trainer.destinations.lance import LanceTable
+from trainer.destinations.milvus import MilvusCollection
 from trainer.destinations.qdrant import QdrantCollection
 from trainer.destinations.vectors import parse_vector_url
 from trainer.vectordb import export_corpus, fingerprint
 
 model_dir, beir, url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-for cls in (LanceTable, QdrantCollection):
+for cls in (LanceTable, MilvusCollection, QdrantCollection):
     real = cls.write
     def write_then_die(self, *args, real=real):
         real(self, *args)
@@ -186,7 +232,8 @@ def test_a_killed_process_leaves_what_it_wrote_and_the_rerun_completes_it(tmp_pa
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
     assert len(_rows(url)) == CHUNK
     result = _export(colbert, beir, url)
-    assert (result["state"], result["written"], result["points"]) == ("resumed", DOCUMENTS - CHUNK, DOCUMENTS)
+    points = _points(db, colbert, beir)
+    assert (result["state"], result["written"], result["points"]) == ("resumed", DOCUMENTS - CHUNK, points)
     ids = [r["doc_id"] for r in _rows(url)]
     assert len(ids) == len(set(ids)) == DOCUMENTS
 
@@ -194,6 +241,16 @@ def test_a_killed_process_leaves_what_it_wrote_and_the_rerun_completes_it(tmp_pa
 def _foreign(db: str, url: str) -> None:
     """A collection another program made, with one point of its own (no colbert-k8s marker)."""
     target = parse_vector_url(url)
+    if db == "milvus":
+        from milvus_lite.server_manager import server_manager_instance
+        from pymilvus import MilvusClient
+
+        client = MilvusClient(target.path)
+        client.create_collection(target.collection, dimension=4)  # Milvus's quick set-up: id, vector, dynamic
+        client.insert(target.collection, [{"id": 1, "vector": [1.0, 0, 0, 0], "doc_id": "theirs"}])
+        client.close()
+        server_manager_instance.release_server(target.path)
+        return
     if db == "qdrant":
         from qdrant_client import QdrantClient, models
 
@@ -217,7 +274,7 @@ def test_a_collection_this_tool_did_not_make_is_refused_unless_replace(tmp_path,
     assert "exists and was not made by colbert-k8s" in said and "replace" in said and "\n" not in said
     assert [r["doc_id"] for r in _rows(url)] == ["theirs"]  # untouched
     result = _export(colbert, beir, url, replace=True)
-    assert (result["state"], result["points"]) == ("replaced", DOCUMENTS)
+    assert (result["state"], result["points"]) == ("replaced", _points(db, colbert, beir))
     assert "theirs" not in {r["doc_id"] for r in _rows(url)}
     with pytest.raises(ExportError, match=r"holds another export \(pool_factor 1\); name a new"):
         _export(colbert, beir, url, pool_factor=2)  # this tool's, but of other vectors: not mixed in
@@ -277,9 +334,28 @@ def test_the_job_checks_the_collection_at_start_and_writes_it_after_training(tmp
         ("qdrant+local://relative/dir?collection=docs", "needs an absolute path"),
         ("lancedb:///srv/lance", "names no table: add ?table=NAME"),
         ("qdrant://db.example/a/b", "must name one collection"),
-        ("milvus://db.example/docs", "milvus:// is not a vector database destination"),
+        ("weaviate://db.example/docs", "weaviate:// is not a vector database destination"),
+        ("milvus://root:s3cret@db.example/docs", "key comes from the environment: MILVUS_TOKEN"),
+        ("milvus://db.example/docs?token=s3cret", "takes no token in its query"),
+        ("milvus+local://relative/m.db?collection=docs", "needs an absolute path: milvus+local:///ABS/PATH.db?"),
+        ("milvus+local:///srv/milvus.db", "names no collection: add ?collection=NAME"),
+        ("milvus+local:///srv/milvus?collection=docs", "needs a path ending in .db"),
+        ("milvus://db.example/nf-corpus", "milvus takes letters, digits and '_' only"),
     ],
-    ids=["userinfo", "key-in-query", "relative-path", "no-table", "two-names", "unknown-scheme"],
+    ids=[
+        "userinfo",
+        "key-in-query",
+        "relative-path",
+        "no-table",
+        "two-names",
+        "unknown-scheme",
+        "milvus-userinfo",
+        "milvus-token-in-query",
+        "milvus-relative-path",
+        "milvus-no-collection",
+        "milvus-not-db",
+        "milvus-name",
+    ],
 )
 def test_a_bad_url_is_one_line_naming_the_fix_and_never_the_secret(tmp_path, url, said):
     res = CliRunner().invoke(cli, ["export-index", str(tmp_path), "--corpus", str(tmp_path), "--to", url])
@@ -360,3 +436,177 @@ def test_lancedb_in_an_object_store_takes_its_credentials_from_the_environment(t
     finally:
         s3.proc.terminate()
         s3.proc.wait()
+
+
+def _milvus_tokens(url: str) -> dict[str, list[int]]:
+    """Each document's token positions as Milvus holds them, sorted: a document written once holds 0..n-1."""
+    found: dict[str, list[int]] = {}
+    for row in _milvus_rows(url):
+        found.setdefault(row["doc_id"], []).append(row["token"])
+    return {d: sorted(t) for d, t in found.items()}
+
+
+def test_milvus_a_document_cut_mid_write_is_rewritten_whole(tmp_path, beir, colbert, monkeypatch):
+    """Milvus holds a row per token vector, so a write can stop inside a document: the restart finds that
+    document's rows incomplete, deletes them and writes it again whole; no row is there twice."""
+    import trainer.destinations.milvus as milvus
+
+    url = _url("milvus", tmp_path)
+    monkeypatch.setattr(milvus, "_FLOATS_PER_REQUEST", 1000)  # an insert of 8 of the 128-float vectors
+    real, calls = milvus.MilvusCollection._insert, []
+
+    def insert_then_stop(self, rows):
+        calls.append(len(rows))
+        real(self, rows)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(milvus.MilvusCollection, "_insert", insert_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            _export(colbert, beir, url)
+    counts = _token_counts(colbert, beir)
+    cut = _milvus_tokens(url)
+    assert sum(map(len, cut.values())) == sum(calls) == 24
+    assert [d for d, t in cut.items() if len(t) < counts[d]]  # a document stopped part way
+    result = _export(colbert, beir, url)
+    assert (result["state"], result["points"]) == ("resumed", sum(counts.values()))
+    tokens = _milvus_tokens(url)
+    assert tokens == {d: list(range(n)) for d, n in counts.items()}  # every token vector once, none missing
+
+
+def test_milvus_search_is_approximate_in_its_candidates_and_exact_in_its_scores(tmp_path, beir, colbert, monkeypatch):
+    """The candidates come from each query token's nearest token vectors, so a document can be missed (fewer
+    hits a token: the check shows it); every document returned is scored by exact MaxSim over all its vectors."""
+    import numpy as np
+
+    import trainer.destinations.milvus as milvus
+
+    url = _url("milvus", tmp_path)
+    assert _export(colbert, beir, url)["parity"]["overlap@10"] == 1.0  # 64 hits a token: every top 10 found
+    monkeypatch.setattr(milvus, "TOKEN_HITS", 1)  # k/2 = 5 hits a token
+    parity = _export(colbert, beir, url)["parity"]
+    assert parity["overlap@10"] < 1.0 and parity["max_score_difference"] < 1e-5, parity
+    model = colbert[1]
+    rows = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
+    texts = {d["_id"]: f"{d['title']} {d['text']}" if d.get("title") else d["text"] for d in rows}
+    query = model.encode([json.loads((beir / "queries.jsonl").read_text().splitlines()[0])["text"]], is_query=True)[0]
+    db = database(parse_vector_url(url))
+    try:
+        db.existing()
+        found = db.search(query, 10)
+    finally:
+        db.close()
+    vectors = model.encode([texts[d] for d, _ in found], is_query=False, show_progress_bar=False)
+    exact = [float((np.asarray(query) @ np.asarray(v).T).max(axis=1).sum()) for v in vectors]  # numpy's MaxSim
+    assert len(found) == 10 and np.allclose([s for _, s in found], exact, atol=1e-4)
+
+
+def test_milvus_token_never_travels_in_clear_and_a_refused_token_is_one_line(monkeypatch):
+    """MILVUS_TOKEN over milvus+http:// is refused before any call; a server that refuses the caller
+    (UNAUTHENTICATED) is one line naming MILVUS_TOKEN; a server that does not answer is one line (exit 150's
+    ExportFailed); none of them shows the token."""
+    import socket
+
+    from tests.helpers.vectordb import RefusingMilvus
+    from trainer.destinations.base import ExportFailed
+    from trainer.destinations.milvus import MilvusCollection
+
+    server = RefusingMilvus()
+    try:
+        url = f"milvus+http://127.0.0.1:{server.port}/docs"
+        monkeypatch.setenv("MILVUS_TOKEN", "root:s3cret")
+        with pytest.raises(ExportError) as clear:
+            MilvusCollection(parse_vector_url(url))
+        assert "MILVUS_TOKEN would travel in clear over plain HTTP; use milvus:// (TLS)" in str(clear.value)
+        assert server.calls == []
+        monkeypatch.delenv("MILVUS_TOKEN")
+        with pytest.raises(ExportError) as refused:
+            MilvusCollection(parse_vector_url(url))
+        said = str(refused.value)
+        assert "refused connecting (UNAUTHENTICATED): it needs MILVUS_TOKEN; pass a valid token with" in said
+        assert "\n" not in said and server.calls and all(auth is None for _, auth in server.calls)
+    finally:
+        server.close()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MILVUS_TOKEN", "root:s3cret")
+    with pytest.raises(ExportFailed) as down:
+        MilvusCollection(parse_vector_url(f"milvus://127.0.0.1:{port}/docs"))
+    said = str(down.value)
+    assert said.startswith(f"milvus://127.0.0.1:{port}/docs: the server cannot be reached (Fail connecting")
+    assert "s3cret" not in said and "\n" not in said
+
+
+_TLS_CLIENT = """
+import os, sys
+from trainer.destinations.base import ExportError
+from trainer.destinations.milvus import MilvusCollection
+from trainer.destinations.vectors import parse_vector_url
+try:
+    MilvusCollection(parse_vector_url(sys.argv[1]))
+except ExportError as e:
+    print(e)
+"""
+
+
+@pytest.mark.slow
+def test_milvus_token_goes_over_tls_to_the_named_server_and_a_refusal_never_shows_it(tmp_path):
+    """milvus:// is gRPC over TLS: the token reaches the server the URL names (trusted here through gRPC's
+    GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, in a process of its own), and its refusal is one line without it."""
+    import base64
+
+    import trustme
+
+    from tests.helpers.vectordb import RefusingMilvus
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    server = RefusingMilvus(cert=ca.issue_cert("127.0.0.1"))
+    try:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "MILVUS_TOKEN": "root:s3cret",
+            "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(tmp_path / "ca.pem"),
+        }
+        url = f"milvus://127.0.0.1:{server.port}/docs"
+        done = subprocess.run(
+            [sys.executable, "-c", _TLS_CLIENT, url], env=env, capture_output=True, text=True, timeout=300
+        )
+    finally:
+        server.close()
+    said = done.stdout.strip()
+    assert done.returncode == 0 and said.startswith(f"{url}: the server refused connecting (UNAUTHENTICATED)"), done
+    assert "MILVUS_TOKEN was refused" in said and "\n" not in said and "Traceback" not in done.stderr
+    sent = {auth for _, auth in server.calls}
+    assert sent == {base64.b64encode(b"root:s3cret").decode()}  # the token went to the named server
+    assert "s3cret" not in said + done.stderr and base64.b64encode(b"root:s3cret").decode() not in said
+
+
+def test_milvus_lite_open_in_another_process_is_one_line(tmp_path):
+    """Milvus Lite takes its directory's lock (flock on LOCK): a second process is refused in one line."""
+    from trainer.destinations.milvus import MilvusCollection
+
+    url = _url("milvus", tmp_path)
+    MilvusCollection(parse_vector_url(url)).close()  # the database made, its lock released
+    hold = "import fcntl, sys; f = open(sys.argv[1], 'rb'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold + "; sys.stdin.read()", str(tmp_path / "milvus.db" / "LOCK")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ExportError) as locked:
+            MilvusCollection(parse_vector_url(url))
+        said = str(locked.value)
+        assert said == f"{url}: {tmp_path}/milvus.db is open in another process; Milvus Lite takes one at a time " + (
+            "(close it, or use a Milvus server)"
+        )
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    MilvusCollection(parse_vector_url(url)).close()  # released with the other process

@@ -2,6 +2,7 @@
 
     colbert-k8s export-index s3://models/run-1/ --corpus data/beir --to qdrant://qdrant.search:6333/docs
     colbert-k8s export-index output/ --corpus data/beir --to "lancedb:///srv/lance?table=docs" [--replace]
+    colbert-k8s export-index output/ --corpus data/beir --to milvus://milvus.search:19530/docs
 
 What a job's ``vectordb:`` section does after training (``trainer/vectordb.py``), for a model that exists: a
 local model directory, a job's ``output_dir``, or an export on ``s3://``/``gs://``/``az://`` (checked against
@@ -21,10 +22,12 @@ import click
 
 from operator_cli.commands.base import Command, missing_modules, trainer_log_to_stderr
 from operator_cli.errors import CliError
+from trainer.destinations import DESTINATIONS
 
 __all__ = ["export_index_cmd"]
 
 _EXTRA = "pip install 'colbert-k8s[train,vectordb]'"
+_SCHEMES = ", ".join(f"{key}://" for key, scheme in DESTINATIONS.items() if scheme.kind == "vectors")
 
 
 def _target(to: str):
@@ -44,9 +47,7 @@ def _target(to: str):
 @click.option(
     "--corpus", required=True, metavar="PATH", help="A BEIR directory (its corpus.jsonl) or a corpus.jsonl file."
 )
-@click.option(
-    "--to", "to", required=True, metavar="URL", help="The vector database's collection (qdrant://, lancedb://)."
-)
+@click.option("--to", "to", required=True, metavar="URL", help=f"The vector database's collection ({_SCHEMES}).")
 @click.option(
     "--queries",
     metavar="BEIR_DIR",
@@ -65,7 +66,7 @@ def _target(to: str):
 @click.option("--device", help="Where the model encodes (default: a GPU if there is one).")
 @click.option("--cache-dir", default=".cache/colbert-k8s", show_default=True, help="Where an s3:// export is staged.")
 def export_index_cmd(model: str, corpus: str, to: str, queries: str | None, **o) -> None:
-    """Encode a corpus with an exported model and write it into a vector database (Qdrant, LanceDB)."""
+    """Encode a corpus with an exported model and write it into a vector database (--to: its collection)."""
     target = _target(to)
     missing = missing_modules("torch", "pylate")
     if missing:

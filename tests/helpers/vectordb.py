@@ -1,6 +1,7 @@
 """Helpers for the vector-database tests: a small BEIR split of real docstrings (titles and metadata fields on
-some rows), a saved PyLate ColBERT of the tiny BERT, exact MaxSim computed by hand, and a stand-in Qdrant
-server that answers every request with one fixed status (a refused key, a redirect)."""
+some rows), a saved PyLate ColBERT of the tiny BERT, exact MaxSim computed by hand, a stand-in Qdrant server
+that answers every request with one fixed status (a refused key, a redirect), and a stand-in Milvus server
+that refuses every gRPC call as unauthenticated."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Answering", "exact_top", "save_colbert", "write_corpus"]
+__all__ = ["Answering", "RefusingMilvus", "exact_top", "save_colbert", "write_corpus"]
 
 
 def write_corpus(root: Path, documents: int = 40, queries: int = 8) -> Path:
@@ -100,3 +101,40 @@ class Answering:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class RefusingMilvus:
+    """A gRPC server on 127.0.0.1 that answers every call ``UNAUTHENTICATED``, as a Milvus server with
+    authentication answers a missing or wrong token, recording each call's method and ``authorization``
+    metadata. With ``cert`` (a trustme certificate for 127.0.0.1) it serves TLS, as ``milvus://`` expects."""
+
+    def __init__(self, cert=None):
+        from concurrent import futures
+
+        import grpc
+
+        seen: list[tuple[str, str | None]] = []
+        self.calls = seen
+
+        class Refuse(grpc.GenericRpcHandler):
+            def service(self, details):
+                seen.append((details.method, dict(details.invocation_metadata).get("authorization")))
+
+                def refuse(request, context):
+                    context.abort(
+                        grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password"
+                    )
+
+                return grpc.unary_unary_rpc_method_handler(refuse)
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((Refuse(),))
+        if cert is None:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            pair = (cert.private_key_pem.bytes(), b"".join(p.bytes() for p in cert.cert_chain_pems))
+            self.port = self.server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([pair]))
+        self.server.start()
+
+    def close(self) -> None:
+        self.server.stop(grace=None)

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from trainer.config.base import DESTINATION_FORMS, DESTINATION_PATTERN, Strict, parse_destination
-from trainer.destinations.vectors import VECTOR_FORMS, VECTOR_PATTERN, parse_vector_url
+from trainer.destinations.vectors import VECTOR_FORMS, VECTOR_PATTERN, VECTOR_SECRETS, parse_vector_url
 
 __all__ = ["MAX_INT8_LOSS", "ExportConfig", "IndexConfig", "OnnxConfig", "RegisterConfig", "VectorDbConfig"]
 
@@ -70,7 +70,7 @@ class VectorDbConfig(Strict):
 
     destination: Annotated[str, AfterValidator(_vector_destination)] = Field(
         description=f"{VECTOR_FORMS}. The corpus (index.corpus, else data.eval_beir) is encoded and written "
-        "there, one multi-vector point per document; a key comes from the environment (QDRANT_API_KEY).",
+        f"there, each document's token vectors; a key comes from the environment ({VECTOR_SECRETS}).",
         json_schema_extra={"pattern": VECTOR_PATTERN},
     )
     replace: bool = Field(

@@ -17,6 +17,7 @@ az       files    BUCKET/PFX/  the same (the container is the bucket)
 hf       files    ORG/NAME     a Hugging Face Hub model repository: write probe, one commit, manifest included
 qdrant   vectors  HOST/COLL    Qdrant (qdrant-client; ``qdrant+local://`` its embedded mode): MAX_SIM multivectors
 lancedb  vectors  PATH?table=  LanceDB (a directory, or ``lancedb+s3://``): a multivector column, dot MaxSim
+milvus   vectors  HOST/COLL    Milvus (pymilvus; ``milvus+local://`` Milvus Lite): a row per token, MaxSim rescoring
 =======  =======  ===========  ========================================================================
 
 An uploader (:class:`Uploader`) has ``preflight(cfg, dest, hint)`` (at start: the destination takes a write)
@@ -28,7 +29,7 @@ True
 >>> [k for k, s in DESTINATIONS.items() if s.hub]
 ['hf']
 >>> [k for k, s in DESTINATIONS.items() if s.kind == "vectors"]
-['qdrant', 'lancedb']
+['qdrant', 'lancedb', 'milvus']
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ class Scheme:
     secret: str | None = None
     """The environment variable that holds a vector database's key, if it takes one (optional: a server
     without authentication takes none); read from the environment only, never from the URL."""
+    port: int | None = None  # a vector database server's port when the URL names none
+    suffix: str = ""  # what a local database's path must end with (Milvus Lite opens a path ending in .db)
+    identifier: bool = False  # the collection's name takes letters, digits and '_' only, not a digit first
 
     def hint(self, env: Collection[str]) -> tuple[str, str] | None:
         """(what is missing, the flags that pass it) when ``env`` holds none of the credential sets; else None.
@@ -117,6 +121,7 @@ DESTINATIONS: dict[str, Scheme] = {
             kind="vectors",
             forms=(("", "https"), ("http", "http"), ("local", "local")),
             secret="QDRANT_API_KEY",
+            port=6333,
         ),
         Scheme(
             "lancedb",
@@ -125,6 +130,17 @@ DESTINATIONS: dict[str, Scheme] = {
             kind="vectors",
             forms=(("", "local"), ("s3", "s3"), ("gs", "gs"), ("az", "az")),
             container="table",
+        ),
+        Scheme(
+            "milvus",
+            (),
+            "milvus:MilvusCollection",
+            kind="vectors",
+            forms=(("", "https"), ("http", "http"), ("local", "local")),
+            secret="MILVUS_TOKEN",
+            port=19530,
+            suffix=".db",
+            identifier=True,
         ),
     )
 }

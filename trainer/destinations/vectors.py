@@ -3,8 +3,8 @@ and what the phase (``trainer/vectordb.py``) asks of each database's class.
 
 Standard library only: the config's check of ``vectordb.destination`` and ``colbert-k8s export-index`` read
 :func:`parse_vector_url` without the databases' clients. The URL names the database and the collection; it
-never holds a credential (a key comes from the environment: ``QDRANT_API_KEY``; an object store's as the
-object-store destinations take theirs):
+never holds a credential (a key comes from the environment: ``QDRANT_API_KEY``, ``MILVUS_TOKEN``; an object
+store's as the object-store destinations take theirs):
 
 ==========================================================  =====================================================
 ``qdrant://HOST[:PORT]/COLLECTION``                          a Qdrant server over HTTPS (port 6333 by default)
@@ -12,6 +12,9 @@ object-store destinations take theirs):
 ``qdrant+local:///ABS/PATH?collection=NAME``                 Qdrant's embedded mode, stored under ``/ABS/PATH``
 ``lancedb:///ABS/PATH?table=NAME``                           a LanceDB database directory
 ``lancedb+s3://BUCKET/PREFIX?table=NAME`` (gs, az alike)     a LanceDB database in an object store
+``milvus://HOST[:PORT]/COLLECTION``                          a Milvus server over TLS (port 19530 by default)
+``milvus+http://HOST[:PORT]/COLLECTION``                     a Milvus server without TLS (no token may travel)
+``milvus+local:///ABS/PATH.db?collection=NAME``              Milvus Lite, stored under ``/ABS/PATH.db``
 ==========================================================  =====================================================
 
 >>> str(parse_vector_url("qdrant://qdrant.search:6333/nfcorpus"))
@@ -34,6 +37,7 @@ __all__ = [
     "MARKER",
     "VECTOR_FORMS",
     "VECTOR_PATTERN",
+    "VECTOR_SECRETS",
     "VectorDatabase",
     "VectorTarget",
     "database",
@@ -42,17 +46,18 @@ __all__ = [
 ]
 
 MARKER = "colbert-k8s"
-"""The key of the marker a collection carries (Qdrant's collection metadata, LanceDB's schema metadata): which
-model, pooling and corpus wrote it. A collection without it was not made by this tool."""
+"""The key of the marker a collection carries (Qdrant's collection metadata, LanceDB's schema metadata,
+Milvus's collection properties): which model, pooling and corpus wrote it. A collection without it was not made
+by this tool."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VECTOR_SCHEMES = {k: s for k, s in DESTINATIONS.items() if s.kind == "vectors"}
-_DEFAULT_PORT = {"qdrant": 6333}
 
 _FORM = {
     "https": "{s}://HOST[:PORT]/{C}",
     "http": "{s}://HOST[:PORT]/{C} (no TLS)",
-    "local": "{s}:///ABS/PATH?{c}=NAME",
+    "local": "{s}:///ABS/PATH{x}?{c}=NAME",
     "s3": "{s}://BUCKET/PREFIX?{c}=NAME",
 }
 
@@ -62,13 +67,15 @@ def _forms() -> str:
     for key, scheme in _VECTOR_SCHEMES.items():
         for form, transport in scheme.forms:
             name, c = key + (f"+{form}" if form else ""), scheme.container
-            said.append(_FORM.get(transport, _FORM["s3"]).format(s=name, c=c, C=c.upper()))
+            said.append(_FORM.get(transport, _FORM["s3"]).format(s=name, c=c, C=c.upper(), x=scheme.suffix))
     return ", ".join(said)
 
 
 VECTOR_FORMS = _forms()
 """``vectordb.destination``'s forms, for its description and the refusal of another: every form of every vector
 database of the registry, none hand-listed."""
+VECTOR_SECRETS = ", ".join(s.secret for s in _VECTOR_SCHEMES.values() if s.secret)
+"""The environment variables that hold the vector databases' keys, as the registry names them."""
 VECTOR_PATTERN = rf"^({'|'.join(_VECTOR_SCHEMES)})(\+[a-z0-9]+)?://[^@#\s]*$"
 """``vectordb.destination`` as the chart's schema checks it (:func:`parse_vector_url` checks more)."""
 
@@ -77,7 +84,7 @@ VECTOR_PATTERN = rf"^({'|'.join(_VECTOR_SCHEMES)})(\+[a-z0-9]+)?://[^@#\s]*$"
 class VectorTarget:
     """A vector database's collection, as a ``vectordb.destination`` URL names it."""
 
-    db: str  # the registry's key: qdrant, lancedb
+    db: str  # the registry's key: qdrant, lancedb, milvus
     transport: str  # https, http (a server), local (an embedded database), s3, gs, az (an object store)
     collection: str
     host: str = ""  # a server's host, or an object store's bucket
@@ -86,7 +93,7 @@ class VectorTarget:
 
     @property
     def container(self) -> str:
-        """What the database calls the collection: ``collection`` (Qdrant) or ``table`` (LanceDB)."""
+        """What the database calls the collection: ``collection`` (Qdrant, Milvus) or ``table`` (LanceDB)."""
         return DESTINATIONS[self.db].container
 
     @property
@@ -145,11 +152,16 @@ def parse_vector_url(value: str) -> VectorTarget:
         raise ValueError(
             f"names no {scheme.container}: add ?{scheme.container}=NAME (letters, digits, '_', '-', '.'; at most 128)"
         )
+    _identifier(db, name)
     if transport == "local":
+        where = f"{parts.scheme}:///ABS/PATH{scheme.suffix}?{scheme.container}=NAME"
         if parts.netloc or not parts.path.startswith("/"):
-            raise ValueError(f"needs an absolute path: {parts.scheme}:///ABS/PATH?{scheme.container}=NAME")
+            raise ValueError(f"needs an absolute path: {where}")
         _plain(parts.path)
-        return VectorTarget(db, transport, name, path=parts.path.rstrip("/") or "/")
+        path = parts.path.rstrip("/") or "/"
+        if scheme.suffix and (not path.endswith(scheme.suffix) or path.rsplit("/", 1)[-1] == scheme.suffix):
+            raise ValueError(f"needs a path ending in {scheme.suffix}: {where}")
+        return VectorTarget(db, transport, name, path=path)
     if not parts.netloc:
         raise ValueError(f"{parts.scheme}:// names no bucket")
     prefix = parts.path.strip("/")
@@ -172,6 +184,15 @@ def _query(text: str, container: str) -> dict[str, str]:
     return dict(pairs)
 
 
+def _identifier(db: str, name: str) -> None:
+    """A database whose collection names are identifiers (Milvus) refuses another name here, not at its server."""
+    if DESTINATIONS[db].identifier and not _IDENTIFIER.fullmatch(name):
+        raise ValueError(
+            f"names the {DESTINATIONS[db].container} {name!r}: {db} takes letters, digits and '_' only, not a "
+            "digit first"
+        )
+
+
 def _plain(path: str) -> None:
     if any(p in (".", "..") for p in path.split("/")):
         raise ValueError("the path holds '.' or '..'; give a plain path")
@@ -189,7 +210,8 @@ def _server(db: str, transport: str, parts, port: int | None, query: dict) -> Ve
             f"must name one {container}: {parts.scheme}://HOST[:PORT]/{container.upper()} (letters, digits, '_', "
             "'-', '.')"
         )
-    return VectorTarget(db, transport, names[0], host=parts.hostname, port=port or _DEFAULT_PORT[db])
+    _identifier(db, names[0])
+    return VectorTarget(db, transport, names[0], host=parts.hostname, port=port or DESTINATIONS[db].port)
 
 
 def ownership(found: dict | None, want: dict) -> Literal["ours", "another export", "foreign"]:
@@ -229,13 +251,14 @@ class VectorDatabase(Protocol):
         """The top ``k`` (document id, MaxSim score) of one query's token vectors, best first."""
 
     def count(self) -> int:
-        """The points the collection holds."""
+        """The points the collection holds (Milvus: its rows, one per token vector)."""
 
     def close(self) -> None:
         """Release the client (an embedded database's lock)."""
 
 
 def database(target: VectorTarget) -> VectorDatabase:
-    """The class of ``target``'s database (its client imported now: qdrant-client, lancedb), opened on it."""
+    """The class of ``target``'s database (its client imported now: qdrant-client, lancedb, pymilvus), opened on
+    it."""
     module, name = DESTINATIONS[target.db].cls.split(":")
     return getattr(importlib.import_module(f"trainer.destinations.{module}"), name)(target)
