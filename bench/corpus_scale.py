@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import loadgen  # noqa: E402
 from bench.common import ENV, ROOT, git_commit, output_arguments, provenance, tiny_bert, write_result  # noqa: E402
-from bench.serve import Server, _drain, served_output, synthetic_beir  # noqa: E402
+from bench.serve import MODES, Server, _drain, served_output, synthetic_beir  # noqa: E402
 from trainer.retrieval.plaid import ENCODE_CHUNK  # noqa: E402
 
 QUERIES = 60  # the index phase evaluates each through PyLate's PLAID search: enough to cycle through when served
@@ -100,7 +100,7 @@ def in_process(out: Path, queries: list[str], requests: int) -> dict:
 def served(out: Path, queries: list[str], args) -> list[dict]:
     """Open-loop cells through ``serve --local`` (PLAID), one a client count."""
     bodies = [{"instances": [{"query": q, "k": 10}]} for q in queries]
-    server = Server(out, exact=False, device="cpu", threads=1)
+    server = Server(out, MODES["plaid"], device="cpu", threads=1)
     cells = []
     try:
         for body in bodies[:3]:

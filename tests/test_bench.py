@@ -470,3 +470,34 @@ def test_a_corpus_size_past_the_limits_is_projected_from_the_last_measured_one()
     last = {"documents": 10_000, "wall_seconds": 600, "rss_before_mb": 1024, "peak_rss_mb": 2048, "index_mb": 512}
     guess = projected(last, 100_000)
     assert guess == {"documents": 100_000, "skipped": True, "projected_minutes": 100.0, "projected_peak_gib": 6.5}
+
+
+def test_the_corpus_scale_bench_serves_through_bench_serves_own_server(monkeypatch, tmp_path):
+    """bench/corpus_scale.py's served cells start bench/serve.py's Server with the arguments its signature takes
+    and the PLAID mode, and stop it (a call left behind by a change of that signature fails here, not after a
+    build of hours)."""
+    import argparse
+    import inspect
+
+    import bench.corpus_scale as cs
+    import bench.serve
+
+    started, closed = [], []
+
+    class Recording:
+        url = "http://127.0.0.1:1/v1/models/colbert"
+
+        def __init__(self, *args, **kwargs):
+            inspect.signature(bench.serve.Server).bind(*args, **kwargs)  # TypeError where the call has gone stale
+            started.append(inspect.signature(bench.serve.Server).bind(*args, **kwargs).arguments)
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(cs, "Server", Recording)
+    monkeypatch.setattr(cs, "_drain", lambda url, body: None)
+    monkeypatch.setattr(cs.loadgen, "run", lambda url, bodies, n, rate, duration: {"clients": n})
+    args = argparse.Namespace(clients=[1, 16], rate=1.0, duration=1.0)
+    cells = cs.served(tmp_path, ["a query", "another"], args)
+    assert cells == [{"clients": 1}, {"clients": 16}]
+    assert started[0]["mode"] is bench.serve.MODES["plaid"] and started[0]["device"] == "cpu" and closed == [True]
