@@ -161,6 +161,7 @@ def measure(args) -> list[dict]:
         if child.returncode != 0:
             raise SystemExit(f"the build of {documents} documents failed:\n{child.stderr[-3000:]}")
         built = json.loads(child.stdout.strip().splitlines()[-1])
+        print(json.dumps({"documents": documents, "built": built}), flush=True)  # kept if a search below fails
         out = Path(built.pop("output"))
         queries = load_beir(out.parent / f"synthetic-{documents}" / "beir").queries
         run = {"documents": documents, **built, "commit": git_commit()}

@@ -34,6 +34,7 @@ from trainer.destinations.base import ExportError
 from trainer.destinations.claim import claim
 from trainer.destinations.vectors import VectorTarget, database, parse_vector_url
 from trainer.evaluate import load_queries, retrieval_metrics
+from trainer.retrieval.exact import maxsim
 from trainer.retrieval.search import TopK
 
 __all__ = ["PARITY_K", "corpus_chunks", "export_corpus", "export_index", "fingerprint", "for_job"]
@@ -85,14 +86,6 @@ def corpus_chunks(path: Path, size: int) -> Iterator[tuple[list[str], list[str],
         raise DataError(f"{path}: holds no document")
 
 
-def _pad(vectors: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Documents' token vectors (each (tokens, dim)) -> (documents, longest, dim) and its mask."""
-    padded = torch.nn.utils.rnn.pad_sequence(vectors, batch_first=True).to(device)
-    lengths = torch.tensor([len(v) for v in vectors], device=device)
-    mask = torch.arange(padded.shape[1], device=device)[None, :] < lengths[:, None]  # (documents, longest)
-    return padded, mask
-
-
 @torch.no_grad()
 def export_corpus(
     model,
@@ -110,8 +103,6 @@ def export_corpus(
     """Encode ``corpus`` (a BEIR ``corpus.jsonl``) with ``model``, write it into ``target``, and compare the
     database's top 10 for the judged queries of ``queries`` (a BEIR directory; None: no check) with exact
     MaxSim's over the same vectors. ``model_id``: the weights' :func:`fingerprint`. Returns the figures."""
-    from pylate.scores import colbert_scores
-
     started = time.perf_counter()
     device = next(model.parameters()).device
     model.eval()
@@ -136,8 +127,7 @@ def export_corpus(
             vectors = [torch.as_tensor(e, dtype=torch.float32) for e in embedded]  # each (its tokens, dim)
             written += db.write(chunk_ids, [v.numpy() for v in vectors], fields)
             if best is not None:
-                d_emb, d_mask = _pad(vectors, device)
-                best.add(documents, colbert_scores(q_emb, d_emb, documents_mask=d_mask.float()).cpu())
+                best.add(documents, maxsim(q_emb, vectors).cpu())
                 ids += chunk_ids
             documents += len(chunk_ids)
             tokens += sum(len(v) for v in vectors)

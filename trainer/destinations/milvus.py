@@ -194,6 +194,10 @@ class MilvusCollection:
             rows.close()
 
     def search(self, query: Any, k: int) -> list[tuple[str, float]]:
+        import torch
+
+        from trainer.retrieval.exact import maxsim
+
         self._load()
         query = np.asarray(query, dtype=np.float32)  # (query tokens, dim)
         hits = self._call(
@@ -212,8 +216,13 @@ class MilvusCollection:
         for some in _batches(candidates, _IDS_PER_FILTER):
             for row in self._read(some, ["doc_id", "vector"]):
                 tokens[row["doc_id"]].append(row["vector"])
-        scores = {d: float((query @ np.asarray(v, dtype=np.float32).T).max(axis=1).sum()) for d, v in tokens.items()}
-        return sorted(scores.items(), key=lambda s: (-s[1], s[0]))[:k]  # exact MaxSim over each candidate
+        if not candidates:
+            return []
+        scores = maxsim(
+            torch.as_tensor(query)[None], [torch.as_tensor(np.asarray(tokens[d], np.float32)) for d in candidates]
+        )
+        ranked = sorted(zip(candidates, scores[0].tolist()), key=lambda s: (-s[1], s[0]))
+        return ranked[:k]  # exact MaxSim (PyLate's) over each candidate's own tokens
 
     def count(self) -> int:
         self._load()

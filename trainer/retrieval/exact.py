@@ -8,9 +8,29 @@ from tqdm import tqdm
 from trainer.encode import embed_texts
 from trainer.retrieval.search import DOC_CHUNK, Candidates, TopK, my_chunks
 
-__all__ = ["QUERY_BLOCK", "ModelRetriever", "scoring_width"]
+__all__ = ["QUERY_BLOCK", "ModelRetriever", "maxsim", "scoring_width"]
 
 QUERY_BLOCK = 64  # queries scored at once against a document chunk
+
+
+def maxsim(queries: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
+    """PyLate's ``colbert_scores`` of ``queries`` ``(queries, tokens, dim)`` against documents of their own
+    lengths (each ``(tokens, dim)``, at least one token): ``(queries, documents)``.
+
+    Each document is padded with copies of its own first vector, not with zeros under a mask: PyLate multiplies a
+    masked similarity by 0, which would lift a query token whose best similarity is negative to 0 in every
+    document but the longest, so a document's score would depend on the others scored with it. A copy changes no
+    maximum, so each score is the document's own MaxSim.
+
+    >>> q = torch.tensor([[[1.0, 0.0]]])
+    >>> maxsim(q, [torch.tensor([[-1.0, 0.0]]), torch.tensor([[0.0, 1.0], [0.5, 0.5]])]).tolist()
+    [[-1.0, 0.5]]
+    """
+    from pylate.scores import colbert_scores
+
+    longest = max(len(d) for d in documents)
+    padded = torch.stack([torch.cat([d, d[:1].expand(longest - len(d), -1)]) for d in documents])
+    return colbert_scores(queries, padded.to(queries))
 
 
 def scoring_width(mask: torch.Tensor) -> int:

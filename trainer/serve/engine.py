@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from trainer.retrieval.exact import ModelRetriever
+from trainer.retrieval.exact import ModelRetriever, maxsim
 from trainer.retrieval.plaid import x86_without
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
@@ -341,9 +341,6 @@ class Engine:
         """One encode of every request's query and one of every request's candidates (PyLate sorts them by
         length, so short texts are not padded to long ones); each request's MaxSim is PyLate's
         ``colbert_scores``, as the evaluation's, over each candidate's own tokens."""
-        from pylate.scores import colbert_scores
-        from torch.nn.utils.rnn import pad_sequence
-
         encode = dict(batch_size=self.batch_size, show_progress_bar=False)
         queries = self.model.encode([r.query for r in requests], is_query=True, **encode)  # each (q_tokens, dim)
         candidates = self.model.encode([d for r in requests for d in r.documents], is_query=False, **encode)
@@ -351,8 +348,5 @@ class Engine:
         for request, query in zip(requests, queries):
             mine = [torch.as_tensor(d) for d in candidates[at : at + len(request.documents)]]  # each (tokens, dim)
             at += len(request.documents)
-            documents = pad_sequence(mine, batch_first=True)  # (documents, tokens, dim), zeros past each one's end
-            mask = pad_sequence([torch.ones(len(d)) for d in mine], batch_first=True)  # (documents, tokens)
-            scores = colbert_scores(torch.as_tensor(query)[None], documents, documents_mask=mask)  # (1, documents)
-            answers.append(scores[0].tolist())
+            answers.append(maxsim(torch.as_tensor(query)[None], mine)[0].tolist())
         return answers
