@@ -62,6 +62,34 @@ def test_exact_maxsim_ranks_as_a_plain_loop_does(colbert, stored):
         assert math.isclose(positive_scores[q][0], reference[q][0], rel_tol=tolerance, abs_tol=tolerance)
 
 
+def test_a_documents_score_is_its_own_maxsim_whatever_is_padded_beside_it(colbert):
+    """A query token whose best similarity in a short document is negative keeps it: zero padding under a mask
+    (PyLate's multiplication) would lift it to 0 in every document but the chunk's longest, and a skipped
+    punctuation column scores nothing."""
+    from trainer.retrieval.exact import ModelRetriever
+
+    torch.manual_seed(0)
+    lengths, dim = [1, 2, 7, 3], 4
+    docs = [torch.nn.functional.normalize(torch.randn(n, dim), dim=-1) for n in lengths]
+    docs[0] = torch.tensor([[-1.0, 0.0, 0.0, 0.0]])  # every query token below scores it at most 0
+    emb = torch.nn.utils.rnn.pad_sequence(docs, batch_first=True)
+    mask = torch.nn.utils.rnn.pad_sequence([torch.ones(n, dtype=torch.bool) for n in lengths], batch_first=True)
+    mask[2, 3] = False  # a skipped punctuation token inside the longest document
+    emb[2, 3] = torch.tensor([9.0, 9.0, 9.0, 9.0])  # which would win every maximum if it were scored
+    queries = torch.tensor(
+        [[[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]], [[-0.5, 0.5, 0.5, 0.5], [0.0, 0.0, 0.0, 1.0]]]
+    )
+    retriever = ModelRetriever(colbert, [], batch_size=2, device=torch.device("cpu"), show=False, stored=False)
+    retriever.chunks, retriever.stored = [(0, emb, mask)], True
+    found, _ = retriever.search_embedded(queries, [set(), set()], k=4)
+    for q, top in enumerate(found):
+        for d, score in top:
+            scoring = emb[d][mask[d]]
+            plain = sum(max(float(qt @ dt) for dt in scoring) for qt in queries[q])
+            assert math.isclose(score, plain, abs_tol=1e-5), (q, d, score, plain)
+        assert len(top) == len(lengths)
+
+
 def test_evaluation_searches_through_the_exact_retriever(colbert):
     """evaluate.search (the figures in metrics.json) is exact MaxSim over the whole corpus, top 100."""
     from trainer.evaluate import BeirSplit, search

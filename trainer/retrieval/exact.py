@@ -8,19 +8,33 @@ from tqdm import tqdm
 from trainer.encode import embed_texts
 from trainer.retrieval.search import DOC_CHUNK, Candidates, TopK, my_chunks
 
-__all__ = ["QUERY_BLOCK", "ModelRetriever", "maxsim", "scoring_width"]
+__all__ = ["QUERY_BLOCK", "ModelRetriever", "maxsim", "own_columns", "scoring_width"]
 
 QUERY_BLOCK = 64  # queries scored at once against a document chunk
 
 
+def own_columns(documents: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``documents`` ``(documents, tokens, dim)`` with each masked column (padding, skipped punctuation) replaced
+    by the document's first scoring vector, so PyLate's ``colbert_scores`` needs no mask.
+
+    PyLate multiplies a masked similarity by 0: a query token whose best similarity in a document is negative
+    would score 0 there, and a document's score would depend on the documents padded beside it. A copy of one of
+    its own vectors changes no maximum. A document with no scoring column becomes zeros (scores 0, as before).
+
+    >>> d = torch.tensor([[[1.0, 0.0], [9.0, 9.0], [0.0, 1.0]], [[5.0, 5.0], [5.0, 5.0], [5.0, 5.0]]])
+    >>> own_columns(d, torch.tensor([[True, False, True], [False, False, False]])).tolist()
+    [[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]]
+    """
+    mask = mask.bool()
+    first = mask.int().argmax(1)  # each document's first scoring column (0 where it has none)
+    fill = documents[torch.arange(len(documents)), first] * mask.any(1, keepdim=True)
+    return torch.where(mask[..., None], documents, fill[:, None, :])
+
+
 def maxsim(queries: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
     """PyLate's ``colbert_scores`` of ``queries`` ``(queries, tokens, dim)`` against documents of their own
-    lengths (each ``(tokens, dim)``, at least one token): ``(queries, documents)``.
-
-    Each document is padded with copies of its own first vector, not with zeros under a mask: PyLate multiplies a
-    masked similarity by 0, which would lift a query token whose best similarity is negative to 0 in every
-    document but the longest, so a document's score would depend on the others scored with it. A copy changes no
-    maximum, so each score is the document's own MaxSim.
+    lengths (each ``(tokens, dim)``): ``(queries, documents)``, each score the document's own MaxSim
+    (:func:`own_columns`).
 
     >>> q = torch.tensor([[[1.0, 0.0]]])
     >>> maxsim(q, [torch.tensor([[-1.0, 0.0]]), torch.tensor([[0.0, 1.0], [0.5, 0.5]])]).tolist()
@@ -28,9 +42,11 @@ def maxsim(queries: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor
     """
     from pylate.scores import colbert_scores
 
-    longest = max(len(d) for d in documents)
-    padded = torch.stack([torch.cat([d, d[:1].expand(longest - len(d), -1)]) for d in documents])
-    return colbert_scores(queries, padded.to(queries))
+    padded = torch.nn.utils.rnn.pad_sequence(documents, batch_first=True).to(queries)
+    mask = torch.arange(padded.shape[1], device=padded.device)[None, :] < torch.tensor([len(d) for d in documents])[
+        :, None
+    ].to(padded.device)
+    return colbert_scores(queries, own_columns(padded, mask))
 
 
 def scoring_width(mask: torch.Tensor) -> int:
@@ -112,8 +128,8 @@ class ModelRetriever:
 
         best = TopK(positives, k + max(len(p) for p in positives))  # the positives may take places in the top-k
         for start, d_emb, d_mask in self._chunks():
-            d = d_emb.float()
+            d = own_columns(d_emb.float(), d_mask)  # each document's own MaxSim, whatever is padded beside it
             blocks = range(0, len(q_emb), QUERY_BLOCK)
-            scores = [colbert_scores(q_emb[i : i + QUERY_BLOCK], d, documents_mask=d_mask.float()) for i in blocks]
+            scores = [colbert_scores(q_emb[i : i + QUERY_BLOCK], d) for i in blocks]
             best.add(start, torch.cat(scores).cpu())
         return best.merged()
