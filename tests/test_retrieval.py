@@ -66,7 +66,7 @@ def test_a_documents_score_is_its_own_maxsim_whatever_is_padded_beside_it(colber
     """A query token whose best similarity in a short document is negative keeps it: zero padding under a mask
     (PyLate's multiplication) would lift it to 0 in every document but the chunk's longest, and a skipped
     punctuation column scores nothing."""
-    from trainer.retrieval.exact import ModelRetriever
+    from trainer.serve.engine import _StoredCorpus  # the exact retriever over chunks stored with an index
 
     torch.manual_seed(0)
     lengths, dim = [1, 2, 7, 3], 4
@@ -79,8 +79,7 @@ def test_a_documents_score_is_its_own_maxsim_whatever_is_padded_beside_it(colber
     queries = torch.tensor(
         [[[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]], [[-0.5, 0.5, 0.5, 0.5], [0.0, 0.0, 0.0, 1.0]]]
     )
-    retriever = ModelRetriever(colbert, [], batch_size=2, device=torch.device("cpu"), show=False, stored=False)
-    retriever.chunks, retriever.stored = [(0, emb, mask)], True
+    retriever = _StoredCorpus(colbert, [(0, emb, mask)], batch_size=2, device=torch.device("cpu"))  # serving's
     found, _ = retriever.search_embedded(queries, [set(), set()], k=4)
     for q, top in enumerate(found):
         for d, score in top:

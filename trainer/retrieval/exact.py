@@ -75,7 +75,10 @@ class ModelRetriever:
 
     Every chunk is encoded and scored with the same shapes on any world size, and ties go to the
     lower document index, so the mined rows are the same bytes on 1 rank or 64. ``on_chunk`` is called
-    after each chunk this rank encoded (the job's progress)."""
+    after each chunk this rank encoded (the job's progress).
+
+    A chunk is ``(first document, embeddings, mask)``, its embeddings passed through :func:`own_columns`, so each
+    score is the document's own MaxSim."""
 
     @classmethod
     def build(cls, model, corpus, mcfg, show, device, on_chunk, **_) -> ModelRetriever:
@@ -100,7 +103,7 @@ class ModelRetriever:
         texts = self.corpus[start : start + DOC_CHUNK]
         emb, mask = embed_texts(self.model, texts, False, self.batch_size, self.model.document_length, self.device)
         width = scoring_width(mask)
-        return emb[:, :width], mask[:, :width]
+        return own_columns(emb[:, :width], mask[:, :width]), mask[:, :width]
 
     def _chunks(self):
         if self.stored:
@@ -127,8 +130,8 @@ class ModelRetriever:
         from pylate.scores import colbert_scores
 
         best = TopK(positives, k + max(len(p) for p in positives))  # the positives may take places in the top-k
-        for start, d_emb, d_mask in self._chunks():
-            d = own_columns(d_emb.float(), d_mask)  # each document's own MaxSim, whatever is padded beside it
+        for start, d_emb, _ in self._chunks():
+            d = d_emb.float()  # masked columns hold a copy of a scoring one (own_columns): no mask needed
             blocks = range(0, len(q_emb), QUERY_BLOCK)
             scores = [colbert_scores(q_emb[i : i + QUERY_BLOCK], d) for i in blocks]
             best.add(start, torch.cat(scores).cpu())

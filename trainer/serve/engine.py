@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from trainer.retrieval.exact import ModelRetriever, maxsim
+from trainer.retrieval.exact import ModelRetriever, maxsim, own_columns
 from trainer.retrieval.plaid import x86_without
 from trainer.serve import ServeError
 from trainer.serve.corpus import EMBEDDINGS, load_corpus
@@ -114,7 +114,7 @@ class _StoredCorpus(ModelRetriever):
 
     def __init__(self, model, chunks: list[tuple], batch_size: int, device):
         super().__init__(model, [], batch_size, device, show=False, stored=False)
-        self.chunks, self.stored = chunks, True
+        self.chunks, self.stored = [(first, own_columns(emb, mask), mask) for first, emb, mask in chunks], True
 
 
 def _check_export(root: Path) -> None:
