@@ -232,6 +232,11 @@ CONFIG_CASES = [
         "'training.negatives_per_row' was removed in 0.4.0; delete the key",
     ),
     ("a-removed-mine-key", (GOOD_CONFIG + "mine: {round_start: base}\n").encode(), "'mine.round_start' was removed"),
+    (
+        "a-removed-loss-key",  # inside the loss union: named without its tag
+        (GOOD_CONFIG + "loss: {name: contrastive, mask_labelled_positives: true}\n").encode(),
+        "'loss.mask_labelled_positives' was removed in 0.5.0; delete the key",
+    ),
     # the config becomes a ConfigMap: no credential in any value or key, whatever its name
     (
         "url-with-password",

@@ -48,6 +48,11 @@ REFUSED = [
     ("no-section", "max_steps=100", "--set: unknown key 'max_steps'; did you mean 'training.max_steps'?"),
     ("section-typo", "trainin.max_steps=1", "--set: unknown key 'trainin'; did you mean 'training'?"),
     ("removed", "mine.round_start=base", "--set: 'mine.round_start' was removed in 0.4.0; delete the --set"),
+    (
+        "removed-loss-key",
+        "loss.mask_labelled_positives=true",
+        "--set: 'loss.mask_labelled_positives' was removed in 0.5.0; delete the --set",
+    ),
     ("value-not-section", "training.max_steps.x=1", "'training.max_steps' is a value, not a section"),
     ("out-of-range", "training.max_steps=0", "'training.max_steps': Input should be greater than or equal to 1"),
     ("wrong-type", "training.learning_rate=fast", "'training.learning_rate': Input should be a valid number"),

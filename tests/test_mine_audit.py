@@ -309,71 +309,17 @@ def test_teacher_scores_are_the_same_bits_on_one_rank_and_two(tmp_path, tiny_mod
     assert tables[0].num_rows > 64 and tables[0].equals(tables[1])
 
 
-# ---- in-batch documents labelled relevant to a query are not its negatives ------------------------------------
-
-
-def test_the_labelled_mask_removes_exactly_those_documents_from_the_softmax():
-    """Against a plain reference: the cross-entropy over the columns left, computed by hand."""
-    from pylate.scores import colbert_scores
-
-    from trainer.data.labelled import labelled_mask
-    from trainer.losses import contrastive_from_embeddings
-
-    g = torch.Generator().manual_seed(1)
-    q = torch.nn.functional.normalize(torch.randn(3, 4, 8, generator=g), dim=-1)
-    d = torch.nn.functional.normalize(torch.randn(3, 2, 5, 8, generator=g), dim=-1)
-    m = torch.ones(3, 2, 5, dtype=torch.bool)
-    labelled = frozenset({(7, 11), (7, 13), (8, 10)})  # query 7 (rows 0, 1): documents 11 and 13 are labelled
-    qk, dk = [7, 7, 8], [10, 11, 12, 13, 14, 15]
-    loss = contrastive_from_embeddings(q, d, m, 1.0, False, lambda own: labelled_mask(qk, dk, labelled, own))
-
-    scores = colbert_scores(q, d.flatten(0, 1), documents_mask=m.flatten(0, 1).float())
-    # row 0 (query 7, own positive: column 0) and row 1 (query 7, column 2): documents 11 and 13 (columns 1, 3)
-    # are labelled for query 7 and leave; row 2 (query 8, column 4): document 10 (column 0) leaves
-    keep = {0: [0, 2, 4, 5], 1: [0, 2, 4, 5], 2: [1, 2, 3, 4, 5]}
-    own = {0: 0, 1: 2, 2: 4}
-    reference = torch.stack([-torch.log_softmax(scores[i, keep[i]], 0)[keep[i].index(own[i])] for i in range(3)]).mean()
-    assert float(loss) == pytest.approx(float(reference), abs=1e-6)
-    assert float(loss) != pytest.approx(float(contrastive_from_embeddings(q, d, m, 1.0, False)), abs=1e-4)
+# ---- what a mined job records as its training data ------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_the_labelled_mask_is_the_same_on_two_gloo_ranks_as_on_one_process(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from tests.helpers import free_port
-
-    helper = Path(__file__).parent / "scripts" / "labelled_checks.py"
-    out = tmp_path / "out.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        str(helper),
-        str(out),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
-    assert res.returncode == 0, res.stderr[-3000:]
-    report = json.loads(out.read_text())
-    assert report["ranks_mean"] == pytest.approx(report["one_process"], abs=1e-6)
-    assert report["one_process"] != pytest.approx(report["unmasked"], abs=1e-4)  # the mask did something
-
-
-@pytest.mark.slow
-def test_a_mined_job_masks_the_pairs_of_its_own_data_train(tmp_path, tiny_model):
-    """Mined rows replace data.train in training; the labelled pairs still come from the user's pairs."""
+def test_a_mined_job_records_its_own_data_train_not_the_mined_rows(tmp_path, tiny_model):
+    """Mined rows replace data.train in training; metrics.json (and so the card) still names the user's pairs."""
     data = write_triplets(tmp_path / "t.jsonl", 32)
     config = mining_job(tmp_path, tiny_model, data, retriever="bm25")
-    cfg = yaml.safe_load(config.read_text())
-    cfg["loss"] = {"name": "contrastive", "mask_labelled_positives": True}
-    config.write_text(yaml.safe_dump(cfg))
-    res = run_trainer(config, tmp_path, world=2)
+    res = run_trainer(config, tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    assert "loss: 32 labelled (query, document) pairs kept out of in-batch negatives" in res.stdout
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["train_data"] == str(data)
 
 
 @pytest.mark.slow

@@ -32,7 +32,6 @@ from trainer.baseline import figures, measure_base
 from trainer.config.schema import DataSource, TrainConfig
 from trainer.data import Rows, load_rows
 from trainer.data.batches import StreamingData, TokenizedData, batches
-from trainer.data.labelled import labelled_pairs
 from trainer.env import Layout
 from trainer.errors import NO_SPACE, DiskFull
 from trainer.evaluate import evaluate, load_beir
@@ -68,11 +67,11 @@ def run(
     stop: StopRequest | None = None,
 ) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank) once the final model and
-    metrics.json are written. ``labelled_from``: the (query, positive) pairs that say which documents are
-    labelled positives, when data.train is mined rows (default: data.train itself). ``progress``: the job's,
-    when training is one of its phases. ``metrics_file``: where each periodic evaluation is appended as it
-    happens (a sweep's early stopping). ``stop``: the job's SIGTERM flag (trainer/run/preemption.py); without
-    one, training installs its own."""
+    metrics.json are written. ``labelled_from``: the user's (query, positive) pairs when data.train is rows
+    mined from them, so that the card names the user's data, not the mined copy (default: data.train itself).
+    ``progress``: the job's, when training is one of its phases. ``metrics_file``: where each periodic evaluation
+    is appended as it happens (a sweep's early stopping). ``stop``: the job's SIGTERM flag
+    (trainer/run/preemption.py); without one, training installs its own."""
     device = D.device_for(layout)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
@@ -115,12 +114,6 @@ def build(
     virtual_ranks = layout.world_size * scale.accumulation
     data = kind(rows, model, scale.per_device, virtual_ranks, tcfg.seed)
     scale = replace(scale, docs_per_query=data.docs_per_query)  # as a step takes them (plain pairs: 1), for the log
-    labelled = None
-    if getattr(cfg.loss, "mask_labelled_positives", False):
-        source = labelled_from or cfg.data.train
-        labelled = labelled_pairs(load_rows(source.pairs(), distillation=False, cache_dir=cfg.data.cache_dir))
-        data.keys = True
-        log.info("loss: %d labelled (query, document) pairs kept out of in-batch negatives", len(labelled))
     total_steps = data.total_steps(tcfg.epochs, tcfg.max_steps)
     log.info("scale: %s", scale.line())
     log.info(
@@ -147,7 +140,7 @@ def build(
         scaler=torch.amp.GradScaler(device.type, enabled=precision == "fp16"),  # scale() is a no-op when off
         autocast=autocast_for(precision, device),
         data=data,
-        loss_fn=build_loss(cfg.loss, gather=scale.gather, labelled=labelled),
+        loss_fn=build_loss(cfg.loss, gather=scale.gather),
         total_steps=total_steps,
         accumulation=scale.accumulation,
         max_grad_norm=tcfg.max_grad_norm,

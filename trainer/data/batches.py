@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.data.labelled import text_key
 from trainer.data.rows import DataError, Rows
 
 __all__ = ["Batch", "StreamingData", "TokenizedData", "batches"]
@@ -44,8 +43,6 @@ class Batch:
     query_length: int
     document_length: int
     scores: torch.Tensor | None = None  # (b, docs_per_query), distillation only
-    query_keys: torch.Tensor | None = None  # (b,) int64 text keys (data/labelled.py): which pairs are labelled
-    document_keys: torch.Tensor | None = None  # (b * docs_per_query,)
 
     def _map(self, fn) -> Batch:
         tensors = lambda f: {k: fn(v) for k, v in f.items()}
@@ -57,8 +54,6 @@ class Batch:
             self.query_length,
             self.document_length,
             opt(self.scores),
-            opt(self.query_keys),
-            opt(self.document_keys),
         )
 
     def to(self, device: torch.device) -> Batch:
@@ -74,20 +69,14 @@ def _tokenize(model, texts: list[str], is_query: bool, chunk: int = 1024) -> dic
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
-def _trimmed(queries: dict, documents: dict, dpq: int, model, scores, keys=(None, None)) -> Batch:
+def _trimmed(queries: dict, documents: dict, dpq: int, model, scores) -> Batch:
     width = int(documents["attention_mask"].sum(1).max())  # trim padding columns no document uses
     documents = {k: v[:, :width] for k, v in documents.items()}
-    return Batch(queries, documents, dpq, model.query_length, model.document_length, scores, *keys)
-
-
-def _keys(queries: list[str], documents: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.tensor([text_key(t) for t in queries]), torch.tensor([text_key(t) for t in documents])
+    return Batch(queries, documents, dpq, model.query_length, model.document_length, scores)
 
 
 class _Schedule:
     """The (seed, step) -> indices arithmetic both data classes share; subclasses build ``host_batch``."""
-
-    keys = False  # set to give each batch its texts' keys (loss.mask_labelled_positives)
 
     def __init__(
         self,
@@ -137,7 +126,7 @@ class StreamingData(_Schedule):
         q = _tokenize(self.model, queries, is_query=True)
         d = _tokenize(self.model, flat, is_query=False)
         s = torch.tensor(scores) if scores is not None else None
-        return _trimmed(q, d, self.docs_per_query, self.model, s, _keys(queries, flat) if self.keys else (None, None))
+        return _trimmed(q, d, self.docs_per_query, self.model, s)
 
 
 class TokenizedData(_Schedule):
@@ -159,16 +148,13 @@ class TokenizedData(_Schedule):
             k: v.view(len(rows), rows.docs_per_query, -1) for k, v in _tokenize(model, flat_docs, False).items()
         }
         self.scores = torch.tensor(scores) if scores is not None else None
-        q_keys, d_keys = _keys(queries, flat_docs)
-        self.key_table = (q_keys, d_keys.view(len(rows), rows.docs_per_query))
 
     def host_batch(self, step: int, rank: int) -> Batch:
         idx = self.indices(step, rank)
         q = {k: v[idx] for k, v in self.queries.items()}
         d = {k: v[idx].flatten(0, 1) for k, v in self.documents.items()}  # (b * docs, d_tokens)
-        keys = (self.key_table[0][idx], self.key_table[1][idx].flatten()) if self.keys else (None, None)
         scores = self.scores[idx] if self.scores is not None else None
-        return _trimmed(q, d, self.docs_per_query, self.model, scores, keys)
+        return _trimmed(q, d, self.docs_per_query, self.model, scores)
 
 
 class _Steps(torch.utils.data.Dataset):

@@ -58,10 +58,10 @@ def loss_named(name: str) -> type[Loss]:
     return LOSSES[name]
 
 
-def build_loss(cfg: Loss, gather: bool, labelled: frozenset | None = None) -> Objective:
+def build_loss(cfg: Loss, gather: bool) -> Objective:
     """The objective of a ``TrainConfig.loss`` section; a name the registry does not hold is refused."""
     loss_named(cfg.name)
-    return cfg.build(gather, labelled)
+    return cfg.build(gather)
 
 
 # The torch objects, for callers that compute a loss directly: loaded on first use, so this module stays light.

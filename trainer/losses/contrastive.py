@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from pylate.scores import colbert_scores
 
-from trainer.data.labelled import labelled_mask
 from trainer.distributed import all_gather_no_grad, all_gather_with_grad, rank
 from trainer.encode import encode_batch
 from trainer.losses.base import LossOutput
@@ -25,10 +22,9 @@ def contrastive_from_embeddings(
     documents_mask: torch.Tensor,  # (b, n_docs, d_tokens)
     temperature: float,
     gather: bool,
-    labelled: Callable[[list[int]], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of each query against every document in the (global) batch (:func:`contrastive_logits`)."""
-    return F.cross_entropy(*contrastive_logits(queries, documents, documents_mask, temperature, gather, labelled))
+    return F.cross_entropy(*contrastive_logits(queries, documents, documents_mask, temperature, gather))
 
 
 def contrastive_logits(
@@ -37,7 +33,6 @@ def contrastive_logits(
     documents_mask: torch.Tensor,  # (b, n_docs, d_tokens)
     temperature: float,
     gather: bool,
-    labelled: Callable[[list[int]], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each query's logits over every document in the (global) batch, and the index of its positive.
 
@@ -61,28 +56,17 @@ def contrastive_logits(
     )  # (b, W*b*n_docs)
     offset = rank() * b if gather else 0
     labels = (offset + torch.arange(b, device=queries.device)) * n_docs  # index of each positive
-    logits = scores.float() / temperature
-    if labelled is not None:  # documents labelled relevant to the query leave its softmax (its positive stays)
-        logits = logits.masked_fill(labelled(labels.tolist()).to(logits.device), float("-inf"))
-    return logits, labels
+    return scores.float() / temperature, labels
 
 
 class Contrastive:
     """Encode queries and documents with gradients and score them: the mean loss, for the loop's backward."""
 
-    def __init__(self, temperature: float = 1.0, gather: bool = True, labelled: frozenset | None = None):
+    def __init__(self, temperature: float = 1.0, gather: bool = True):
         self.temperature = temperature
         self.gather = gather
-        self.labelled = labelled  # (query key, document key) pairs to keep out of in-batch negatives
 
     def __call__(self, model, batch) -> LossOutput:
         queries, docs, mask = encode_batch(model, batch)
-        logits, labels = contrastive_logits(queries, docs, mask, self.temperature, self.gather, self._mask(batch))
+        logits, labels = contrastive_logits(queries, docs, mask, self.temperature, self.gather)
         return LossOutput(F.cross_entropy(logits, labels), hardness=hardness_sums(logits, labels, self.temperature))
-
-    def _mask(self, batch) -> Callable[[list[int]], torch.Tensor] | None:
-        if self.labelled is None:
-            return None
-        keys = all_gather_no_grad(batch.document_keys) if self.gather else batch.document_keys
-        queries, documents = batch.query_keys.tolist(), keys.tolist()
-        return lambda own: labelled_mask(queries, documents, self.labelled, own)

@@ -38,12 +38,11 @@ class Loss(Strict):
         """The ``loss.name`` that selects this section: the one value its ``name`` field admits."""
         return get_args(cls.model_fields["name"].annotation)[0]
 
-    def build(self, gather: bool, labelled: frozenset | None = None) -> Objective:
-        """The objective, with cross-rank negatives when ``gather``; ``labelled``: the (query, document) key
-        pairs to keep out of a query's in-batch negatives (losses that mask them)."""
+    def build(self, gather: bool) -> Objective:
+        """The objective, with cross-rank negatives when ``gather``."""
         module, name = self.objective.split(":")
-        return getattr(importlib.import_module(f"trainer.losses.{module}"), name)(**self.arguments(gather, labelled))
+        return getattr(importlib.import_module(f"trainer.losses.{module}"), name)(**self.arguments(gather))
 
-    def arguments(self, gather: bool, labelled: frozenset | None) -> dict[str, Any]:
+    def arguments(self, gather: bool) -> dict[str, Any]:
         """The objective's constructor arguments, from this section and the run."""
         raise NotImplementedError

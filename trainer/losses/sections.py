@@ -29,16 +29,10 @@ def _check_temperature(loss: Any) -> dict[str, Any]:
 class ContrastiveLoss(Loss):
     name: Literal["contrastive"] = "contrastive"
     temperature: Annotated[float, Field(gt=0)] | Literal["auto"] = Field(1.0, description=TEMPERATURE)
-    mask_labelled_positives: bool = Field(
-        False,
-        description="Leave out of each query's in-batch negatives every document data.train labels relevant to "
-        "it (another row's positive of the same query, or of a query with the same text): on data with many "
-        "positives per query these are not negatives (trainer/data/labelled.py).",
-    )
     objective: ClassVar[str] = "contrastive:Contrastive"
 
-    def arguments(self, gather: bool, labelled: frozenset | None) -> dict[str, Any]:
-        return {**_check_temperature(self), "gather": gather, "labelled": labelled}
+    def arguments(self, gather: bool) -> dict[str, Any]:
+        return {**_check_temperature(self), "gather": gather}
 
 
 class CachedContrastiveLoss(Loss):
@@ -47,7 +41,7 @@ class CachedContrastiveLoss(Loss):
     mini_batch_size: int = Field(8, ge=1, description="Texts encoded at once; bounds activation memory.")
     objective: ClassVar[str] = "cached_contrastive:CachedContrastive"
 
-    def arguments(self, gather: bool, labelled: frozenset | None) -> dict[str, Any]:
+    def arguments(self, gather: bool) -> dict[str, Any]:
         return {**_check_temperature(self), "gather": gather, "mini_batch_size": self.mini_batch_size}
 
 
@@ -57,5 +51,5 @@ class DistillationLoss(Loss):
     scored: ClassVar[bool] = True
     objective: ClassVar[str] = "distillation:Distillation"
 
-    def arguments(self, gather: bool, labelled: frozenset | None) -> dict[str, Any]:
+    def arguments(self, gather: bool) -> dict[str, Any]:
         return {"normalize_scores": self.normalize_scores}
