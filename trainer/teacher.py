@@ -136,15 +136,18 @@ class Teacher:
         else:
             from pylate.scores import colbert_scores
 
+            from trainer.retrieval.exact import own_columns
+
             m, bs = self.model, self.cfg.batch_size
             q_emb, _ = embed_texts(m, queries, True, bs, m.query_length, self.device)
             d_emb, d_mask = embed_texts(
                 m, [d for docs in documents for d in docs], False, bs, m.document_length, self.device
             )
+            d_emb = own_columns(d_emb, d_mask)  # each document's own MaxSim, whatever is padded beside it
             flat, at = [], 0
             for i, docs in enumerate(documents):
                 rows = slice(at, at + len(docs))
-                flat += colbert_scores(q_emb[i : i + 1], d_emb[rows], documents_mask=d_mask[rows].float())[0].tolist()
+                flat += colbert_scores(q_emb[i : i + 1], d_emb[rows])[0].tolist()
                 at += len(docs)
         out, at = [], 0
         for docs in documents:
