@@ -48,14 +48,11 @@ def _sizes(folder: Path) -> tuple[int, int]:
 @torch.no_grad()
 def _exact(queries: torch.Tensor, docs: list[torch.Tensor], ids: list[str], qids: list[str]) -> dict:
     """Exact MaxSim of every query against the documents' (pooled) vectors, chunk by chunk: the run."""
-    from pylate.scores import colbert_scores
+    from trainer.retrieval.exact import maxsim
 
     best = TopK([set() for _ in qids], TOP_K)
     for start in range(0, len(docs), DOC_CHUNK):
-        chunk = docs[start : start + DOC_CHUNK]
-        padded = torch.nn.utils.rnn.pad_sequence(chunk, batch_first=True)  # (documents, longest, dim)
-        mask = torch.arange(padded.shape[1])[None, :] < torch.tensor([len(d) for d in chunk])[:, None]
-        best.add(start, colbert_scores(queries, padded, documents_mask=mask.float()))
+        best.add(start, maxsim(queries, docs[start : start + DOC_CHUNK]))
     return {q: {ids[i]: float(v) for v, i in zip(vals, idx)} for q, vals, idx in zip(qids, best.values, best.ids)}
 
 

@@ -42,10 +42,8 @@ def maxsim(queries: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor
     """
     from pylate.scores import colbert_scores
 
-    padded = torch.nn.utils.rnn.pad_sequence(documents, batch_first=True).to(queries)
-    mask = torch.arange(padded.shape[1], device=padded.device)[None, :] < torch.tensor([len(d) for d in documents])[
-        :, None
-    ].to(padded.device)
+    padded = torch.nn.utils.rnn.pad_sequence(documents, batch_first=True).to(queries)  # zeros past each one's end
+    mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(d), dtype=torch.bool) for d in documents], batch_first=True)
     return colbert_scores(queries, own_columns(padded, mask))
 
 

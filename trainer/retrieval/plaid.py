@@ -20,6 +20,7 @@ import torch
 
 from trainer import distributed as D
 from trainer.encode import embed_texts
+from trainer.retrieval.exact import own_columns
 from trainer.retrieval.search import DOC_CHUNK, Candidates, merge_shards, my_chunks
 
 __all__ = [
@@ -268,7 +269,7 @@ class PlaidRetriever:
                 self.model.document_length,
                 self.device,
             )
-            scores = colbert_scores(q_emb, d_emb, documents_mask=d_mask.float()).cpu()
+            scores = colbert_scores(q_emb, own_columns(d_emb, d_mask)).cpu()  # as the exact retriever scores
             column = {p: j for j, p in enumerate(held)}
             for qi, pos in enumerate(positives):
                 positive_scores[qi].update({p: float(scores[qi, column[p]]) for p in pos if p in column})
