@@ -30,6 +30,17 @@ pip_install() {
            /^Successfully installed/ {print "  installed " NF - 2 " package(s)"; fflush()}'
 }
 
+# A first install needs room: on a full disk pip fails late, after minutes of downloads, with a bare OSError.
+# Say so first, in one line: $1 GB needed for $2.
+need_room() {
+  local free_gb
+  free_gb=$(df -Pk . | awk 'NR == 2 {printf "%d", $4 / 1048576}')
+  if [ "$free_gb" -lt "$1" ]; then
+    echo "setup: ${free_gb} GB free on $(df -P . | awk 'NR == 2 {print $6}'), $2 needs about $1 GB: free some room and run setup again" >&2
+    exit 1
+  fi
+}
+
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
@@ -50,6 +61,11 @@ if [[ ",${extras}," == *",train,"* ]]; then
     fi
   else
     why="--${torch_build}"
+  fi
+  if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+    # measured: .venv 6.6 GB with the CUDA build, pip's cache and unpacking beside it; the CPU build about 2 GB
+    if [ "$torch_build" = "cpu" ]; then need_room 3 "torch's CPU build and the rest"; else
+      need_room 10 "torch's CUDA build (about 4.5 GB), the rest and pip's unpacking"; fi
   fi
   if [ "$torch_build" = "cpu" ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     echo "setup: torch ${torch_pin}+cpu, the CPU-only build (${why}): about 0.2 GB"

@@ -1,12 +1,14 @@
-"""requirements-serve.txt against the training environment it is layered on (scripts/setup.sh).
+"""scripts/setup.sh: the serve venv's pins against the training environment, and a first install's room.
 
 .venv-serve sees .venv's packages after its own, so a pin there that a .venv package's requirement refuses
-is a conflict in that package, and pip printed it as ERROR lines in the middle of the quickstart's set-up
-(issue 43: "install that talks" without alarms). Read from the installed distributions' own metadata.
+is a conflict in that package, and pip printed it as ERROR lines in the middle of the quickstart's set-up.
+Read from the installed distributions' own metadata.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from importlib.metadata import distributions
 
 from packaging.requirements import Requirement
@@ -65,3 +67,43 @@ def test_setuptools_is_pinned_within_torchs_range():
     pins = serve_pins()
     assert "setuptools" in pins
     assert conflicts({"setuptools": "84.2.1"}) != []  # what pip took unpinned: the check sees it
+
+
+def test_setup_refuses_a_full_disk_in_one_line_before_installing(tmp_path):
+    """On a full disk pip failed after minutes of downloads with a bare OSError (a CI run did): setup says what
+    room it needs, in one line, and installs nothing. Driven with a .venv whose python logs its calls and a df
+    that reports 1 GB free."""
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    calls = tmp_path / "calls.log"
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    # no torch in this .venv, no CPU index answers, every other call succeeds (and is logged)
+    (venv_bin / "python").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *"import torch"*|*"index versions"*) exit 1;; esac\n'
+    )
+    (fake_bin / "df").write_text(
+        '#!/bin/sh\necho "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+        'echo "/dev/vda 264241152 263192576 1048576 100% /"\n'
+    )
+    for script in (venv_bin / "python", fake_bin / "df"):
+        script.chmod(0o755)
+    env = {"PATH": f"{fake_bin}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", "scripts/setup.sh", "train,test"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "setup: 1 GB free on /, torch's CUDA build (about 4.5 GB), the rest and pip's unpacking needs about 10 GB:"
+        " free some room and run setup again"
+    ]
+    assert "pip install --progress-bar off" not in calls.read_text()  # nothing installed
