@@ -181,9 +181,13 @@ import json, sys
 from trainer.config.schema import ModelConfig
 from trainer.evaluate import load_beir, retrieval_metrics, search
 from trainer.model import build_model
+from pathlib import Path
 path, data, split, length = sys.argv[1:5]
 s = load_beir(data, split)
-run = search(build_model(ModelConfig(name_or_path=path, query_length=32, document_length=int(length)), "cpu"), s)
+saved = json.loads((Path(path) / "config_sentence_transformers.json").read_text())  # the length it trained with
+model = build_model(ModelConfig(name_or_path=path, query_length=saved.get("query_length", 32),
+                                document_length=int(length)), "cpu")
+run = search(model, s)
 qrels = {q: s.qrels[q] for q in s.query_ids}
 out = retrieval_metrics(run, qrels)
 out["per_query"] = {q: retrieval_metrics({q: run[q]}, {q: qrels[q]})["ndcg@10"] for q in qrels}

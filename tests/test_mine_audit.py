@@ -309,6 +309,51 @@ def test_teacher_scores_are_the_same_bits_on_one_rank_and_two(tmp_path, tiny_mod
     assert tables[0].num_rows > 64 and tables[0].equals(tables[1])
 
 
+def _plain_maxsim(query: torch.Tensor, document: torch.Tensor) -> float:
+    """Each query vector's best dot product with the document's own vectors, summed: a loop, no padding."""
+    return sum(max(float(q @ d) for d in document) for q in query)
+
+
+@pytest.mark.slow
+def test_a_colbert_teachers_scores_are_each_documents_own_maxsim(tmp_path, tiny_model, monkeypatch):
+    """Against a plain reference. The model's own scores of rows of unequal length (each text encoded alone,
+    MaxSim in a loop) equal the teacher's, row by row; then, with encoder outputs made to order, a document
+    whose best match for a query vector is negative, padded beside a longer one in the same block, keeps that
+    negative (PyLate's masked product lifted it to 0)."""
+    import trainer.teacher as teacher_module
+    from trainer.config.mine import TeacherConfig
+    from trainer.config.schema import ModelConfig
+    from trainer.model import build_model
+    from trainer.teacher import Teacher, teacher_kind
+
+    torch.manual_seed(0)
+    lengths = ModelConfig(name_or_path=str(tiny_model), query_length=8, document_length=24)
+    path = tmp_path / "colbert"
+    build_model(lengths, "cpu").save(str(path))
+    assert teacher_kind(str(path)) == "colbert"
+    teacher = Teacher(TeacherConfig(name_or_path=str(path), batch_size=2), lengths, torch.device("cpu"))
+    queries = ["sort a list", "open a file", "parse json"]
+    documents = [["sorted returns a new list of all the numbers", "open"], ["the open builtin", "x", "json"], ["j"]]
+    scores = teacher.score(queries, documents)
+    model = teacher.model
+    for q, docs, got in zip(queries, documents, scores):
+        qv = torch.tensor(model.encode([q], is_query=True)[0])
+        want = [_plain_maxsim(qv, torch.tensor(model.encode([d], is_query=False)[0])) for d in docs]
+        assert got == pytest.approx(want, abs=1e-4)
+    assert len({round(x, 4) for row in scores for x in row}) > 3  # not a constant
+
+    # a query vector [1, 0]; document "short" has one vector [-1, 0] (best match -1), padded to "long"'s three
+    made = {
+        True: (torch.tensor([[[1.0, 0.0]]]), torch.tensor([[True]])),
+        False: (
+            torch.tensor([[[-1.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.6, 0.8], [0.8, 0.6]]]),
+            torch.tensor([[True, False, False], [True, True, True]]),
+        ),
+    }
+    monkeypatch.setattr(teacher_module, "embed_texts", lambda m, texts, is_query, *a: made[is_query])
+    assert teacher.score(["q"], [["short", "long"]]) == [pytest.approx([-1.0, 0.8])]
+
+
 # ---- what a mined job records as its training data ------------------------------------------------------------
 
 
