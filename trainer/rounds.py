@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from trainer import distributed as D
-from trainer import labels, phases, train
+from trainer import labels, phases, query_length, train
 from trainer.baseline import BelowBase, check_not_below_base
 from trainer.config.schema import ConfigError, TrainConfig
 from trainer.data import DataError
@@ -61,6 +61,10 @@ log = logging.getLogger("trainer")
 def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> dict:
     """Train as ``cfg`` says: plainly, or in ``mine.rounds`` rounds of mining and training. ``metrics_file``:
     ``--metrics-file``, to which every round's periodic evaluations are appended (trainer/reporting/metrics_file.py)."""
+    cfg, why = query_length.resolved(cfg)  # model.query_length: auto, from the training queries (same on every rank)
+    chosen = {"query_length": why} if why else {}
+    if why and layout.is_main:
+        log.info("%s", why)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
         watching(layout.distributed, layout.rank, layout.world_size, cfg.distributed.peer_timeout_seconds),
@@ -72,9 +76,11 @@ def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> di
             if _trained_before(cfg, layout, "the job"):
                 progress.skip("train")
             else:
-                metrics = _train(cfg, layout, stop, "the job", progress=progress, metrics_file=metrics_file)
+                metrics = _train(
+                    cfg, layout, stop, "the job", progress=progress, metrics_file=metrics_file, chosen=chosen
+                )
         else:
-            metrics = _rounds(cfg, layout, progress, stop, metrics_file)
+            metrics = _rounds(cfg, layout, progress, stop, metrics_file, chosen)
         if not metrics and layout.is_main:  # done before: report its figures
             metrics = json.loads((Path(cfg.output_dir) / "metrics.json").read_text())
         if cfg.export is not None:
@@ -86,7 +92,9 @@ def run(cfg: TrainConfig, layout: Layout, metrics_file: str | None = None) -> di
     return metrics
 
 
-def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, stop: StopRequest, metrics_file: str | None) -> dict:
+def _rounds(
+    cfg: TrainConfig, layout: Layout, progress: Progress, stop: StopRequest, metrics_file: str | None, chosen: dict
+) -> dict:
     """Each round: mine with the previous round's model (the first: ``mine.retriever``/``mine.model``), train."""
     device = D.device_for(layout)
     metrics: dict = {}
@@ -114,7 +122,7 @@ def _rounds(cfg: TrainConfig, layout: Layout, progress: Progress, stop: StopRequ
             )
             rcfg = _resolved_temperature(rcfg, layout, Path(cfg.output_dir) / "mined" / "round-1")
             pairs = cfg.data.train.pairs()
-            metrics = _train(rcfg, layout, stop, what, pairs, progress, metrics_file=metrics_file)
+            metrics = _train(rcfg, layout, stop, what, pairs, progress, metrics_file=metrics_file, chosen=chosen)
         previous = out / "final-model"
     return metrics
 

@@ -65,13 +65,15 @@ def run(
     progress: Progress | None = None,
     metrics_file: str | None = None,
     stop: StopRequest | None = None,
+    chosen: dict[str, str] | None = None,
 ) -> dict:
     """Train on this rank; returns the final metrics (identical on every rank) once the final model and
     metrics.json are written. ``labelled_from``: the user's (query, positive) pairs when data.train is rows
     mined from them, so that the card names the user's data, not the mined copy (default: data.train itself).
     ``progress``: the job's, when training is one of its phases. ``metrics_file``: where each periodic evaluation
     is appended as it happens (a sweep's early stopping). ``stop``: the job's SIGTERM flag
-    (trainer/run/preemption.py); without one, training installs its own."""
+    (trainer/run/preemption.py); without one, training installs its own. ``chosen``: what the job's ``auto``
+    settings chose and why (trainer/query_length.py), for metrics.json and the card."""
     device = D.device_for(layout)
     with (
         D.process_group(layout, cfg.distributed.timeout_seconds),
@@ -80,6 +82,8 @@ def run(
         _tracker(cfg, layout) as tracker,
     ):
         t = build(cfg, layout, device, labelled_from)
+        if chosen:
+            t.metrics["auto"] = dict(chosen)
         t.stop, t.tracker, t.metrics_file = stop, tracker, metrics_file
         _resume(t)
         t.progress = (progress or Progress(enabled=layout.is_main)).train(t.total_steps, t.step)  # status + log line

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -18,7 +18,11 @@ class ModelConfig(Strict):
         description="A local model directory, an object-store prefix (s3://bucket/model/, staged like data), "
         "or a hub name (needs network access).",
     )
-    query_length: int = Field(32, ge=4, le=8192, description="Query tokens, incl. [Q] marker and expansion.")
+    query_length: Annotated[int, Field(ge=4, le=8192)] | Literal["auto"] = Field(
+        32,
+        description="Query tokens, incl. [Q] marker and expansion. auto: the smallest multiple of 8 that holds 95% "
+        "of the training queries (a base model that is a ColBERT keeps its own); the job logs what it chose.",
+    )
     document_length: int = Field(180, ge=8, le=8192, description="Maximum document tokens.")
     embedding_size: int | None = Field(
         None,

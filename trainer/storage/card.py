@@ -154,7 +154,7 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
         ("steps", f"{metrics.get('steps')} optimizer steps, global batch {metrics.get('global_batch')}"),
         ("world size", _where_trained(metrics)),
         ("learning rate", f"{t.learning_rate:g} ({t.lr_scheduler}, warm-up {t.warmup_ratio:g})"),
-        ("lengths", f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"),
+        ("lengths", _lengths(cfg, metrics)),
     ]
     if m is not None:
         model = f"`{origin(m.model)}`" if m.model else "the base model"  # a staged one by the URL it came from
@@ -183,6 +183,21 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
     if metrics.get("train_seconds") is not None:
         rows.append(("training time", f"{metrics['train_seconds']:.0f} s"))
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _lengths(cfg: TrainConfig, metrics: dict) -> str:
+    """The query and document lengths; the query's with what ``auto`` chose it from (trainer/query_length.py).
+
+    >>> from trainer.config.schema import TrainConfig
+    >>> cfg = TrainConfig.model_validate({"data": {"train": {"path": "t.jsonl"}}, "model": {"query_length": 16}})
+    >>> _lengths(cfg, {})
+    'queries 16, documents 180 tokens'
+    >>> _lengths(cfg, {"auto": {"query_length": "query_length 16 (auto): 97% of 100 training queries fit"}})
+    'queries 16, documents 180 tokens; query_length 16 (auto): 97% of 100 training queries fit'
+    """
+    line = f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"
+    why = (metrics.get("auto") or {}).get("query_length")
+    return f"{line}; {why}" if why else line
 
 
 def _loss(cfg: TrainConfig) -> str:
