@@ -56,7 +56,7 @@ AGAINST = (BASELINE, "reference", "dense")
 # The arms the current study runs; every other arm is a study's, in lab/STUDY/arms.yaml (--arms-file). Each is a
 # dict of mine: keys plus the model/loss/training keys it changes; lab/nfcorpus-recipe/arms.yaml says which keys
 # only this runner reads.
-SHIPPED_ARM = "recipe-t-auto"  # recipes/domain-adaptation-from-pairs.yaml (a test keeps them equal)
+SHIPPED_ARM = "recipe-t-auto-q-auto"  # recipes/domain-adaptation-from-pairs.yaml (a test keeps them equal)
 ARMS: dict[str, dict] = {
     "bm25-1": {"retriever": "bm25", "negatives": 1, "rank_range": [1, 10], "max_score_ratio": 1.0},
     "reference": {},  # PyLate's example script: no mining
@@ -70,7 +70,7 @@ ARMS: dict[str, dict] = {
         "fallback": "random",
         "rows_per_query": 4,
         "training": {"head_learning_rate": 0.001},
-        "model": {"projection_init": "principal"},
+        "model": {"projection_init": "principal", "query_length": "auto"},
         "loss": {"name": "contrastive", "temperature": "auto"},
     },
 }

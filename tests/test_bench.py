@@ -177,17 +177,38 @@ def test_a_run_records_the_commit_it_started_at_not_the_one_it_ended_at(monkeypa
 
 
 def test_the_shipped_arm_resolves_on_each_studys_data_to_the_arm_whose_figures_the_page_gives():
-    """The recipe's ``loss.temperature: auto`` is one fixed value on each study's data (its labels' structure,
-    lab/two-regimes/log.md): with that value, the runner's shipped arm is exactly the arm the page quotes there, so
-    a change to any other key of the recipe fails here until it is measured."""
+    """The recipe's ``loss.temperature: auto`` and ``model.query_length: auto`` are fixed values on each study's data
+    (its labels' structure, lab/two-regimes/log.md; its training queries' lengths, trainer/query_length.py): with
+    them, the runner's shipped arm is the arm the page quotes there, so a change to any other key of the recipe
+    fails here until it is measured."""
     import bench.nfcorpus as nf
     from lab.record import SHIPPED_AS
     from trainer.labels import TEMPERATURES
 
-    for name, (arm, labels) in SHIPPED_AS.items():
+    def resolved(arm: dict, labels: str, query_length: int) -> dict:
+        temperature = arm["loss"]["temperature"]
+        length = arm["model"].get("query_length", 32)
+        return {
+            **arm,
+            "loss": {**arm["loss"], "temperature": TEMPERATURES[labels] if temperature == "auto" else temperature},
+            "model": {**arm["model"], "query_length": query_length if length == "auto" else length},
+        }
+
+    for name, (arm, labels, query_length) in SHIPPED_AS.items():
+        quoted = nf.load_arms(ROOT / "lab" / name / "arms.yaml")[arm]
         shipped = nf.ARMS[nf.SHIPPED_ARM]
-        resolved = {**shipped, "loss": {**shipped["loss"], "temperature": TEMPERATURES[labels]}}
-        assert nf.load_arms(ROOT / "lab" / name / "arms.yaml")[arm] == resolved, (name, arm)
+        assert resolved(quoted, labels, query_length) == resolved(shipped, labels, query_length), (name, arm)
+
+
+def test_the_query_lengths_the_page_assumes_are_what_auto_chooses():
+    """trainer/query_length.py's rule on token counts as the studies' training queries have them (their 95th
+    percentiles with the [Q] marker: NFCorpus 14, SciFact 38; lab/two-regimes/log.md), so SHIPPED_AS's lengths are
+    the rule's, not typed in."""
+    from lab.record import SHIPPED_AS
+    from trainer.query_length import choose
+
+    assert choose([7] * 90 + [14] * 5 + [18] * 5, 512) == SHIPPED_AS["nfcorpus-recipe"][2]
+    assert choose([22] * 90 + [38] * 5 + [45] * 5, 512) == SHIPPED_AS["two-regimes"][2]
 
 
 def test_the_runners_arms_are_the_studys_and_the_page_names_the_same_shipped_arm():

@@ -101,7 +101,10 @@ def _token_lengths(cfg: TrainConfig, path: str) -> list[int]:
 
     from trainer.data import load_rows
 
-    rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
+    if cfg.mine is not None:  # the user's pairs, which mining makes the rows from (a distillation job's too)
+        rows = load_rows(cfg.data.train.pairs(), distillation=False, cache_dir=cfg.data.cache_dir)
+    else:
+        rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     picked = sorted(random.Random(f"query-length-{cfg.training.seed}").sample(range(len(rows)), min(SAMPLE, len(rows))))
     queries, _, _ = rows.take(picked)
     tokenizer = AutoTokenizer.from_pretrained(path)
