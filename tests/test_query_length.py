@@ -69,6 +69,13 @@ def test_auto_follows_long_queries_and_a_colbert_keeps_its_own(tmp_path, tiny_mo
         None,
     )  # a number is left as it is
 
+    mined = yaml.safe_load(_job(tmp_path, tiny_model, data).read_text())  # a distillation job mines from pairs
+    mined |= {
+        "loss": {"name": "distillation"},
+        "mine": {"retriever": "bm25", "teacher": {"name_or_path": str(tiny_model)}},
+    }
+    assert resolved(parse_config(mined))[0].model.query_length == 40  # its pairs have no scores: read as pairs
+
     colbert = tmp_path / "colbert"
     build_model(ModelConfig(name_or_path=str(tiny_model), query_length=24, document_length=48), "cpu").save(
         str(colbert)
