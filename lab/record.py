@@ -42,7 +42,7 @@ NFCORPUS_KEY = ("labels", "split", "steps", "arm", "seed")
 SHIPPED_ARM = "recipe-t-auto-q16"
 SHIPPED_AS = {
     "nfcorpus-recipe": (SHIPPED_ARM, "incomplete", 16),
-    "two-regimes": ("recipe-t-auto-q40", "complete", 40),
+    "two-regimes": ("recipe-t1", "complete", 32),
 }
 PREVIOUS_ARM = "recipe-pca-t0.25"
 ARM_NAMES = {

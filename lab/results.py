@@ -239,9 +239,9 @@ def two_regimes_section() -> str:
 document a query, labelled), trained on `train`, scored on `dev` by exact MaxSim over the whole corpus, with the
 arms of [lab/two-regimes/arms.yaml](../lab/two-regimes/arms.yaml) beside the runner's four. Here the labels look
 complete (the base model ranks the labelled positive first in the median), so the shipped recipe, with
-`loss.temperature: auto` and `model.query_length: auto`, trains as `recipe-t-auto-q40` (temperature 1, queries of
-40 tokens); `recipe-t1` is the same with queries of 32 tokens, and `recipe-pca-t0.25` what the recipe trained as
-on NFCorpus with them. Where the
+`loss.temperature: auto` and `model.query_length: auto`, trains as `recipe-t1` (temperature 1; queries of 32
+tokens, as auto does not lengthen them: `recipe-t-auto-q40` measured that); `recipe-pca-t0.25` is what the recipe
+trained as on NFCorpus before its queries shortened. Where the
 base model ranks the labelled positives on each set, the window that signal once chose (`recipe-auto`), and what
 the runs say, is in [its log](../lab/two-regimes/log.md). The same runner at the outside check's budget (84 steps,
 batch 32) is [lab/scifact-batch32](../lab/scifact-batch32/log.md).

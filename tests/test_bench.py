@@ -202,8 +202,8 @@ def test_the_shipped_arm_resolves_on_each_studys_data_to_the_arm_whose_figures_t
 
 def test_the_query_lengths_the_page_assumes_are_what_auto_chooses():
     """trainer/query_length.py's rule on token counts as the studies' training queries have them (their 95th
-    percentiles with the [Q] marker: NFCorpus 14, SciFact 38; lab/two-regimes/log.md), so SHIPPED_AS's lengths are
-    the rule's, not typed in."""
+    percentiles with the [Q] marker: NFCorpus 14, SciFact 38, past which auto does not go; lab/two-regimes/log.md),
+    so SHIPPED_AS's lengths are the rule's, not typed in."""
     from lab.record import SHIPPED_AS
     from trainer.query_length import choose
 

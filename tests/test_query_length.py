@@ -55,15 +55,18 @@ def test_auto_takes_the_length_that_holds_the_training_queries_on_every_rank(tmp
         assert json.loads((out / "job-config.json").read_text())["model"]["query_length"] == 8
 
 
-def test_auto_follows_long_queries_and_a_colbert_keeps_its_own(tmp_path, tiny_model):
+def test_auto_holds_most_queries_up_to_pylates_32_and_a_colbert_keeps_its_own(tmp_path, tiny_model):
     from trainer.config.schema import ModelConfig
     from trainer.model import build_model
     from trainer.query_length import resolved
 
-    data = _queries(tmp_path / "long.jsonl", [30] * 20)  # 33 tokens with the marker: 40
+    data = _queries(tmp_path / "long.jsonl", [10] * 19 + [30])  # 13 tokens with the marker, 33 for one
     cfg = parse_config(yaml.safe_load(_job(tmp_path, tiny_model, data).read_text()))
     chosen, why = resolved(cfg)
-    assert chosen.model.query_length == 40 and why.startswith("query_length 40 (auto): 100% of 20")
+    assert chosen.model.query_length == 16 and why.startswith("query_length 16 (auto): 95% of 20")
+    longer = _queries(tmp_path / "longer.jsonl", [30] * 20)  # 33 tokens: never past PyLate's 32
+    chosen, why = resolved(parse_config(yaml.safe_load(_job(tmp_path, tiny_model, longer).read_text())))
+    assert chosen.model.query_length == 32 and why.startswith("query_length 32 (auto): 0% of 20")
     assert resolved(cfg.model_copy(update={"model": cfg.model.model_copy(update={"query_length": 24})})) == (
         cfg.model_copy(update={"model": cfg.model.model_copy(update={"query_length": 24})}),
         None,
@@ -74,7 +77,7 @@ def test_auto_follows_long_queries_and_a_colbert_keeps_its_own(tmp_path, tiny_mo
         "loss": {"name": "distillation"},
         "mine": {"retriever": "bm25", "teacher": {"name_or_path": str(tiny_model)}},
     }
-    assert resolved(parse_config(mined))[0].model.query_length == 40  # its pairs have no scores: read as pairs
+    assert resolved(parse_config(mined))[0].model.query_length == 16  # its pairs have no scores: read as pairs
 
     colbert = tmp_path / "colbert"
     build_model(ModelConfig(name_or_path=str(tiny_model), query_length=24, document_length=48), "cpu").save(

@@ -4,10 +4,11 @@ ColBERT pads every query to ``query_length`` tokens with [MASK] tokens (query ex
 query vector that MaxSim sums over. A base model that is not yet a ColBERT never learnt what those vectors
 should do: where the queries are short, most of a query's vectors are theirs (NFCorpus's titles: 7 tokens in
 the median, 25 of 32 vectors expansion), and at a short training budget that cost nDCG@10 against 16 tokens.
-Where the queries are long, a fixed 32 cuts them (SciFact's claims: 12% longer than 32 tokens). So ``auto``
-reads a seeded sample of the training queries with the base model's tokenizer and takes the smallest multiple of
-:data:`STEP` that holds :data:`SHARE` of them, the [Q] marker included, between :data:`SHORTEST` and the model's
-own limit. A base model that is a ColBERT already keeps the length it was trained with.
+So ``auto`` reads a seeded sample of the training queries with the base model's tokenizer and takes the smallest
+multiple of :data:`STEP` that holds :data:`SHARE` of them, the [Q] marker included, at least :data:`SHORTEST`
+and at most :data:`LONGEST`, PyLate's 32: lengthening it for long queries (SciFact's claims, 12% longer than 32
+tokens, at 40) measured level, not better, so ``auto`` only shortens. A base model that is a ColBERT already
+keeps the length it was trained with.
 
 The sample and the tokenizer are the same on every rank and restart, so every process computes the same length;
 the job logs it with its reason, records it in ``metrics.json`` and the card, and the final model is saved with it
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from trainer.config.schema import TrainConfig
 
-__all__ = ["SAMPLE", "SHARE", "SHORTEST", "STEP", "choose", "explain", "resolved"]
+__all__ = ["LONGEST", "SAMPLE", "SHARE", "SHORTEST", "STEP", "choose", "explain", "resolved"]
 
 log = logging.getLogger("trainer")
 
@@ -33,23 +34,24 @@ SAMPLE = 4096  # training queries read (seeded): enough for a 95th percentile, c
 SHARE = 0.95  # of the sampled queries that fit whole
 STEP = 8  # lengths are multiples of it
 SHORTEST = 8  # a floor for data of one-word queries
+LONGEST = 32  # PyLate's default: auto shortens, never lengthens (docstring)
 COLBERT_DEFAULT = 32  # PyLate's, where a ColBERT's own config does not say
 
 
 def choose(lengths: list[int], limit: int) -> int:
     """The smallest multiple of :data:`STEP` that holds :data:`SHARE` of ``lengths`` (token counts, marker
-    included), at least :data:`SHORTEST` and at most ``limit``.
+    included), at least :data:`SHORTEST` and at most :data:`LONGEST` (or the model's ``limit``, if lower).
 
     >>> choose([7] * 90 + [14] * 7 + [30] * 3, 512)  # short titles: 97% fit in 16
     16
-    >>> choose([22] * 60 + [38] * 36 + [50] * 4, 512)  # long claims: 96% fit in 40
-    40
-    >>> choose([3, 4], 512), choose([900], 512)
-    (8, 512)
+    >>> choose([22] * 60 + [38] * 36 + [50] * 4, 512)  # long claims: PyLate's 32 (96% would fit in 40)
+    32
+    >>> choose([3, 4], 512), choose([20], 16)
+    (8, 16)
     """
     ordered = sorted(lengths)
     needed = ordered[max(0, math.ceil(SHARE * len(ordered)) - 1)]
-    return max(SHORTEST, min(limit, STEP * math.ceil(needed / STEP)))
+    return max(SHORTEST, min(limit, LONGEST, STEP * math.ceil(needed / STEP)))
 
 
 def explain(chosen: int, lengths: list[int]) -> str:
@@ -57,12 +59,17 @@ def explain(chosen: int, lengths: list[int]) -> str:
 
     >>> explain(16, [7] * 90 + [14] * 7 + [30] * 3)
     'query_length 16 (auto): 97% of 100 training queries fit (median 7 tokens with the [Q] marker)'
+    >>> explain(32, [22] * 80 + [40] * 20).split("; ")[1]
+    'the rest are cut (auto stops at 32: set a number to keep them whole)'
     """
     fit = sum(n <= chosen for n in lengths) / len(lengths)
-    return (
+    line = (
         f"query_length {chosen} (auto): {100 * fit:.0f}% of {len(lengths):,} training queries fit "
         f"(median {statistics.median(lengths):g} tokens with the [Q] marker)"
     )
+    if fit < SHARE:
+        line += f"; the rest are cut (auto stops at {LONGEST}: set a number to keep them whole)"
+    return line
 
 
 def resolved(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
