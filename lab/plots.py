@@ -55,10 +55,10 @@ def plot_nfcorpus(path: Path) -> None:
     for ax, labels in zip(axes, ("sparse", "full")):
         by_steps = {c[2]: arms for c, arms in cells.items() if c[0] == labels and c[1] == "test"}
         lines = curves(by_steps, [1, 2, 3])
-        for arm in (SHIPPED_ARM, PREVIOUS_ARM, "reference", "bm25-1"):
-            if arm in lines:
+        for color, arm in enumerate((SHIPPED_ARM, PREVIOUS_ARM, "reference", "bm25-1")):
+            if arm in lines:  # one colour an arm in both panels; an arm not run in a panel is left out of it
                 xs = sorted(lines[arm])
-                ax.plot(xs, [lines[arm][x] for x in xs], marker="o", label=names[arm])
+                ax.plot(xs, [lines[arm][x] for x in xs], marker="o", color=f"C{color}", label=names[arm])
         if "dense" in lines:
             ax.axhline(statistics.mean(lines["dense"].values()), color="grey", ls="--", label=names["dense"])
         ax.set_xticks(sorted(by_steps))
@@ -66,7 +66,8 @@ def plot_nfcorpus(path: Path) -> None:
         ax.set_title(f"NFCorpus test, {LABELS[labels]}", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("nDCG@10, mean of seeds 1-3")
-    axes[0].legend(fontsize=7)
+    for ax in axes:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
