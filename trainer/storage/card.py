@@ -186,17 +186,9 @@ def _training_table(cfg: TrainConfig, metrics: dict) -> str:
 
 
 def _lengths(cfg: TrainConfig, metrics: dict) -> str:
-    """The query and document lengths; the query's with what ``auto`` chose it from (trainer/query_length.py).
-
-    >>> from trainer.config.schema import TrainConfig
-    >>> cfg = TrainConfig.model_validate({"data": {"train": {"path": "t.jsonl"}}, "model": {"query_length": 16}})
-    >>> _lengths(cfg, {})
-    'queries 16, documents 180 tokens'
-    >>> _lengths(cfg, {"auto": {"query_length": "query_length 16 (auto): 97% of 100 training queries fit"}})
-    'queries 16, documents 180 tokens; query_length 16 (auto): 97% of 100 training queries fit'
-    """
-    line = f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"
+    """Query and document lengths; the query's with what ``auto`` chose it from (trainer/query_length.py)."""
     why = (metrics.get("auto") or {}).get("query_length")
+    line = f"queries {cfg.model.query_length}, documents {cfg.model.document_length} tokens"
     return f"{line}; {why}" if why else line
 
 
