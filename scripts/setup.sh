@@ -62,12 +62,14 @@ if [[ ",${extras}," == *",train,"* ]]; then
   else
     why="--${torch_build}"
   fi
-  if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  has_torch=false
+  .venv/bin/python -c "import torch" >/dev/null 2>&1 && has_torch=true
+  if ! $has_torch; then
     # measured: .venv 6.6 GB with the CUDA build, pip's cache and unpacking beside it; the CPU build about 2 GB
     if [ "$torch_build" = "cpu" ]; then need_room 3 "torch's CPU build and the rest"; else
       need_room 10 "torch's CUDA build (about 4.5 GB), the rest and pip's unpacking"; fi
   fi
-  if [ "$torch_build" = "cpu" ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  if [ "$torch_build" = "cpu" ] && ! $has_torch; then
     echo "setup: torch ${torch_pin}+cpu, the CPU-only build (${why}): about 0.2 GB"
     pip_install "torch==${torch_pin}+cpu" --extra-index-url "$TORCH_CPU_INDEX"
   elif [ "$torch_build" = "cuda" ]; then

@@ -22,7 +22,7 @@ from typing import Literal
 
 from trainer.storage.card import model_file
 
-__all__ = ["Kind", "model_config", "model_kind", "module_types"]
+__all__ = ["Kind", "colbert_config", "model_config", "model_kind", "module_types"]
 
 Kind = Literal["colbert", "cross-encoder", "bi-encoder"]
 
@@ -47,6 +47,12 @@ def module_types(name_or_path: str) -> list[str]:
 def model_config(name_or_path: str) -> dict:
     """The model's transformers ``config.json`` (empty where there is none to read)."""
     config = _json(name_or_path, "config.json")
+    return config if isinstance(config, dict) else {}
+
+
+def colbert_config(name_or_path: str) -> dict:
+    """A PyLate model's ``config_sentence_transformers.json`` (its lengths, prefixes; empty where none)."""
+    config = _json(name_or_path, "config_sentence_transformers.json")
     return config if isinstance(config, dict) else {}
 
 

@@ -6,7 +6,7 @@ should do: where the queries are short, most of a query's vectors are theirs (NF
 the median, 25 of 32 vectors expansion), and at a short training budget that cost nDCG@10 against 16 tokens.
 So ``auto`` reads a seeded sample of the training queries with the base model's tokenizer and takes the smallest
 multiple of :data:`STEP` that holds :data:`SHARE` of them, the [Q] marker included, at least :data:`SHORTEST`
-and at most :data:`LONGEST`, PyLate's 32: lengthening it for long queries (SciFact's claims, 12% longer than 32
+and at most :data:`PYLATE`, PyLate's 32: lengthening it for long queries (SciFact's claims, 12% longer than 32
 tokens, at 40) measured level, not better, so ``auto`` only shortens. A base model that is a ColBERT already
 keeps the length it was trained with.
 
@@ -17,30 +17,24 @@ the job logs it with its reason, records it in ``metrics.json`` and the card, an
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import random
 import statistics
-from pathlib import Path
 
 from trainer.config.schema import TrainConfig
 
-__all__ = ["LONGEST", "SAMPLE", "SHARE", "SHORTEST", "STEP", "choose", "explain", "resolved"]
-
-log = logging.getLogger("trainer")
+__all__ = ["PYLATE", "SAMPLE", "SHARE", "SHORTEST", "STEP", "choose", "explain", "resolved"]
 
 SAMPLE = 4096  # training queries read (seeded): enough for a 95th percentile, cheap on any data set
 SHARE = 0.95  # of the sampled queries that fit whole
 STEP = 8  # lengths are multiples of it
 SHORTEST = 8  # a floor for data of one-word queries
-LONGEST = 32  # PyLate's default: auto shortens, never lengthens (docstring)
-COLBERT_DEFAULT = 32  # PyLate's, where a ColBERT's own config does not say
+PYLATE = 32  # PyLate's query length: auto's ceiling (it shortens, never lengthens), a ColBERT's where it does not say
 
 
 def choose(lengths: list[int], limit: int) -> int:
     """The smallest multiple of :data:`STEP` that holds :data:`SHARE` of ``lengths`` (token counts, marker
-    included), at least :data:`SHORTEST` and at most :data:`LONGEST` (or the model's ``limit``, if lower).
+    included), at least :data:`SHORTEST` and at most :data:`PYLATE` (or the model's ``limit``, if lower).
 
     >>> choose([7] * 90 + [14] * 7 + [30] * 3, 512)  # short titles: 97% fit in 16
     16
@@ -51,7 +45,7 @@ def choose(lengths: list[int], limit: int) -> int:
     """
     ordered = sorted(lengths)
     needed = ordered[max(0, math.ceil(SHARE * len(ordered)) - 1)]
-    return max(SHORTEST, min(limit, LONGEST, STEP * math.ceil(needed / STEP)))
+    return max(SHORTEST, min(limit, PYLATE, STEP * math.ceil(needed / STEP)))
 
 
 def explain(chosen: int, lengths: list[int]) -> str:
@@ -68,7 +62,7 @@ def explain(chosen: int, lengths: list[int]) -> str:
         f"(median {statistics.median(lengths):g} tokens with the [Q] marker)"
     )
     if fit < SHARE:
-        line += f"; the rest are cut (auto stops at {LONGEST}: set a number to keep them whole)"
+        line += f"; the rest are cut (auto stops at {PYLATE}: set a number to keep them whole)"
     return line
 
 
@@ -78,28 +72,20 @@ def resolved(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     if cfg.model.query_length != "auto":
         return cfg, None
     from trainer.model import resolve_model_path
-    from trainer.model_kind import model_kind
+    from trainer.model_kind import colbert_config, model_config, model_kind
 
     path = resolve_model_path(cfg.model.name_or_path)
     if model_kind(path) == "colbert":
-        own = _colbert_length(Path(path))
+        own = int(colbert_config(path).get("query_length") or PYLATE)
         why = f"query_length {own} (auto): the base model is a ColBERT, which keeps the length it was trained with"
         return _with(cfg, own), why
     lengths = _token_lengths(cfg, path)
-    chosen = choose(lengths, _limit(path))
+    chosen = choose(lengths, int(model_config(path).get("max_position_embeddings") or 512))  # the model's own limit
     return _with(cfg, chosen), explain(chosen, lengths)
 
 
 def _with(cfg: TrainConfig, length: int) -> TrainConfig:
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"query_length": length})})
-
-
-def _colbert_length(path: Path) -> int:
-    try:
-        saved = json.loads((path / "config_sentence_transformers.json").read_text())
-        return int(saved.get("query_length") or COLBERT_DEFAULT)
-    except (OSError, ValueError, TypeError):
-        return COLBERT_DEFAULT
 
 
 def _token_lengths(cfg: TrainConfig, path: str) -> list[int]:
@@ -116,12 +102,3 @@ def _token_lengths(cfg: TrainConfig, path: str) -> list[int]:
     queries, _, _ = rows.take(picked)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return [len(ids) + 1 for ids in tokenizer(queries, add_special_tokens=True)["input_ids"]]
-
-
-def _limit(path: str) -> int:
-    """The longest input the base model takes (its position embeddings), 512 where its config does not say."""
-    try:
-        config = json.loads((Path(path) / "config.json").read_text())
-        return int(config.get("max_position_embeddings") or 512)
-    except (OSError, ValueError, TypeError):
-        return 512

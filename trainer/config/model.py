@@ -20,8 +20,8 @@ class ModelConfig(Strict):
     )
     query_length: Annotated[int, Field(ge=4, le=8192)] | Literal["auto"] = Field(
         32,
-        description="Query tokens, incl. [Q] marker and expansion. auto: the smallest multiple of 8 that holds 95% "
-        "of the training queries (a base model that is a ColBERT keeps its own); the job logs what it chose.",
+        description="Query tokens, incl. [Q] marker and expansion. auto: the smallest multiple of 8, up to 32, that "
+        "holds 95% of the training queries (a base model that is a ColBERT keeps its own); the job logs what it chose.",
     )
     document_length: int = Field(180, ge=8, le=8192, description="Maximum document tokens.")
     embedding_size: int | None = Field(
