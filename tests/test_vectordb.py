@@ -476,30 +476,42 @@ def test_milvus_a_document_cut_mid_write_is_rewritten_whole(tmp_path, beir, colb
 
 
 def test_milvus_search_is_approximate_in_its_candidates_and_exact_in_its_scores(tmp_path, beir, colbert, monkeypatch):
-    """The candidates come from each query token's nearest token vectors, so a document can be missed (fewer
-    hits a token: the check shows it); every document returned is scored by exact MaxSim over all its vectors."""
+    """ColBERT's two stages, held to a numpy reference: the candidates are the documents owning some query token's
+    ``limit`` nearest token vectors (Milvus Lite's index is exact here), and the answer is the candidates' best by
+    MaxSim over all their vectors, with those scores. With one hit a token (``limit`` = max(TOKEN_HITS, k // 2)) a
+    document of the exact top k is missed: the search is approximate by construction, and the reference says
+    which."""
     import numpy as np
 
     import trainer.destinations.milvus as milvus
 
     url = _url("milvus", tmp_path)
     assert _export(colbert, beir, url)["parity"]["overlap@10"] == 1.0  # 64 hits a token: every top 10 found
-    monkeypatch.setattr(milvus, "TOKEN_HITS", 1)  # k/2 = 5 hits a token
-    parity = _export(colbert, beir, url)["parity"]
-    assert parity["overlap@10"] < 1.0 and parity["max_score_difference"] < 1e-5, parity
+    monkeypatch.setattr(milvus, "TOKEN_HITS", 1)
     model = colbert[1]
     rows = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
-    texts = {d["_id"]: f"{d['title']} {d['text']}" if d.get("title") else d["text"] for d in rows}
-    query = model.encode([json.loads((beir / "queries.jsonl").read_text().splitlines()[0])["text"]], is_query=True)[0]
+    texts = [f"{d['title']} {d['text']}" if d.get("title") else d["text"] for d in rows]
+    docs = [np.asarray(v) for v in model.encode(texts, is_query=False, show_progress_bar=False)]
+    owner = np.concatenate([np.full(len(v), i) for i, v in enumerate(docs)])  # each token vector's document
+    every = np.concatenate(docs)
+    queries = [json.loads(line)["text"] for line in (beir / "queries.jsonl").read_text().splitlines()]
+    missed = 0
     db = database(parse_vector_url(url))
     try:
         db.existing()
-        found = db.search(query, 10)
+        for query in model.encode(queries, is_query=True, show_progress_bar=False):
+            q = np.asarray(query)
+            maxsim = [float((q @ d.T).max(axis=1).sum()) for d in docs]
+            for k in (2, 10):
+                nearest = np.argsort(-(q @ every.T), axis=1)[:, : max(1, k // 2)]
+                candidates = sorted(set(owner[nearest.ravel()].tolist()), key=lambda i: -maxsim[i])[:k]
+                found = db.search(query, k)
+                assert [d for d, _ in found] == [rows[i]["_id"] for i in candidates]
+                assert np.allclose([s for _, s in found], [maxsim[i] for i in candidates], atol=1e-4)
+                missed += len(set(np.argsort(maxsim)[::-1][:k].tolist()) - set(candidates))
     finally:
         db.close()
-    vectors = model.encode([texts[d] for d, _ in found], is_query=False, show_progress_bar=False)
-    exact = [float((np.asarray(query) @ np.asarray(v).T).max(axis=1).sum()) for v in vectors]  # numpy's MaxSim
-    assert len(found) == 10 and np.allclose([s for _, s in found], exact, atol=1e-4)
+    assert missed > 0  # the approximation is real: documents of the exact top k were never candidates
 
 
 def test_milvus_token_never_travels_in_clear_and_a_refused_token_is_one_line(monkeypatch):

@@ -42,9 +42,12 @@ def write_corpus(root: Path, documents: int = 40, queries: int = 8) -> Path:
 
 
 def save_colbert(tiny_model: Path, where: Path) -> Path:
-    """A PyLate ColBERT of the tiny BERT, saved once: its projection is then the same on every load."""
+    """A PyLate ColBERT of the tiny BERT, saved once: its projection is then the same on every load (and, seeded,
+    on every run)."""
+    import torch
     from pylate import models
 
+    torch.manual_seed(0)
     models.ColBERT(str(tiny_model), query_length=16, document_length=48).save(str(where))
     return where
 
