@@ -137,6 +137,35 @@ def test_exact_search_is_the_evaluations_search(served):
 
 
 @pytest.mark.slow
+def test_a_query_the_model_cuts_is_counted_and_logged(served, caplog):
+    """A query longer than the model's query_length is read in part: the engine counts exactly the queries PyLate's
+    tokenizer cuts (held to PyLate's own tokenize), logs the first in one line naming both lengths, and says the
+    length at start."""
+    from trainer.serve.engine import Engine, locate
+
+    out, model, _ = served
+    engine = Engine(*locate(str(out), out / "cache"), exact=True, device="cpu")
+    length = model.query_length
+    assert f"queries read up to {length} tokens" in engine.describe()
+    mask = model.tokenizer.mask_token_id
+    for n in range(length - 4, length + 2):  # words of one token each: n + 3 tokens with [CLS], [Q] and [SEP]
+        query = " ".join(["cell"] * n)
+        ids = [i for i in model.tokenize([query], is_query=True)["input_ids"][0].tolist() if i != mask]
+        whole = model.tokenizer(query)["input_ids"]
+        pylate_cuts = ids != [*whole[:1], ids[1], *whole[1:]]  # PyLate's: [CLS] [Q] the query [SEP], padded
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="trainer.serve"):
+            engine.search([query], 3)
+        assert (engine.cut_queries.cut == 1) == pylate_cuts, (n, length)
+        if pylate_cuts:
+            assert caplog.messages == [next(m for m in caplog.messages if m.startswith(f"a query of {n + 3} tokens"))]
+            assert f"cut to the model's {length}" in caplog.messages[0]
+            break
+        assert not caplog.messages
+    assert engine.cut_queries.cut == 1
+
+
+@pytest.mark.slow
 def test_exact_needs_the_stored_embeddings_in_one_line(served, tmp_path):
     import shutil
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ from trainer.serve.plaid import PlaidIndex
 from trainer.serve.requests import BadRequest, Rerank, Search
 
 __all__ = [
+    "CutQueries",
     "Engine",
     "ServeError",
     "autocast_bf16",
@@ -194,6 +197,62 @@ def onnx_encoder(model_dir: Path, form: str, allow_int8_loss: bool = False):
     return OnnxEncoder(folder, form, threads=torch.get_num_threads())  # OMP_NUM_THREADS, as torch's
 
 
+class CutQueries:
+    """Counts the queries longer than the model's ``query_length``, which its encoder cuts: ColBERT reads a fixed
+    number of query tokens (the [Q] marker included), and a model trained with ``model.query_length: auto`` on short
+    queries is saved with a short one. The first cut query is logged, then a count at most once a minute, so that
+    longer production queries than the training queries are never read in part unsaid.
+
+    >>> watch = CutQueries(query_length=4, count=lambda texts: [len(t.split()) + 1 for t in texts], every_s=0)
+    >>> watch(["short", "a query of six words here"])  # 2 and 7 tokens with the [Q] marker
+    1
+    >>> watch.cut, watch.seen
+    (1, 2)
+    """
+
+    def __init__(self, query_length: int, count, every_s: float = 60.0):
+        self.query_length, self.count, self.every_s = query_length, count, every_s
+        self.cut = self.seen = 0
+        self._logged = -float("inf")
+        self._lock = threading.Lock()  # the batcher's stages and a direct call may count at once
+
+    def __call__(self, queries: list[str]) -> int:
+        """How many of ``queries`` the encoder cuts; logs as the class says."""
+        lengths = self.count(queries)
+        longest = max(lengths, default=0)
+        cut = sum(n > self.query_length for n in lengths)
+        with self._lock:
+            first = cut and not self.cut
+            self.cut, self.seen = self.cut + cut, self.seen + len(queries)
+            due = cut and time.monotonic() - self._logged >= self.every_s
+            if due:
+                self._logged = time.monotonic()
+                cut_so_far, seen = self.cut, self.seen
+        if first:
+            log.warning(
+                "a query of %d tokens was cut to the model's %d (its query_length, the [Q] marker included): "
+                "the model reads only the start of queries longer than it was trained for; retrain with a larger "
+                "model.query_length if your users' queries are longer than your training queries",
+                longest,
+                self.query_length,
+            )
+        elif due:
+            log.warning(
+                "%s of %s queries so far were cut to %d tokens", f"{cut_so_far:,}", f"{seen:,}", self.query_length
+            )
+        return cut
+
+
+def _token_counter(model):
+    """Each text's query tokens as the encoder counts them before it cuts: the tokenizer's, plus the [Q] marker."""
+
+    def count(texts: list[str]) -> list[int]:
+        ids = model.tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]  # no "longer than 512"
+        return [len(one) + 1 for one in ids]
+
+    return count
+
+
 class Engine:
     """A PyLate ColBERT model and the corpus it searches (PLAID, or exact MaxSim over stored embeddings)."""
 
@@ -221,6 +280,7 @@ class Engine:
         else:
             self.model = models.ColBERT(str(model_dir), device=device)
         self.model.eval()
+        self.cut_queries = CutQueries(self.model.query_length, _token_counter(self.model))
         if precision == "bf16":
             if not bf16_is_native(str(self.device)):
                 log.warning("this %s has no native bfloat16: bf16 encodes are emulated, slower than float32", device)
@@ -246,7 +306,11 @@ class Engine:
         how = "exact MaxSim" if self.exact else "the PLAID index" if self.index is not None else None
         what = f"search of {self.documents} documents by {how}, and rerank" if how else "rerank only (no index)"
         encoder = f"ONNX {self.onnx}" if self.onnx else "bfloat16 autocast" if self.precision == "bf16" else None
-        return what + (f"; encoder: {encoder}" if encoder else "")
+        return (
+            what
+            + f"; queries read up to {self.model.query_length} tokens"
+            + (f"; encoder: {encoder}" if encoder else "")
+        )
 
     @property
     def stages(self) -> tuple:
@@ -302,6 +366,7 @@ class Engine:
                 "(export.include: [index] exports one)"
             )
         queries = [q for r in requests for q in r.queries]
+        self.cut_queries(queries)
         if self.index is not None:  # as trainer/index.py searches: PyLate's encode, then the PLAID search
             q = self.model.encode(queries, is_query=True, batch_size=self.batch_size, show_progress_bar=False)
         else:  # the evaluation's encode: (queries, query_length, dim)
@@ -342,6 +407,7 @@ class Engine:
         length, so short texts are not padded to long ones); each request's MaxSim is PyLate's
         ``colbert_scores``, as the evaluation's, over each candidate's own tokens."""
         encode = dict(batch_size=self.batch_size, show_progress_bar=False)
+        self.cut_queries([r.query for r in requests])
         queries = self.model.encode([r.query for r in requests], is_query=True, **encode)  # each (q_tokens, dim)
         candidates = self.model.encode([d for r in requests for d in r.documents], is_query=False, **encode)
         answers, at = [], 0
