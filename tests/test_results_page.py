@@ -172,6 +172,28 @@ def test_the_budget_curve_averages_the_same_seeds_at_every_budget():
     assert plots.curves(cells, [1, 2]) == {"recipe": {48: 0.5, 240: 0.75}, "dense": {240: 0.25}}
 
 
+def test_equal_compute_pairs_the_recipes_short_runs_with_the_scripts_long_ones_at_their_fastest():
+    """The row pairs the shipped recipe's short-budget seeds with the script's long-budget seeds, query by query
+    (checked against a plain mean of differences), and gives each arm's fastest run; a protocol without both is
+    left out."""
+    run = lambda q, wall: {"ndcg@10": sum(q.values()) / len(q), "per_query": q, "wall_seconds": wall}  # noqa: E731
+    cells = {
+        ("sparse", "test", results.SHORT): {
+            results.SHIPPED_ARM: {1: run({"a": 0.5, "b": 0.7}, 900.0), 2: run({"a": 0.6, "b": 0.4}, 700.0)},
+        },
+        ("sparse", "test", results.LONG): {
+            "reference": {1: run({"a": 0.4, "b": 0.6}, 1000.0), 2: run({"a": 0.5, "b": 0.3}, 1200.0)},
+        },
+        ("full", "test", results.SHORT): {
+            results.SHIPPED_ARM: {1: run({"a": 0.5}, 1.0)}
+        },  # no script at the long budget
+    }
+    rows = results.equal_compute(cells).splitlines()[2:]
+    assert rows == [
+        "| one positive per query | **0.5500** (2 seeds) | 700 | 0.4500 (2 seeds) | 1,000 | +0.100 [+0.100, +0.100] |"
+    ]
+
+
 def test_the_records_examples_run():
     """lab/ is not under pytest's doctest paths (it is not the product); its ``>>>`` examples run here."""
     import doctest
