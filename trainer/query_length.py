@@ -23,7 +23,7 @@ import statistics
 
 from trainer.config.schema import TrainConfig
 
-__all__ = ["PYLATE", "SAMPLE", "SHARE", "SHORTEST", "STEP", "choose", "explain", "resolved"]
+__all__ = ["PYLATE", "SAMPLE", "SHARE", "SHORTEST", "STEP", "choose", "explain", "resolved", "token_counts"]
 
 SAMPLE = 4096  # training queries read (seeded): enough for a 95th percentile, cheap on any data set
 SHARE = 0.95  # of the sampled queries that fit whole
@@ -84,6 +84,13 @@ def resolved(cfg: TrainConfig) -> tuple[TrainConfig, str | None]:
     return _with(cfg, chosen), explain(chosen, lengths)
 
 
+def token_counts(tokenizer, queries: list[str]) -> list[int]:
+    """Each query's tokens as a ColBERT counts them before it cuts to ``query_length``: the tokenizer's, special
+    tokens included, plus the [Q] marker PyLate inserts (serving's count of cut queries is the same)."""
+    ids = tokenizer(queries, add_special_tokens=True, verbose=False)["input_ids"]  # verbose: no "longer than 512"
+    return [len(one) + 1 for one in ids]
+
+
 def _with(cfg: TrainConfig, length: int) -> TrainConfig:
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"query_length": length})})
 
@@ -100,5 +107,4 @@ def _token_lengths(cfg: TrainConfig, path: str) -> list[int]:
         rows = load_rows(cfg.data.train, distillation=cfg.loss.scored, cache_dir=cfg.data.cache_dir)
     picked = sorted(random.Random(f"query-length-{cfg.training.seed}").sample(range(len(rows)), min(SAMPLE, len(rows))))
     queries, _, _ = rows.take(picked)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return [len(ids) + 1 for ids in tokenizer(queries, add_special_tokens=True)["input_ids"]]
+    return token_counts(AutoTokenizer.from_pretrained(path), queries)

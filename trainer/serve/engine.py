@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from trainer.query_length import token_counts
 from trainer.retrieval.exact import ModelRetriever, maxsim, own_columns
 from trainer.retrieval.plaid import x86_without
 from trainer.serve import ServeError
@@ -243,16 +244,6 @@ class CutQueries:
         return cut
 
 
-def _token_counter(model):
-    """Each text's query tokens as the encoder counts them before it cuts: the tokenizer's, plus the [Q] marker."""
-
-    def count(texts: list[str]) -> list[int]:
-        ids = model.tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]  # no "longer than 512"
-        return [len(one) + 1 for one in ids]
-
-    return count
-
-
 class Engine:
     """A PyLate ColBERT model and the corpus it searches (PLAID, or exact MaxSim over stored embeddings)."""
 
@@ -280,7 +271,7 @@ class Engine:
         else:
             self.model = models.ColBERT(str(model_dir), device=device)
         self.model.eval()
-        self.cut_queries = CutQueries(self.model.query_length, _token_counter(self.model))
+        self.cut_queries = CutQueries(self.model.query_length, functools.partial(token_counts, self.model.tokenizer))
         if precision == "bf16":
             if not bf16_is_native(str(self.device)):
                 log.warning("this %s has no native bfloat16: bf16 encodes are emulated, slower than float32", device)
@@ -407,8 +398,9 @@ class Engine:
         length, so short texts are not padded to long ones); each request's MaxSim is PyLate's
         ``colbert_scores``, as the evaluation's, over each candidate's own tokens."""
         encode = dict(batch_size=self.batch_size, show_progress_bar=False)
-        self.cut_queries([r.query for r in requests])
-        queries = self.model.encode([r.query for r in requests], is_query=True, **encode)  # each (q_tokens, dim)
+        texts = [r.query for r in requests]
+        self.cut_queries(texts)
+        queries = self.model.encode(texts, is_query=True, **encode)  # each (q_tokens, dim)
         candidates = self.model.encode([d for r in requests for d in r.documents], is_query=False, **encode)
         answers, at = [], 0
         for request, query in zip(requests, queries):
