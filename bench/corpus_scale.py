@@ -73,6 +73,7 @@ def build(workdir: Path, documents: int, chunk: int) -> dict:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "index_mb": metrics["size_mb"],
         "tokens_per_document": metrics["tokens_per_document"],
+        "chunk_seconds": metrics["chunk_seconds"],
     }
 
 
@@ -115,16 +116,24 @@ def served(out: Path, queries: list[str], args) -> list[dict]:
 
 
 def projected(last: dict, documents: int) -> dict:
-    """The last measured size's build scaled to ``documents``: time linearly, memory as its growth (the index and
-    a chunk) scaled by the index's size on top of the same baseline (a lower bound where fast-plaid's update
-    costs more than linearly)."""
+    """The last measured size's build scaled to ``documents``. Time: where the build recorded each chunk's seconds,
+    the first chunk (k-means) once and the updates on the straight line fitted to theirs (an update costs more as
+    the index grows), the rest (model load, evaluation) linearly; else the whole time linearly (a lower bound).
+    Memory: its growth (the index and a chunk) with the index scaled, on top of the same baseline."""
     scale = documents / last["documents"]
     growth = last["peak_rss_mb"] - last["rss_before_mb"]
     chunk = max(0.0, growth - last["index_mb"])
+    seconds = last["wall_seconds"] * scale
+    chunks = last.get("chunk_seconds") or []
+    if len(chunks) >= 3:  # two updates or more: a slope
+        slope, intercept = statistics.linear_regression(range(1, len(chunks)), chunks[1:])
+        n = round(len(chunks) * scale)
+        updates = sum(intercept + slope * i for i in range(1, n))
+        seconds = chunks[0] + updates + (last["wall_seconds"] - sum(chunks)) * scale
     return {
         "documents": documents,
         "skipped": True,
-        "projected_minutes": round(last["wall_seconds"] * scale / 60, 1),
+        "projected_minutes": round(seconds / 60, 1),
         "projected_peak_gib": round((last["rss_before_mb"] + chunk + last["index_mb"] * scale) / 1024, 1),
     }
 

@@ -491,6 +491,11 @@ def test_a_corpus_size_past_the_limits_is_projected_from_the_last_measured_one()
     last = {"documents": 10_000, "wall_seconds": 600, "rss_before_mb": 1024, "peak_rss_mb": 2048, "index_mb": 512}
     guess = projected(last, 100_000)
     assert guess == {"documents": 100_000, "skipped": True, "projected_minutes": 100.0, "projected_peak_gib": 6.5}
+    # with each chunk's seconds: k-means once, updates growing by 10 s each (chunk i costs 90 + 10 i), 100 s else
+    chunks = [300.0, 100.0, 110.0, 120.0]
+    timed = {**last, "documents": 4 * 2500, "wall_seconds": sum(chunks) + 100, "chunk_seconds": chunks}
+    updates = sum(90 + 10 * i for i in range(1, 40))  # 40 chunks of 2,500 at 100,000 documents
+    assert projected(timed, 100_000)["projected_minutes"] == round((300 + updates + 100 * 10) / 60, 1)
 
 
 def test_the_corpus_scale_bench_serves_through_bench_serves_own_server(monkeypatch, tmp_path):

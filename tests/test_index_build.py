@@ -58,7 +58,7 @@ def test_the_index_build_encodes_and_adds_the_corpus_a_chunk_at_a_time(small_job
     result = build_and_evaluate(str(tiny_model), cfg)
 
     assert encoded == [8, 8, 8, 6] and added == [8, 8, 8, 6]  # never more than a chunk held at once
-    assert result["documents"] == 30
+    assert result["documents"] == 30 and len(result["chunk_seconds"]) == 4
     out = Path(cfg.output_dir)
     served = json.loads((out / "index" / "corpus-ids.json").read_text())
     assert sorted(served) == sorted(corpus_ids) and served != corpus_ids  # every document once, in a shuffled order
@@ -76,9 +76,10 @@ def test_a_corpus_of_one_chunk_keeps_its_order(small_job, tiny_model):
     assert json.loads((Path(cfg.output_dir) / "index" / "corpus-ids.json").read_text()) == corpus_ids
 
 
-def test_chunks_past_fast_plaids_rebuild_threshold_are_updates_and_stay_searchable(tmp_path):
+def test_chunks_past_fast_plaids_rebuild_threshold_are_updates_and_stay_searchable(tmp_path, caplog):
     """Beyond 999 documents fast-plaid's update no longer rebuilds from scratch: it compresses the new chunk
-    against the first chunk's centroids. Every document is still found by its own tokens."""
+    against the first chunk's centroids. Every document is still found by its own tokens, and each chunk is a line
+    of the log."""
     import torch
 
     from trainer.retrieval.plaid import build_index_in_chunks
@@ -92,8 +93,15 @@ def test_chunks_past_fast_plaids_rebuild_threshold_are_updates_and_stay_searchab
         return [documents[int(t)] for t in texts]
 
     ids = [f"d{i}" for i in range(2500)]
-    index, tokens = build_index_in_chunks(tmp_path, "colbert", 4, ids, [str(i) for i in range(2500)], encode, 0, 1200)
-    assert calls == [1200, 1200, 100] and tokens == 2500 * 6
+    with caplog.at_level("INFO", logger="trainer"):
+        index, tokens, seconds = build_index_in_chunks(
+            tmp_path, "colbert", 4, ids, [str(i) for i in range(2500)], encode, 0, 1200
+        )
+    assert calls == [1200, 1200, 100] and tokens == 2500 * 6 and len(seconds) == 3
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("index colbert:")]
+    added = [line.split(" documents")[0].removeprefix("index colbert: ") for line in lines]
+    assert added == ["1200 of 2500", "2400 of 2500", "2500 of 2500"]
+    assert lines[-1].endswith("about 0 min left")
     probe = [0, 1199, 1200, 2399, 2400, 2499]  # each chunk's first and last
     hits = index.search([documents[i] for i in probe], k=1)
     assert [h[0][0] for h in hits] == [ids[i] for i in probe]

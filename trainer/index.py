@@ -66,9 +66,10 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
                 show_progress_bar=False,
             )
 
-        index, tokens = plaid.build_index_in_chunks(
+        built = plaid.build_index_in_chunks(
             tmp, "colbert", cfg.index.nbits, ids, texts, encode, cfg.training.seed, plaid.ENCODE_CHUNK
         )
+        index = built.index
         build_seconds = time.perf_counter() - started
         queries = model.encode(
             split.queries, is_query=True, batch_size=cfg.evaluation.batch_size, show_progress_bar=False
@@ -90,7 +91,8 @@ def build_and_evaluate(model_dir: str, cfg: TrainConfig) -> dict:
         "documents": len(split.corpus_ids),
         "nbits": cfg.index.nbits,
         "pool_factor": cfg.index.pool_factor,
-        "tokens_per_document": round(tokens / len(split.corpus_ids), 2),  # after pooling: what the index holds
+        "tokens_per_document": round(built.tokens / len(split.corpus_ids), 2),  # after pooling: what it holds
+        "chunk_seconds": built.chunk_seconds,  # encoded and added a chunk at a time (plaid.ENCODE_CHUNK documents)
         "path": str(out / "index"),  # as output_dir gives it: metrics.json holds no absolute local path
     }
     log.info(

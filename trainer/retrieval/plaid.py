@@ -13,8 +13,10 @@ import functools
 import json
 import logging
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -26,6 +28,7 @@ from trainer.retrieval.search import DOC_CHUNK, Candidates, merge_shards, my_chu
 __all__ = [
     "ENCODE_CHUNK",
     "FAST_PLAID_DIR",
+    "Built",
     "IdsMismatch",
     "PlaidRetriever",
     "PlaidSearch",
@@ -35,6 +38,7 @@ __all__ = [
     "cpu_flags",
     "full_scores",
     "half_is_slow",
+    "time_left",
     "x86_without",
 ]
 
@@ -176,6 +180,26 @@ def chunk_order(n: int, chunk: int, seed: int) -> list[int]:
     return order
 
 
+class Built(NamedTuple):
+    """What :func:`build_index_in_chunks` made: the index, ready to search, the tokens it holds, and the seconds
+    each chunk took (the first includes fast-plaid's k-means; each update costs more as the index grows)."""
+
+    index: PlaidSearch
+    tokens: int
+    chunk_seconds: list[float]
+
+
+def time_left(done: int, total: int, last: int, last_seconds: float) -> float:
+    """Seconds the ``total - done`` documents still to add will take at the pace of the last chunk (``last``
+    documents in ``last_seconds``). After the first chunk the guess is high (that chunk paid for k-means); after
+    an update it is low (each update costs a little more than the one before).
+
+    >>> time_left(20_000, 100_000, 10_000, 300.0), time_left(10_000, 15_000, 10_000, 600.0)
+    (2400.0, 300.0)
+    """
+    return (total - done) * last_seconds / last
+
+
 def build_index_in_chunks(
     folder: Path,
     name: str,
@@ -185,19 +209,19 @@ def build_index_in_chunks(
     encode: Callable[[list[str]], list],
     seed: int,
     chunk: int,
-):
+) -> Built:
     """:func:`build_index` of ``texts``, encoded ``chunk`` documents at a time, so that the build holds one
     chunk's float embeddings beside the index, whatever the corpus's size. The first chunk creates the index
     (fast-plaid's k-means centroids come from its tokens: give it a representative chunk); each later one is
     fast-plaid's update, which compresses it against those centroids and adds centroids where its tokens fall far
     from all of them. fast-plaid's ``low_memory`` keeps the index's codes and residuals in host memory on a GPU
-    while it builds. Returns the index, ready to search, and the number of tokens it holds."""
+    while it builds. A corpus of several chunks logs a line a chunk, with the time left."""
     from pylate import indexes
 
     index = indexes.PLAID(
         index_folder=str(folder), index_name=name, override=True, nbits=nbits, show_progress=False, low_memory=True
     )
-    tokens = 0
+    tokens, seconds = 0, []
     quiet = logging.getLogger("pylate.indexes.fast_plaid")  # its warning at every update: adding chunks is the plan
     level = quiet.level
     quiet.setLevel(logging.ERROR)
@@ -205,14 +229,27 @@ def build_index_in_chunks(
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             for start in range(0, len(texts), chunk):
+                started = time.perf_counter()
                 docs = encode(texts[start : start + chunk])  # each (tokens, dim)
                 tokens += sum(len(d) for d in docs)
                 index.add_documents(documents_ids=ids[start : start + chunk], documents_embeddings=docs)
                 del docs
+                seconds.append(time.perf_counter() - started)
+                if len(texts) > chunk:
+                    done = min(start + chunk, len(texts))
+                    log.info(
+                        "index %s: %d of %d documents added in %.0fs (this chunk %.0fs); about %.0f min left",
+                        name,
+                        done,
+                        len(texts),
+                        sum(seconds),
+                        seconds[-1],
+                        time_left(done, len(texts), done - start, seconds[-1]) / 60,
+                    )
     finally:
         quiet.setLevel(level)
     del index
-    return PlaidSearch(Path(folder) / name / FAST_PLAID_DIR, ids), tokens
+    return Built(PlaidSearch(Path(folder) / name / FAST_PLAID_DIR, ids), tokens, [round(t, 1) for t in seconds])
 
 
 class PlaidRetriever:
@@ -242,9 +279,9 @@ class PlaidRetriever:
                 return model.encode(texts, is_query=False, batch_size=batch_size, show_progress_bar=show)
 
             ids, texts = [str(i) for i in order], [corpus[i] for i in order]
-            self.index, _ = build_index_in_chunks(
+            self.index = build_index_in_chunks(
                 folder, f"rank-{D.rank()}", nbits, ids, texts, encode, seed, ENCODE_CHUNK
-            )
+            ).index
 
     @torch.no_grad()
     def search(self, queries: list[str], positives: list[set[int]], k: int) -> tuple[list[Candidates], list[dict]]:
