@@ -31,6 +31,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +50,53 @@ def _rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
+class ChunkPeaks:
+    """The largest resident size within each chunk of a build: a thread reads this process's RSS every ``every``
+    seconds, and each chunk's end is marked where PyLate's ``PLAID.add_documents`` returns (from one add's end to
+    the next's: the chunk's encoding and its add). ``ru_maxrss`` stays the true peak; this says where it falls,
+    and how a late update's memory grows with the index."""
+
+    def __init__(self, every: float = 0.5):
+        self.every, self.samples, self.ends = every, [], []
+        self._stop = threading.Event()
+
+    def __enter__(self) -> ChunkPeaks:
+        from pylate import indexes
+
+        self._add = add = indexes.PLAID.add_documents
+
+        def marked(index, *args, **kwargs):
+            try:
+                return add(index, *args, **kwargs)
+            finally:
+                self.ends.append(time.monotonic())
+
+        indexes.PLAID.add_documents = marked
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from pylate import indexes
+
+        indexes.PLAID.add_documents = self._add
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), _rss_mb()))
+            self._stop.wait(self.every)
+
+    def peaks(self) -> list[int]:
+        """MiB, a chunk: the largest sample from the previous chunk's end (the first: from the start) to its own."""
+        starts = [float("-inf"), *self.ends[:-1]]
+        return [
+            round(max((rss for t, rss in self.samples if start < t <= end), default=0))
+            for start, end in zip(starts, self.ends)
+        ]
+
+
 def build(workdir: Path, documents: int, chunk: int) -> dict:
     """In this (child) process: the synthetic corpus, then the index phase over it, ``chunk`` documents encoded
     at a time; what it cost."""
@@ -63,7 +111,8 @@ def build(workdir: Path, documents: int, chunk: int) -> dict:
     model = tiny_bert(workdir / "tiny-bert")
     before = _rss_mb()
     started = time.perf_counter()
-    out = served_output(workdir, beir, str(model), f"synthetic-{documents}-chunk-{chunk}", embeddings=False)
+    with ChunkPeaks() as watched:
+        out = served_output(workdir, beir, str(model), f"synthetic-{documents}-chunk-{chunk}", embeddings=False)
     metrics = json.loads((out / "index-metrics.json").read_text())
     return {
         "output": str(out),
@@ -74,6 +123,7 @@ def build(workdir: Path, documents: int, chunk: int) -> dict:
         "index_mb": metrics["size_mb"],
         "tokens_per_document": metrics["tokens_per_document"],
         "chunk_seconds": metrics["chunk_seconds"],
+        "chunk_peak_rss_mb": watched.peaks(),  # sampled every 0.5 s
     }
 
 
@@ -119,7 +169,9 @@ def projected(last: dict, documents: int) -> dict:
     """The last measured size's build scaled to ``documents``. Time: where the build recorded each chunk's seconds,
     the first chunk (k-means) once and the updates on the straight line fitted to theirs (an update costs more as
     the index grows), the rest (model load, evaluation) linearly; else the whole time linearly (a lower bound).
-    Memory: its growth (the index and a chunk) with the index scaled, on top of the same baseline."""
+    Memory: where it recorded each chunk's peak, the larger of the build's peak (the first chunk's k-means, whose
+    size is the chunk's, not the corpus's) and the last update's on the line fitted to the updates'; else its
+    growth (the index and a chunk) with the index scaled, on top of the same baseline (an upper bound)."""
     scale = documents / last["documents"]
     growth = last["peak_rss_mb"] - last["rss_before_mb"]
     chunk = max(0.0, growth - last["index_mb"])
@@ -130,11 +182,16 @@ def projected(last: dict, documents: int) -> dict:
         n = round(len(chunks) * scale)
         updates = sum(intercept + slope * i for i in range(1, n))
         seconds = chunks[0] + updates + (last["wall_seconds"] - sum(chunks)) * scale
+    peak = last["rss_before_mb"] + chunk + last["index_mb"] * scale
+    peaks = last.get("chunk_peak_rss_mb") or []
+    if len(peaks) >= 3:  # the last update's peak on the line fitted to the updates', or the first chunk's k-means
+        slope, intercept = statistics.linear_regression(range(1, len(peaks)), peaks[1:])
+        peak = max(last["peak_rss_mb"], *peaks, intercept + slope * (round(len(peaks) * scale) - 1))
     return {
         "documents": documents,
         "skipped": True,
         "projected_minutes": round(seconds / 60, 1),
-        "projected_peak_gib": round((last["rss_before_mb"] + chunk + last["index_mb"] * scale) / 1024, 1),
+        "projected_peak_gib": round(peak / 1024, 1),
     }
 
 

@@ -496,6 +496,39 @@ def test_a_corpus_size_past_the_limits_is_projected_from_the_last_measured_one()
     timed = {**last, "documents": 4 * 2500, "wall_seconds": sum(chunks) + 100, "chunk_seconds": chunks}
     updates = sum(90 + 10 * i for i in range(1, 40))  # 40 chunks of 2,500 at 100,000 documents
     assert projected(timed, 100_000)["projected_minutes"] == round((300 + updates + 100 * 10) / 60, 1)
+    # with each chunk's peak: k-means's 5,000 MiB first, then updates growing 100 MiB a chunk to 5,800 at the 40th
+    peaks = {**timed, "peak_rss_mb": 5000, "chunk_peak_rss_mb": [5000, 2000, 2100, 2200]}
+    assert projected(peaks, 100_000)["projected_peak_gib"] == round(5800 / 1024, 1)
+    assert projected(peaks, 20_000)["projected_peak_gib"] == round(5000 / 1024, 1)  # k-means's still the larger
+
+
+def test_the_corpus_scale_bench_finds_each_chunks_peak_memory(monkeypatch):
+    """bench/corpus_scale.py's ChunkPeaks: the resident size read while each chunk is added, split at the ends of
+    PyLate's add_documents calls; a chunk that holds 300 MB more shows it, and the real method comes back after."""
+    import time
+
+    from pylate import indexes
+
+    from bench.corpus_scale import ChunkPeaks
+
+    held = []
+
+    def add(index, documents_ids, documents_embeddings):  # chunk 2 holds 300 MB while it is added
+        if len(held) == 1:
+            held.append(bytearray(300 * 2**20))
+            held[-1][::4096] = b"x" * len(held[-1][::4096])  # touched: resident, not only reserved
+        else:
+            held.append(None)
+        time.sleep(0.3)
+        held[-1] = None
+
+    monkeypatch.setattr(indexes.PLAID, "add_documents", add)
+    with ChunkPeaks(every=0.02) as watched:
+        for _ in range(3):
+            indexes.PLAID.add_documents(None, documents_ids=[], documents_embeddings=[])
+    first, second, third = watched.peaks()
+    assert second - first > 250 and second - third > 250
+    assert indexes.PLAID.add_documents is add
 
 
 def test_the_corpus_scale_bench_serves_through_bench_serves_own_server(monkeypatch, tmp_path):
