@@ -254,18 +254,13 @@ def plot_corpus_scale(path: Path) -> None:
     docs = [x["documents"] for x in runs]
     fig, (cost, memory, latency) = plt.subplots(1, 3, figsize=(11, 3.4), dpi=120)
     cost.plot(docs, [x["build_seconds"] for x in runs], "o-")
-    peaks = [x for x in runs if x["peak_rss_mb"] is not None]
-    memory.plot([x["documents"] for x in peaks], [x["peak_rss_mb"] for x in peaks], "o-", label="peak RSS of the build")
-    sampled = [x for x in runs if x["peak_rss_mb"] is None]  # the peak lost: what ps read during the build
-    if sampled:
-        memory.plot(
-            [x["documents"] for x in sampled],
-            [x["rss_sampled_mb"] for x in sampled],
-            "o",
-            mfc="none",
-            label="resident size read by ps (peak not recorded)",
-        )
+    memory.plot(docs, [x["peak_rss_mb"] for x in runs], "o-", label="peak RSS of the build")
     memory.plot(docs, [x["index_mb"] for x in runs], "s--", label="the index")
+    largest = max((x for x in runs if x.get("chunk_peak_rss_mb")), key=lambda x: x["documents"], default=None)
+    if largest:  # where the peak falls: the first chunk's k-means, then each update as the index grows
+        peaks = largest["chunk_peak_rss_mb"]
+        added = [min((i + 1) * r["chunk"], largest["documents"]) for i in range(len(peaks))]
+        memory.plot(added, peaks, ".:", label=f"peak while adding each chunk ({largest['documents']:,} build)")
     latency.plot(docs, [x["in_process"]["p50_ms"] for x in runs], "o-", label="in-process p50")
     for i, n in enumerate(c["clients"] for c in runs[0]["served"]):
         # a p99 over the few requests answered in time is not the service's: such a cell is marked, not drawn

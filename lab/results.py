@@ -515,14 +515,8 @@ def corpus_scale_table() -> str:
         cells = " | ".join(
             f"{c['qps']}, {c['p50_ms']} / {c['p99_ms']}, {c['ok']} of {c['requests']}" for c in x["served"]
         )
-        # a build whose peak was lost keeps the resident size ps read during it (a lower bound of the peak)
-        peak = (
-            f"{x['peak_rss_mb']} ({x['rss_before_mb']})"
-            if x["peak_rss_mb"] is not None
-            else f"not recorded; ps during the build: {x['rss_sampled_mb']:,}"
-        )
         lines.append(
-            f"| {x['documents']:,} | {x['build_seconds']} | {peak} "
+            f"| {x['documents']:,} | {x['build_seconds']} | {x['peak_rss_mb']:,} ({x['rss_before_mb']:,}) "
             f"| {x['index_mb']} "
             f"| {x['index_bytes_per_document']:,} | {x['in_process']['p50_ms']} / {x['in_process']['p99_ms']} "
             f"| {cells} |" + (f" {x.get('load', r['load'])} (`{x.get('commit', r['commit'])}`) |" if apart else "")
