@@ -267,7 +267,7 @@ def plot_corpus_scale(path: Path) -> None:
         cells = [(x["documents"], x["served"][i]) for x in runs]
         kept = [(d, c) for d, c in cells if c["ok"] >= c["requests"] / 2]
         line = latency.plot(
-            [d for d, _ in kept], [c["p99_ms"] for _, c in kept], "^--", label=f"served p99, {n} clients"
+            [d for d, _ in kept], [c["p99_ms"] for _, c in kept], "^--", label=f"served p99, {n} client{'s' * (n > 1)}"
         )
         for d, c in cells:
             if c["ok"] < c["requests"] / 2:
