@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -172,6 +173,13 @@ def served(out: Path, queries: list[str], args) -> list[dict]:
     return cells
 
 
+def _updates_line(per_chunk: list[float]) -> Callable[[int], float]:
+    """The straight line fitted to the updates' figures (each chunk's but the first, whose k-means is paid once),
+    as a function of the chunk's index."""
+    slope, intercept = statistics.linear_regression(range(1, len(per_chunk)), per_chunk[1:])
+    return lambda i: intercept + slope * i
+
+
 def projected(last: dict, documents: int) -> dict:
     """The last measured size's build scaled to ``documents``. Time: where the build recorded each chunk's seconds,
     the first chunk (k-means) once and the updates on the straight line fitted to theirs (an update costs more as
@@ -185,15 +193,13 @@ def projected(last: dict, documents: int) -> dict:
     seconds = last["wall_seconds"] * scale
     chunks = last.get("chunk_seconds") or []
     if len(chunks) >= 3:  # two updates or more: a slope
-        slope, intercept = statistics.linear_regression(range(1, len(chunks)), chunks[1:])
-        n = round(len(chunks) * scale)
-        updates = sum(intercept + slope * i for i in range(1, n))
+        update = _updates_line(chunks)
+        updates = sum(update(i) for i in range(1, round(len(chunks) * scale)))
         seconds = chunks[0] + updates + (last["wall_seconds"] - sum(chunks)) * scale
     peak = last["rss_before_mb"] + chunk + last["index_mb"] * scale
     peaks = last.get("chunk_peak_rss_mb") or []
     if len(peaks) >= 3:  # the last update's peak on the line fitted to the updates', or the first chunk's k-means
-        slope, intercept = statistics.linear_regression(range(1, len(peaks)), peaks[1:])
-        peak = max(last["peak_rss_mb"], *peaks, intercept + slope * (round(len(peaks) * scale) - 1))
+        peak = max(last["peak_rss_mb"], *peaks, _updates_line(peaks)(round(len(peaks) * scale) - 1))
     return {
         "documents": documents,
         "skipped": True,
